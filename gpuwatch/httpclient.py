@@ -1,0 +1,23 @@
+"""The one place that builds httpx clients, so every poller has the same timeouts and pool."""
+
+from __future__ import annotations
+
+import httpx
+
+DEFAULT_CONNECT_TIMEOUT_S = 1.0
+DEFAULT_TIMEOUT_S = 3.0
+
+
+def async_client(
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_connections: int = 16,
+    headers: dict[str, str] | None = None,
+) -> httpx.AsyncClient:
+    """An async client for low-rate polling: short connect timeout, bounded total time."""
+    timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
+    # trust_env=False: a proxy set for the shell must not sit between us and a local server.
+    return httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, trust_env=False)

@@ -1,0 +1,114 @@
+"""Plain data shared by every part of gpuwatch: what sources read, what the UI and CLI show.
+
+Unknown values are ``None``, never ``0``: a stack that does not export a number must not look
+like a node that is idle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LATENCY_KINDS = ("ttft", "itl", "e2e", "queue")
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A cumulative Prometheus histogram: ``buckets`` are (upper bound, cumulative count)."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float | None = None
+    count: float | None = None
+
+
+@dataclass
+class EngineSnapshot:
+    """One serving engine (per endpoint and model) normalized from any dialect."""
+
+    source: str
+    dialect: str
+    model: str | None
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage: float | None = None
+    kv_blocks_used: float | None = None
+    kv_blocks_total: float | None = None
+    kv_tokens_used: float | None = None
+    kv_tokens_total: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_hits_total: float | None = None
+    prefix_cache_queries_total: float | None = None
+    preemptions_total: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+
+
+@dataclass
+class ProcessInfo:
+    pid: int
+    name: str | None = None
+    user: str | None = None
+    cmdline: str | None = None
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    threads: int | None = None
+    used_memory_bytes: int | None = None
+
+
+@dataclass
+class GpuSample:
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    utilization_gpu: float | None = None
+    utilization_memory: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    clock_sm_mhz: float | None = None
+    clock_mem_mhz: float | None = None
+    fan_percent: float | None = None
+    throttle_reasons: list[str] | None = None
+    processes: list[ProcessInfo] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class GpuReading:
+    """One NVML poll: ``error`` is set (and ``gpus`` empty) when NVML itself is unusable."""
+
+    gpus: list[GpuSample]
+    error: str | None = None
+
+
+@dataclass
+class HostSample:
+    cpu_percent: float | None
+    cpu_per_core: list[float]
+    load_1m: float | None
+    load_5m: float | None
+    load_15m: float | None
+    memory_total_bytes: int
+    memory_used_bytes: int
+    swap_total_bytes: int
+    swap_used_bytes: int
+
+
+@dataclass
+class SourceError:
+    source: str
+    error: str
+
+
+@dataclass
+class ScrapeResult:
+    """What one /metrics source gave: engines, or an error, plus non-fatal warnings."""
+
+    source: str
+    engines: list[EngineSnapshot] = field(default_factory=list)
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)

@@ -1,0 +1,234 @@
+"""``gpuwatch snapshot``: read every source once and print a table or the JSON contract."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import httpx
+
+from gpuwatch.fmt import NA, gib, num, pct, seconds, unit
+from gpuwatch.httpclient import async_client
+from gpuwatch.model import (
+    LATENCY_KINDS,
+    EngineSnapshot,
+    GpuReading,
+    Histogram,
+    HostSample,
+    ProcessInfo,
+    ScrapeResult,
+)
+from gpuwatch.series import HistogramError, histogram_quantile
+from gpuwatch.sources import host as host_source
+from gpuwatch.sources.nvml import NvmlReader
+from gpuwatch.sources.scrape import ScrapeError, decode_body, map_page, scrape
+
+SCHEMA_VERSION = 1
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+# Time over which host CPU % is measured when nothing else takes that long.
+_CPU_SAMPLE_S = 0.2
+
+
+@dataclass
+class Snapshot:
+    time: dt.datetime
+    gpus: GpuReading | None
+    host: HostSample
+    host_process: ProcessInfo | None
+    results: list[ScrapeResult]
+    processes: dict[str, ProcessInfo] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        if any(r.error for r in self.results):
+            return False
+        if self.gpus is None:
+            return True
+        return not (self.gpus.error or any(g.error for g in self.gpus.gpus))
+
+
+def read_metrics_file(name: str, stdin: IO[bytes] | None = None) -> ScrapeResult:
+    source = "stdin" if name == "-" else name
+    try:
+        if name == "-":
+            body = (stdin or sys.stdin.buffer).read()
+        else:
+            with open(name, "rb") as fh:
+                body = fh.read()
+        text = decode_body(body)
+    except OSError as exc:
+        return ScrapeResult(source, error=f"cannot read: {exc.strerror or exc}")
+    except ScrapeError as exc:
+        return ScrapeResult(source, error=str(exc))
+    return map_page(source, text)
+
+
+def _local_port(url: str) -> int | None:
+    parsed = httpx.URL(url)
+    if parsed.host in {"127.0.0.1", "localhost", "::1", "0.0.0.0"}:
+        return parsed.port or (443 if parsed.scheme == "https" else 80)
+    return None
+
+
+async def collect(
+    urls: Sequence[str],
+    files: Sequence[str] = (),
+    *,
+    nvml: NvmlReader | None = None,
+    pid: int | None = None,
+    connect_timeout_s: float = 1.0,
+    timeout_s: float = 3.0,
+    max_bytes: int = 16 * 1024 * 1024,
+) -> Snapshot:
+    started = time.monotonic()
+    host_source.prime_cpu()
+    gpu_task = asyncio.create_task(asyncio.to_thread(nvml.read)) if nvml else None
+    async with async_client(connect_timeout_s, timeout_s) as client:
+        scraped = await asyncio.gather(*(scrape(client, url, max_bytes, timeout_s) for url in urls))
+    results = [read_metrics_file(name) for name in files] + list(scraped)
+    gpus = await gpu_task if gpu_task else None
+    table = nvml.processes if nvml else host_source.ProcessTable()
+    processes = {}
+    for url in urls:
+        port = _local_port(url)
+        found = await asyncio.to_thread(host_source.pid_listening_on, port) if port else None
+        if found:
+            processes[url] = table.describe(found)
+    remaining = _CPU_SAMPLE_S - (time.monotonic() - started)
+    if remaining > 0:
+        await asyncio.sleep(remaining)  # CPU % needs an interval to be measured over
+    host = host_source.read_host()
+    host_process = table.describe(pid) if pid else None
+    return Snapshot(dt.datetime.now(dt.timezone.utc), gpus, host, host_process, results, processes)
+
+
+def latency_summary(hist: Histogram) -> dict[str, float | None]:
+    out: dict[str, float | None] = {"count": hist.count, "sum": hist.sum}
+    for label, q in QUANTILES:
+        try:
+            out[label] = histogram_quantile(q, hist.buckets) if hist.buckets else None
+        except HistogramError:
+            out[label] = None
+    return out
+
+
+def _engine_json(engine: EngineSnapshot, process: ProcessInfo | None) -> dict[str, Any]:
+    data = dataclasses.asdict(engine)
+    data.pop("histograms")
+    data["latency"] = {
+        kind: latency_summary(engine.histograms[kind])
+        for kind in LATENCY_KINDS
+        if kind in engine.histograms
+    }
+    data["process"] = _process_json(process) if process else None
+    return data
+
+
+def _process_json(p: ProcessInfo) -> dict[str, Any]:
+    return dataclasses.asdict(p)
+
+
+def to_json(snap: Snapshot) -> dict[str, Any]:
+    gpus = snap.gpus.gpus if snap.gpus else []
+    host = snap.host
+    return {
+        "schema": SCHEMA_VERSION,
+        "time": snap.time.isoformat(),
+        "nvml_error": snap.gpus.error if snap.gpus else None,
+        "gpus": [dataclasses.asdict(g) for g in gpus],
+        "host": {
+            "cpu_percent": host.cpu_percent,
+            "cpu_per_core": host.cpu_per_core,
+            "memory_total_bytes": host.memory_total_bytes,
+            "memory_used_bytes": host.memory_used_bytes,
+            "swap_total_bytes": host.swap_total_bytes,
+            "swap_used_bytes": host.swap_used_bytes,
+            "load_1m": host.load_1m,
+            "load_5m": host.load_5m,
+            "load_15m": host.load_15m,
+            "process": _process_json(snap.host_process) if snap.host_process else None,
+        },
+        "engines": [
+            _engine_json(e, snap.processes.get(r.source)) for r in snap.results for e in r.engines
+        ],
+        "errors": [{"source": r.source, "error": r.error} for r in snap.results if r.error],
+        "warnings": [{"source": r.source, "warning": w} for r in snap.results for w in r.warnings],
+    }
+
+
+def render_text(snap: Snapshot, out: IO[str]) -> None:
+    """The human table: GPUs, host, engines, then every error in one line each."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, highlight=False, width=max(100, Console(file=out).width))
+    if snap.gpus is not None:
+        if snap.gpus.error:
+            console.print(f"GPUs: {snap.gpus.error}")
+        else:
+            table = Table("GPU", "name", "memory", "util", "temp", "power", "procs", box=None)
+            for g in snap.gpus.gpus:
+                if g.error:
+                    table.add_row(str(g.index), g.name or NA, f"[red]{g.error}[/]", "", "", "", "")
+                    continue
+                table.add_row(
+                    str(g.index),
+                    g.name or NA,
+                    f"{gib(g.memory_used_bytes)} / {gib(g.memory_total_bytes)}",
+                    pct(g.utilization_gpu),
+                    unit(g.temperature_c, "C"),
+                    f"{unit(g.power_w, 'W')} / {unit(g.power_limit_w, 'W')}",
+                    str(len(g.processes)),
+                )
+            console.print(table)
+    h = snap.host
+    console.print(
+        f"host: cpu {unit(h.cpu_percent, '%')}  load {num(h.load_1m, 2)}  "
+        f"mem {gib(h.memory_used_bytes)} / {gib(h.memory_total_bytes)}"
+    )
+    table = Table(
+        "source",
+        "dialect",
+        "model",
+        "run",
+        "wait",
+        "KV",
+        "prefix",
+        "prompt tok",
+        "gen tok",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p99",
+        box=None,
+    )
+    for result in snap.results:
+        for e in result.engines:
+            ttft = latency_summary(e.histograms["ttft"]) if "ttft" in e.histograms else {}
+            itl = latency_summary(e.histograms["itl"]) if "itl" in e.histograms else {}
+            table.add_row(
+                result.source,
+                e.dialect,
+                e.model or NA,
+                num(e.running),
+                num(e.waiting),
+                pct(e.kv_cache_usage),
+                pct(e.prefix_cache_hit_rate),
+                num(e.prompt_tokens_total),
+                num(e.generation_tokens_total),
+                seconds(ttft.get("p50")),
+                seconds(ttft.get("p99")),
+                seconds(itl.get("p99")),
+            )
+    if table.row_count:
+        console.print(table)
+    for result in snap.results:
+        for warning in result.warnings:
+            console.print(f"warning: {result.source}: {warning}")
+        if result.error:
+            console.print(f"[red]error:[/] {result.source}: {result.error}")

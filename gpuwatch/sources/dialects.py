@@ -1,0 +1,441 @@
+"""Serving-stack dialects: detection by metric names and mapping to ``EngineSnapshot``.
+
+Each dialect is a table (data, not code): for every normalized field, the sample names that can
+give it, first present wins. A name may carry a label selector, ``name{label=value}``, for stacks
+that multiplex several quantities into one gauge (Triton's TensorRT-LLM backend).
+
+Aggregation (DESIGN.md): samples are grouped by the model label. Labels that name replicas of
+the same work (``tp_rank``, ``pp_rank``, ``moe_ep_rank``) are collapsed by taking rank 0, or the
+max where rank 0 is absent. Every other label names separate engines (``engine``, ``dp_rank``,
+Ray's ``WorkerId`` ...): summed for counts and counters, max for ratios. ``*_created`` is ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+
+from prometheus_client.samples import Sample
+
+from gpuwatch.model import LATENCY_KINDS, EngineSnapshot, Histogram
+
+REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank"})
+MODEL_LABELS = ("model_name", "model")
+# Fields that are ratios: the max over engines is the honest aggregate, not the sum.
+RATIO_FIELDS = frozenset({"kv_cache_usage", "prefix_cache_hit_rate"})
+SCALAR_FIELDS = tuple(
+    f.name
+    for f in fields(EngineSnapshot)
+    if f.name not in {"source", "dialect", "model", "histograms"}
+)
+
+
+@dataclass(frozen=True)
+class Selector:
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Selector:
+        if "{" not in text:
+            return cls(text)
+        name, _, rest = text.partition("{")
+        pairs = tuple(
+            (k.strip(), v.strip().strip('"'))
+            for k, _, v in (p.partition("=") for p in rest.rstrip("}").split(","))
+        )
+        return cls(name, pairs)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.labels)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    scalars: Mapping[str, tuple[str, ...]]
+    histograms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Samples whose value is the sum of the named fields, when the stack has no direct one.
+    derived_queries: tuple[str, ...] = ()
+
+    def selectors(self) -> Iterable[Selector]:
+        for names in self.scalars.values():
+            yield from map(Selector.parse, names)
+
+    def histogram_names(self) -> Iterable[str]:
+        for names in self.histograms.values():
+            yield from names
+
+
+def _prefixed(base: Dialect, name: str, old: str, new: str) -> Dialect:
+    def swap(names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(new + n[len(old) :] if n.startswith(old) else n for n in names)
+
+    return Dialect(
+        name,
+        {k: swap(v) for k, v in base.scalars.items()},
+        {k: swap(v) for k, v in base.histograms.items()},
+        base.derived_queries,
+    )
+
+
+# vLLM: V1 names first, V0 names after them (vllm/v1/metrics/loggers.py; V0 engine/metrics.py).
+VLLM = Dialect(
+    "vllm",
+    scalars={
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "prefix_cache_hits_total": (
+            "vllm:prefix_cache_hits_total",
+            "vllm:gpu_prefix_cache_hits_total",
+        ),
+        "prefix_cache_queries_total": (
+            "vllm:prefix_cache_queries_total",
+            "vllm:gpu_prefix_cache_queries_total",
+        ),
+        "prefix_cache_hit_rate": ("vllm:gpu_prefix_cache_hit_rate",),
+        "preemptions_total": ("vllm:num_preemptions_total",),
+        "prompt_tokens_total": ("vllm:prompt_tokens_total",),
+        "generation_tokens_total": ("vllm:generation_tokens_total",),
+    },
+    histograms={
+        "ttft": ("vllm:time_to_first_token_seconds",),
+        "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        "e2e": ("vllm:e2e_request_latency_seconds",),
+        "queue": ("vllm:request_queue_time_seconds",),
+    },
+)
+
+SGLANG = Dialect(
+    "sglang",
+    scalars={
+        "running": ("sglang:num_running_reqs",),
+        "waiting": ("sglang:num_queue_reqs",),
+        "kv_cache_usage": ("sglang:token_usage",),
+        "kv_tokens_used": ("sglang:num_used_tokens",),
+        "kv_tokens_total": ("sglang:max_total_num_tokens",),
+        "prefix_cache_hit_rate": ("sglang:cache_hit_rate",),
+        "preemptions_total": ("sglang:num_retracted_requests_total",),
+        "prompt_tokens_total": ("sglang:prompt_tokens_total",),
+        "generation_tokens_total": ("sglang:generation_tokens_total",),
+    },
+    histograms={
+        "ttft": ("sglang:time_to_first_token_seconds",),
+        "itl": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+        "e2e": ("sglang:e2e_request_latency_seconds",),
+        "queue": ("sglang:queue_time_seconds",),
+    },
+)
+
+# TGI's router (text-generation-inference/router/src): token totals exist only as histograms.
+TGI = Dialect(
+    "tgi",
+    scalars={
+        "running": ("tgi_batch_current_size",),
+        "waiting": ("tgi_queue_size",),
+        "prompt_tokens_total": ("tgi_request_input_length_sum",),
+        "generation_tokens_total": ("tgi_request_generated_tokens_sum",),
+    },
+    histograms={
+        "itl": ("tgi_request_mean_time_per_token_duration",),
+        "e2e": ("tgi_request_duration",),
+        "queue": ("tgi_request_queue_duration",),
+    },
+)
+
+# llama.cpp's server (tools/server/server.cpp): prompt_tokens_total excludes cached tokens,
+# so prefix-cache queries are cached + processed.
+LLAMACPP = Dialect(
+    "llamacpp",
+    scalars={
+        "running": ("llamacpp:requests_processing",),
+        "waiting": ("llamacpp:requests_deferred",),
+        "kv_cache_usage": ("llamacpp:kv_cache_usage_ratio",),
+        "kv_tokens_used": ("llamacpp:kv_cache_tokens",),
+        "prefix_cache_hits_total": ("llamacpp:prompt_tokens_cached_total",),
+        "prompt_tokens_total": ("llamacpp:prompt_tokens_total",),
+        "generation_tokens_total": ("llamacpp:tokens_predicted_total",),
+    },
+    derived_queries=("prefix_cache_hits_total", "prompt_tokens_total"),
+)
+
+# TensorRT-LLM: trtllm-serve's MetricsCollector (prefix added by Dynamo), and Triton's
+# tensorrtllm_backend gauges keyed by a discriminator label, plus Triton's pending count.
+TRTLLM = Dialect(
+    "trtllm",
+    scalars={
+        "running": (
+            "trtllm_num_requests_running",
+            "nv_trt_llm_request_metrics{request_type=active}",
+        ),
+        "waiting": (
+            "trtllm_num_requests_waiting",
+            "nv_trt_llm_request_metrics{request_type=waiting}",
+            "nv_inference_pending_request_count",
+        ),
+        "kv_cache_usage": (
+            "trtllm_kv_cache_utilization",
+            "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=fraction}",
+        ),
+        "kv_blocks_used": ("nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=used}",),
+        "kv_blocks_total": ("nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max}",),
+        "prefix_cache_hit_rate": ("trtllm_kv_cache_hit_rate",),
+    },
+    histograms={
+        "ttft": ("trtllm_time_to_first_token_seconds",),
+        "itl": ("trtllm_time_per_output_token_seconds",),
+        "e2e": ("trtllm_e2e_request_latency_seconds",),
+        "queue": ("trtllm_request_queue_time_seconds",),
+    },
+)
+TRTLLM_COLON = _prefixed(TRTLLM, "trtllm", "trtllm_", "trtllm:")
+
+# LMDeploy (lmdeploy/metrics/metrics_processor.py): vLLM-like names, {model_name, engine}.
+LMDEPLOY = Dialect(
+    "lmdeploy",
+    scalars={
+        "running": ("lmdeploy:num_requests_running",),
+        "waiting": ("lmdeploy:num_requests_waiting",),
+        "kv_cache_usage": ("lmdeploy:gpu_cache_usage_perc",),
+        "prompt_tokens_total": ("lmdeploy:prompt_tokens_total",),
+        "generation_tokens_total": ("lmdeploy:generation_tokens_total",),
+    },
+    histograms={
+        "ttft": ("lmdeploy:time_to_first_token_seconds",),
+        "itl": (
+            "lmdeploy:inter_token_latency_seconds",
+            "lmdeploy:iter_token_latency",
+            "lmdeploy:time_per_output_token_seconds",
+        ),
+        "e2e": ("lmdeploy:e2e_request_latency_seconds",),
+        "queue": ("lmdeploy:request_queue_time_seconds",),
+    },
+)
+
+# NVIDIA Dynamo's HTTP frontend (lib/llm/src/http/service/metrics.rs).
+DYNAMO = Dialect(
+    "dynamo",
+    scalars={
+        "running": ("dynamo_frontend_inflight_requests",),
+        "waiting": ("dynamo_frontend_queued_requests",),
+        "prompt_tokens_total": ("dynamo_frontend_input_sequence_tokens_sum",),
+        "generation_tokens_total": ("dynamo_frontend_output_tokens_total",),
+    },
+    histograms={
+        "ttft": ("dynamo_frontend_time_to_first_token_seconds",),
+        "itl": ("dynamo_frontend_inter_token_latency_seconds",),
+        "e2e": ("dynamo_frontend_request_duration_seconds",),
+    },
+)
+
+# Ray Serve LLM re-exports vLLM's metrics through Ray's agent with a ray_ prefix; depending on
+# the Ray version the colon survives or becomes an underscore.
+RAY = _prefixed(VLLM, "ray", "vllm:", "ray_vllm:")
+RAY_UNDERSCORE = _prefixed(VLLM, "ray", "vllm:", "ray_vllm_")
+
+# gpuwatch's own admission gateway: lanes are summed like engines.
+GATE = Dialect(
+    "gate",
+    scalars={
+        "running": ("gpuwatch_gate_inflight",),
+        "waiting": ("gpuwatch_gate_queued",),
+    },
+    histograms={
+        "ttft": ("gpuwatch_gate_ttft_seconds",),
+        "e2e": ("gpuwatch_gate_request_duration_seconds",),
+        "queue": ("gpuwatch_gate_queue_wait_seconds",),
+    },
+)
+
+DIALECTS: tuple[Dialect, ...] = (
+    VLLM,
+    SGLANG,
+    TGI,
+    LLAMACPP,
+    TRTLLM,
+    TRTLLM_COLON,
+    LMDEPLOY,
+    DYNAMO,
+    RAY,
+    RAY_UNDERSCORE,
+    GATE,
+)
+
+
+def wanted_sample_names() -> frozenset[str]:
+    """Every sample name some dialect reads: the scrape prefilter keeps only these families."""
+    names: set[str] = set()
+    for dialect in DIALECTS:
+        for sel in dialect.selectors():
+            names.add(sel.name)
+        for hist in dialect.histogram_names():
+            names.update({hist, f"{hist}_bucket", f"{hist}_sum", f"{hist}_count"})
+    return frozenset(names)
+
+
+def index_samples(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
+    by_name: dict[str, list[Sample]] = defaultdict(list)
+    for sample in samples:
+        if not sample.name.endswith("_created"):
+            by_name[sample.name].append(sample)
+    return by_name
+
+
+def _model_of(labels: Mapping[str, str]) -> str | None:
+    for key in MODEL_LABELS:
+        if key in labels:
+            return labels[key]
+    return None
+
+
+def _engine_key(labels: Mapping[str, str], skip: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    dropped = {*MODEL_LABELS, *REPLICA_LABELS, *skip}
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in dropped))
+
+
+def _collapse(
+    samples: Iterable[Sample], skip: Iterable[str], ratio: bool
+) -> dict[str | None, dict[str, float]]:
+    """Aggregate samples to {model: {extra-key: value}}; extra-key is ``le`` for buckets."""
+    skip = tuple(skip)
+    # (model, engine, extra) -> {replica: value}
+    grouped: dict[tuple, dict[tuple, float]] = defaultdict(dict)
+    for s in samples:
+        replica = tuple(sorted((k, v) for k, v in s.labels.items() if k in REPLICA_LABELS))
+        key = (_model_of(s.labels), _engine_key(s.labels, skip), s.labels.get("le", ""))
+        grouped[key][replica] = s.value
+    out: dict[str | None, dict[str, float]] = defaultdict(dict)
+    for (model, _engine, extra), replicas in grouped.items():
+        rank0 = [v for r, v in replicas.items() if all(val == "0" for _, val in r)]
+        value = rank0[0] if rank0 else max(replicas.values())
+        slot = out[model]
+        if extra in slot:
+            slot[extra] = max(slot[extra], value) if ratio else slot[extra] + value
+        else:
+            slot[extra] = value
+    return out
+
+
+def _parse_le(text: str) -> float:
+    return math.inf if text in {"+Inf", "Inf", "+inf", "inf"} else float(text)
+
+
+@dataclass
+class MapResult:
+    engines: list[EngineSnapshot]
+    warnings: list[str]
+
+
+def detect(index: Mapping[str, list[Sample]]) -> list[Dialect]:
+    found = []
+    for dialect in DIALECTS:
+        names = {sel.name for sel in dialect.selectors()}
+        for hist in dialect.histogram_names():
+            names.update({f"{hist}_bucket", f"{hist}_count"})
+        if any(name in index for name in names) and dialect.name not in {d.name for d in found}:
+            found.append(dialect)
+    return found
+
+
+def _scalar(
+    dialect: Dialect, field_name: str, index: Mapping[str, list[Sample]]
+) -> tuple[str | None, dict[str | None, float]]:
+    for text in dialect.scalars.get(field_name, ()):
+        sel = Selector.parse(text)
+        samples = [s for s in index.get(sel.name, ()) if sel.matches(s.labels)]
+        if samples:
+            skip = [k for k, _ in sel.labels]
+            collapsed = _collapse(samples, skip, field_name in RATIO_FIELDS)
+            return sel.name, {m: vals[""] for m, vals in collapsed.items()}
+    return None, {}
+
+
+def _histogram(
+    names: tuple[str, ...], index: Mapping[str, list[Sample]]
+) -> tuple[str | None, dict[str | None, Histogram]]:
+    for name in names:
+        buckets = index.get(f"{name}_bucket")
+        counts = index.get(f"{name}_count")
+        if not buckets and not counts:
+            continue
+        by_model = _collapse(buckets or (), ["le"], ratio=False)
+        sums = _collapse(index.get(f"{name}_sum", ()), [], ratio=False)
+        cnts = _collapse(counts or (), [], ratio=False)
+        out: dict[str | None, Histogram] = {}
+        for model in {*by_model, *cnts}:
+            pairs = tuple(sorted((_parse_le(le), v) for le, v in by_model.get(model, {}).items()))
+            out[model] = Histogram(pairs, sums.get(model, {}).get(""), cnts.get(model, {}).get(""))
+        return name, out
+    return None, {}
+
+
+def _clean(name: str, value: float, ratio: bool, warnings: list[str]) -> float | None:
+    if math.isnan(value) or math.isinf(value):
+        warnings.append(f"{name} is {value}: shown as unknown")
+        return None
+    if ratio and value < 0:
+        # vLLM V0 reports -1 for a hit rate it does not track.
+        return None
+    return value
+
+
+def map_samples(source: str, index: Mapping[str, list[Sample]]) -> MapResult:
+    """Map one scraped page to engine snapshots, one per (dialect, model)."""
+    engines: list[EngineSnapshot] = []
+    warnings: list[str] = []
+    for dialect in detect(index):
+        engines += _map_dialect(source, dialect, index, warnings)
+    return MapResult(engines, warnings)
+
+
+def _map_dialect(
+    source: str, dialect: Dialect, index: Mapping[str, list[Sample]], warnings: list[str]
+) -> list[EngineSnapshot]:
+    per_model: dict[str | None, EngineSnapshot] = {}
+
+    def engine(model: str | None) -> EngineSnapshot:
+        if model not in per_model:
+            per_model[model] = EngineSnapshot(source, dialect.name, model)
+        return per_model[model]
+
+    for field_name in SCALAR_FIELDS:
+        name, values = _scalar(dialect, field_name, index)
+        for model, value in values.items():
+            cleaned = _clean(name or field_name, value, field_name in RATIO_FIELDS, warnings)
+            setattr(engine(model), field_name, cleaned)
+    for kind in LATENCY_KINDS:
+        name, hists = _histogram(dialect.histograms.get(kind, ()), index)
+        for model, hist in hists.items():
+            if hist.buckets and not math.isinf(hist.buckets[-1][0]):
+                warnings.append(f"{name} has no +Inf bucket: {kind} quantiles unknown")
+            engine(model).histograms[kind] = hist
+    if len(per_model) > 1:
+        # Unlabelled series next to per-model ones are process-wide extras, not an engine.
+        per_model.pop(None, None)
+    for snap in per_model.values():
+        _derive(dialect, snap)
+    return list(per_model.values())
+
+
+def _derive(dialect: Dialect, snap: EngineSnapshot) -> None:
+    if dialect.derived_queries and snap.prefix_cache_queries_total is None:
+        parts = [getattr(snap, f) for f in dialect.derived_queries]
+        if all(p is not None for p in parts):
+            snap.prefix_cache_queries_total = sum(parts)
+    if (
+        snap.prefix_cache_hit_rate is None
+        and snap.prefix_cache_hits_total is not None
+        and snap.prefix_cache_queries_total
+    ):
+        snap.prefix_cache_hit_rate = snap.prefix_cache_hits_total / snap.prefix_cache_queries_total
+    if snap.kv_cache_usage is None:
+        for used, total in (
+            (snap.kv_blocks_used, snap.kv_blocks_total),
+            (snap.kv_tokens_used, snap.kv_tokens_total),
+        ):
+            if used is not None and total:
+                snap.kv_cache_usage = used / total
+                break

@@ -1,0 +1,84 @@
+"""Host CPU, memory and the serving process, through psutil."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+from gpuwatch.model import HostSample, ProcessInfo
+
+
+def read_host() -> HostSample:
+    """One reading; CPU percentages are since the previous call (the first primes them)."""
+    per_core = psutil.cpu_percent(percpu=True)
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (None, None, None)
+    vm = psutil.virtual_memory()
+    swap = psutil.swap_memory()
+    total = sum(per_core) / len(per_core) if per_core else None
+    return HostSample(
+        cpu_percent=total,
+        cpu_per_core=list(per_core),
+        load_1m=load[0],
+        load_5m=load[1],
+        load_15m=load[2],
+        memory_total_bytes=vm.total,
+        memory_used_bytes=vm.total - vm.available,
+        swap_total_bytes=swap.total,
+        swap_used_bytes=swap.used,
+    )
+
+
+def prime_cpu() -> None:
+    psutil.cpu_percent(percpu=True)
+
+
+def pid_listening_on(port: int) -> int | None:
+    """The process that listens on TCP ``port``, when this user may see it."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return None
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            return conn.pid
+    return None
+
+
+class ProcessTable:
+    """Describes processes by pid, keeping psutil objects so CPU % is measured between polls."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+
+    def describe(self, pid: int, used_memory_bytes: int | None = None) -> ProcessInfo:
+        info = ProcessInfo(pid=pid, used_memory_bytes=used_memory_bytes)
+        try:
+            proc = self._procs.get(pid)
+            if proc is None or not proc.is_running():
+                proc = psutil.Process(pid)
+                self._procs[pid] = proc
+                proc.cpu_percent()  # primes the counter; the next call gives a real figure
+            with proc.oneshot():
+                info.name = proc.name()
+                info.cpu_percent = proc.cpu_percent()
+                info.rss_bytes = proc.memory_info().rss
+                info.threads = proc.num_threads()
+                info.user = _safe(proc.username)
+                cmd = _safe(proc.cmdline)
+                info.cmdline = " ".join(cmd) if cmd else None
+        except psutil.NoSuchProcess:
+            self._procs.pop(pid, None)
+        except psutil.AccessDenied:
+            pass
+        return info
+
+
+def _safe(fn):  # type: ignore[no-untyped-def]
+    try:
+        return fn()
+    except (psutil.AccessDenied, psutil.ZombieProcess, KeyError):
+        return None

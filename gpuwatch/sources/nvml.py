@@ -1,0 +1,289 @@
+"""GPUs through NVML (nvidia-ml-py's ``pynvml``), plus a fake backend with the same interface.
+
+Like nvitop: ``nvmlInit`` once; names and UUIDs are cached; a field that answers NotSupported
+is never asked again; a GPU that is lost becomes an error row, never an exception; NVML missing
+becomes one reason and everything else keeps working. ``NvmlReader.read`` blocks (NVML calls
+can take tens of milliseconds on a busy driver), so callers run it in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pynvml
+
+from gpuwatch.model import GpuReading, GpuSample
+from gpuwatch.sources.host import ProcessTable
+
+_INIT_REASONS: Mapping[type, str] = {
+    pynvml.NVMLError_LibraryNotFound: "libnvidia-ml.so.1 not found",
+    pynvml.NVMLError_DriverNotLoaded: "NVIDIA driver not loaded",
+    pynvml.NVMLError_LibRmVersionMismatch: (
+        "driver/library version mismatch (reload the nvidia module or reboot)"
+    ),
+    pynvml.NVMLError_NoPermission: "no permission to open the NVIDIA device",
+}
+
+# Errors after which a GPU is reported as an error row for this poll.
+_DEVICE_FATAL = (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_Unknown)
+
+_THROTTLE_NAMES: tuple[tuple[str, str], ...] = (
+    ("nvmlClocksEventReasonGpuIdle", "idle"),
+    ("nvmlClocksEventReasonApplicationsClocksSetting", "app_clocks"),
+    ("nvmlClocksEventReasonSwPowerCap", "sw_power_cap"),
+    ("nvmlClocksThrottleReasonHwSlowdown", "hw_slowdown"),
+    ("nvmlClocksEventReasonSyncBoost", "sync_boost"),
+    ("nvmlClocksEventReasonSwThermalSlowdown", "sw_thermal"),
+    ("nvmlClocksEventReasonHwThermalSlowdown", "hw_thermal"),
+    ("nvmlClocksEventReasonHwPowerBrakeSlowdown", "hw_power_brake"),
+    ("nvmlClocksEventReasonDisplayClockSetting", "display_clocks"),
+)
+
+
+_NOT_AVAILABLE = 2**63
+
+
+def decode_throttle(mask: int) -> list[str]:
+    return [label for attr, label in _THROTTLE_NAMES if mask & getattr(pynvml, attr, 0)]
+
+
+def init_error_reason(exc: pynvml.NVMLError) -> str:
+    for cls, reason in _INIT_REASONS.items():
+        if isinstance(exc, cls):
+            return f"NVML unavailable: {reason}"
+    return f"NVML unavailable: {exc}"
+
+
+class NvmlReader:
+    """Polls every GPU through ``lib`` (``pynvml`` or a fake with the same functions)."""
+
+    def __init__(self, lib: Any = pynvml, processes: ProcessTable | None = None) -> None:
+        self.lib = lib
+        self.processes = processes or ProcessTable()
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._init_error: str | None = None
+        self._static: dict[int, tuple[str | None, str | None]] = {}
+        self._unsupported: set[tuple[int, str]] = set()
+
+    def _init(self) -> str | None:
+        if self._initialized or self._init_error:
+            return self._init_error
+        try:
+            self.lib.nvmlInit()
+            self._initialized = True
+        except pynvml.NVMLError as exc:
+            self._init_error = init_error_reason(exc)
+        except OSError as exc:
+            self._init_error = f"NVML unavailable: {exc}"
+        return self._init_error
+
+    def close(self) -> None:
+        with self._lock:
+            if self._initialized:
+                with contextlib.suppress(pynvml.NVMLError):
+                    self.lib.nvmlShutdown()
+                self._initialized = False
+
+    def read(self) -> GpuReading:
+        with self._lock:
+            error = self._init()
+            if error:
+                return GpuReading([], error)
+            try:
+                count = self.lib.nvmlDeviceGetCount()
+            except pynvml.NVMLError as exc:
+                return GpuReading([], f"NVML error: {exc}")
+            return GpuReading([self._read_device(i) for i in range(count)])
+
+    def _field(self, index: int, name: str, fn: Callable[[], Any]) -> Any:
+        """Call ``fn``; None (and never asked again) when this GPU does not support it."""
+        if (index, name) in self._unsupported:
+            return None
+        try:
+            return fn()
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+            self._unsupported.add((index, name))
+            return None
+        except pynvml.NVMLError_NoData:
+            return None
+
+    def _read_device(self, index: int) -> GpuSample:
+        lib = self.lib
+        name, uuid = self._static.get(index, (None, None))
+        sample = GpuSample(index=index, name=name, uuid=uuid)
+        try:
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            if index not in self._static:
+                name = _text(lib.nvmlDeviceGetName(handle))
+                uuid = _text(lib.nvmlDeviceGetUUID(handle))
+                self._static[index] = (name, uuid)
+                sample.name, sample.uuid = name, uuid
+            self._fill(sample, handle)
+        except _DEVICE_FATAL as exc:
+            sample.error = f"GPU {index}: {exc}"
+        except pynvml.NVMLError as exc:
+            sample.error = f"GPU {index}: NVML error: {exc}"
+        return sample
+
+    def _fill(self, s: GpuSample, handle: Any) -> None:
+        lib, i = self.lib, s.index
+        mem = self._field(
+            i,
+            "memory_v2",
+            lambda: lib.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2),
+        )
+        if mem is None:
+            mem = self._field(i, "memory", lambda: lib.nvmlDeviceGetMemoryInfo(handle))
+        if mem is not None:
+            s.memory_total_bytes, s.memory_used_bytes = int(mem.total), int(mem.used)
+            s.memory_free_bytes = int(mem.free)
+            reserved = getattr(mem, "reserved", None)
+            s.memory_reserved_bytes = int(reserved) if reserved is not None else None
+        util = self._field(i, "utilization", lambda: lib.nvmlDeviceGetUtilizationRates(handle))
+        if util is not None:
+            s.utilization_gpu, s.utilization_memory = util.gpu / 100.0, util.memory / 100.0
+        s.temperature_c = self._field(
+            i,
+            "temperature",
+            lambda: lib.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+        )
+        power = self._field(i, "power", lambda: lib.nvmlDeviceGetPowerUsage(handle))
+        s.power_w = power / 1000.0 if power is not None else None
+        limit = self._field(i, "power_limit", lambda: lib.nvmlDeviceGetEnforcedPowerLimit(handle))
+        s.power_limit_w = limit / 1000.0 if limit is not None else None
+        s.clock_sm_mhz = self._field(
+            i, "clock_sm", lambda: lib.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+        )
+        s.clock_mem_mhz = self._field(
+            i, "clock_mem", lambda: lib.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)
+        )
+        s.fan_percent = self._field(i, "fan", lambda: lib.nvmlDeviceGetFanSpeed(handle))
+        mask = self._field(
+            i, "throttle", lambda: lib.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        )
+        s.throttle_reasons = decode_throttle(mask) if mask is not None else None
+        procs = self._field(
+            i, "processes", lambda: lib.nvmlDeviceGetComputeRunningProcesses(handle)
+        )
+        for proc in procs or ():
+            used = getattr(proc, "usedGpuMemory", None)
+            # Inside containers NVML answers "not available" as a huge sentinel value.
+            if used is not None and used >= _NOT_AVAILABLE:
+                used = None
+            s.processes.append(self.processes.describe(int(proc.pid), used))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_FAKE_ERRORS: Mapping[str, int] = {
+    "library_not_found": pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+    "driver_not_loaded": pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    "version_mismatch": pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    "no_permission": pynvml.NVML_ERROR_NO_PERMISSION,
+    "gpu_is_lost": pynvml.NVML_ERROR_GPU_IS_LOST,
+    "unknown": pynvml.NVML_ERROR_UNKNOWN,
+}
+
+
+class _Struct:
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+class FakeNvml:
+    """The pynvml functions NvmlReader uses, answered from a dict, raising pynvml's own errors.
+
+    ``state`` (or what ``state()`` returns, for a live source such as the simulator) looks like
+    ``{"init_error": None, "gpus": [{"name": ..., "memory_total": bytes, "memory_used": bytes,
+    "utilization_gpu": percent, "power_w": ..., "processes": [{"pid": ..., "used_memory": ...}],
+    "unsupported": ["nvmlDeviceGetFanSpeed"], "error": "gpu_is_lost"}]}``. ``calls`` counts
+    every call by function name so tests can see what was asked.
+    """
+
+    def __init__(self, state: Mapping[str, Any] | Callable[[], Mapping[str, Any]]) -> None:
+        self._state = state
+        self.calls: dict[str, int] = {}
+
+    def _now(self) -> Mapping[str, Any]:
+        return self._state() if callable(self._state) else self._state
+
+    def _enter(self, fn: str, handle: int | None = None) -> Mapping[str, Any]:
+        self.calls[fn] = self.calls.get(fn, 0) + 1
+        if handle is None:
+            return {}
+        gpu = self._now()["gpus"][handle]
+        if gpu.get("error"):
+            raise pynvml.NVMLError(_FAKE_ERRORS[gpu["error"]])
+        if fn in gpu.get("unsupported", ()):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return gpu
+
+    def nvmlInit(self) -> None:
+        self._enter("nvmlInit")
+        error = self._now().get("init_error")
+        if error:
+            raise pynvml.NVMLError(_FAKE_ERRORS[error])
+
+    def nvmlShutdown(self) -> None:
+        self._enter("nvmlShutdown")
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._enter("nvmlDeviceGetCount")
+        return len(self._now()["gpus"])
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        self._enter("nvmlDeviceGetHandleByIndex")
+        return index
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return self._enter("nvmlDeviceGetName", h).get("name", "Fake GPU")
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return self._enter("nvmlDeviceGetUUID", h).get("uuid", f"GPU-fake-{h}")
+
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> _Struct:
+        g = self._enter("nvmlDeviceGetMemoryInfo", h)
+        total, used = g["memory_total"], g["memory_used"]
+        reserved = g.get("memory_reserved", 0)
+        fields: dict[str, Any] = {"total": total, "used": used, "free": total - used - reserved}
+        if version is not None:
+            fields["reserved"] = reserved
+        return _Struct(**fields)
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> _Struct:
+        g = self._enter("nvmlDeviceGetUtilizationRates", h)
+        return _Struct(gpu=g.get("utilization_gpu", 0), memory=g.get("utilization_memory", 0))
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        return self._enter("nvmlDeviceGetTemperature", h).get("temperature_c", 40)
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return int(self._enter("nvmlDeviceGetPowerUsage", h).get("power_w", 50) * 1000)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
+        return int(
+            self._enter("nvmlDeviceGetEnforcedPowerLimit", h).get("power_limit_w", 450) * 1000
+        )
+
+    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
+        g = self._enter("nvmlDeviceGetClockInfo", h)
+        return g.get("clock_sm_mhz" if clock == pynvml.NVML_CLOCK_SM else "clock_mem_mhz", 0)
+
+    def nvmlDeviceGetFanSpeed(self, h: int) -> int:
+        return self._enter("nvmlDeviceGetFanSpeed", h).get("fan_percent", 30)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        return self._enter("nvmlDeviceGetCurrentClocksEventReasons", h).get("throttle_mask", 0)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[_Struct]:
+        g = self._enter("nvmlDeviceGetComputeRunningProcesses", h)
+        return [
+            _Struct(pid=p["pid"], usedGpuMemory=p.get("used_memory"))
+            for p in g.get("processes", ())
+        ]

@@ -1,0 +1,180 @@
+"""GET a ``/metrics`` page (httpx), bounded in size and time, parsed with prometheus_client.
+
+Only the families some dialect reads are parsed: a live vLLM page with several models runs to
+hundreds of KB and prometheus_client's parser costs about a quarter of a microsecond a byte, so
+dropping the other families' lines before parsing is where the time is won.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterable
+
+import httpx
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuwatch.httpclient import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from gpuwatch.model import ScrapeResult
+from gpuwatch.sources.dialects import index_samples, map_samples, wanted_sample_names
+
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+_SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created", "_info", "_gcount", "_gsum")
+
+
+class ScrapeError(Exception):
+    """A one-line reason why a source gave nothing usable."""
+
+
+def _family_closure(names: Iterable[str]) -> frozenset[str]:
+    """Every sample and metadata name of the families that contain ``names``."""
+    bases = set()
+    for name in names:
+        bases.add(name)
+        for suffix in _SUFFIXES:
+            if name.endswith(suffix):
+                bases.add(name[: -len(suffix)])
+    return frozenset({*bases, *(b + s for b in bases for s in _SUFFIXES)})
+
+
+WANTED = _family_closure(wanted_sample_names())
+
+
+def _line_name(line: str) -> str | None:
+    """The metric name a line is about, or None for a plain comment or a blank line."""
+    if not line:
+        return None
+    if line[0] == "#":
+        parts = line.split(None, 3)
+        if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+            return parts[2]
+        return None
+    end = len(line)
+    for stop in ("{", " ", "\t"):
+        i = line.find(stop, 0, end)
+        if i != -1:
+            end = i
+    return line[:end]
+
+
+def prefilter(text: str, wanted: frozenset[str] = WANTED) -> str:
+    """Keep the lines of wanted families; the parse of the result equals the full parse
+    restricted to those families."""
+    keep = [line for line in text.split("\n") if _line_name(line) in wanted]
+    keep.append("")
+    return "\n".join(keep)
+
+
+_HTML = re.compile(r"^\s*<(!doctype|html|head|body|\?xml)", re.IGNORECASE)
+
+
+def parse_families(text: str, *, filtered: bool = True) -> list[Metric]:
+    if _HTML.match(text):
+        raise ScrapeError("not a Prometheus metrics page (got HTML)")
+    body = prefilter(text) if filtered else text
+    try:
+        return list(text_string_to_metric_families(body))
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        detail = " ".join(str(exc).split())
+        raise ScrapeError(f"malformed metrics page: {detail[:160]}") from exc
+
+
+def decode_body(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScrapeError(f"body is not valid UTF-8 (byte {exc.start})") from exc
+
+
+def family_names(text: str, limit: int = 5) -> list[str]:
+    """The first metric names on a page, for the "no known serving metrics" message."""
+    seen: list[str] = []
+    for line in text.split("\n"):
+        name = _line_name(line)
+        if name and name not in seen:
+            seen.append(name)
+            if len(seen) >= limit:
+                break
+    return seen
+
+
+def map_page(source: str, text: str) -> ScrapeResult:
+    """Parse a page's text and map it to engines; any problem becomes ``error``."""
+    try:
+        families = parse_families(text)
+    except ScrapeError as exc:
+        return ScrapeResult(source, error=str(exc))
+    index = index_samples(s for fam in families for s in fam.samples)
+    mapped = map_samples(source, index)
+    if not mapped.engines:
+        shown = ", ".join(family_names(text)) or "empty page"
+        return ScrapeResult(source, error=f"no known serving metrics (first families: {shown})")
+    return ScrapeResult(source, mapped.engines, warnings=mapped.warnings)
+
+
+async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    """GET ``url`` and return its text, refusing bodies over ``max_bytes``."""
+    try:
+        async with client.stream("GET", url) as response:
+            if response.status_code != 200:
+                raise ScrapeError(f"HTTP {response.status_code} {response.reason_phrase}".strip())
+            declared = response.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) > max_bytes:
+                raise ScrapeError(f"body of {int(declared)} bytes exceeds the {_mib(max_bytes)}")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ScrapeError(f"body exceeds the {_mib(max_bytes)}")
+                chunks.append(chunk)
+    except httpx.ConnectTimeout as exc:
+        raise ScrapeError(f"connect timed out ({_host(url)})") from exc
+    except httpx.TimeoutException as exc:
+        raise ScrapeError(f"timed out ({_host(url)})") from exc
+    except httpx.ConnectError as exc:
+        raise ScrapeError(f"connection refused ({_host(url)})") from exc
+    except httpx.RemoteProtocolError as exc:
+        raise ScrapeError(f"connection closed mid-response ({_host(url)})") from exc
+    except httpx.HTTPError as exc:
+        raise ScrapeError(f"{type(exc).__name__}: {exc}") from exc
+    return decode_body(b"".join(chunks))
+
+
+async def scrape(
+    client: httpx.AsyncClient,
+    url: str,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    total_timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ScrapeResult:
+    """Fetch and map one source; never raises for anything the network or the page does."""
+    try:
+        # httpx's timeouts are per read; a server that trickles bytes needs a bound on the whole.
+        text = await asyncio.wait_for(fetch(client, url, max_bytes), total_timeout_s)
+    except asyncio.TimeoutError:
+        return ScrapeResult(url, error=f"timed out after {total_timeout_s:g} s ({_host(url)})")
+    except ScrapeError as exc:
+        return ScrapeResult(url, error=str(exc))
+    return map_page(url, text)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1048576:g} MiB limit"
+
+
+def _host(url: str) -> str:
+    return httpx.URL(url).netloc.decode() or url
+
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_TIMEOUT_S",
+    "ScrapeError",
+    "fetch",
+    "map_page",
+    "parse_families",
+    "prefilter",
+    "scrape",
+]

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuwatch import config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_when_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert config.default_path() == tmp_path / "gpuwatch" / "config.toml"
+    settings = config.load()
+    assert settings["scrape"]["timeout_s"] == 3.0
+    assert settings["scrape"]["connect_timeout_s"] == 1.0
+    assert settings["scrape"]["max_bytes"] == 16 * 1024 * 1024
+
+
+def test_precedence_cli_over_file_over_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, 'metrics = ["http://a/metrics"]\n[scrape]\ntimeout_s = 5\n')
+    settings = config.load(path)
+    assert settings["scrape"]["timeout_s"] == 5
+    assert settings["scrape"]["connect_timeout_s"] == 1.0
+    config.apply_cli(settings, {"scrape.timeout_s": 9.0, "metrics": None})
+    assert settings["scrape"]["timeout_s"] == 9.0
+    assert settings["metrics"] == ["http://a/metrics"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bogus = 1\n", "unknown key 'bogus'"),
+        ("[scrape]\nfoo = 1\n", "unknown key 'scrape.foo'"),
+        ('[scrape]\ntimeout_s = "fast"\n', "key 'scrape.timeout_s' must be an integer or a number"),
+        ("no_gpu = 1\n", "key 'no_gpu' must be true or false"),
+        ("[scrape]\nmax_bytes = true\n", "key 'scrape.max_bytes' must be an integer"),
+        ("metrics = [1]\n", "key 'metrics' must be a list of str"),
+        ("scrape = 3\n", "'scrape' must be a table"),
+        ("x = \n", "invalid TOML"),
+    ],
+)
+def test_bad_config_is_one_line_naming_file_and_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(config.ConfigError) as info:
+        config.load(path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)

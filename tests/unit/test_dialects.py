@@ -1,0 +1,241 @@
+"""Every real scrape in shared/fixtures is detected as its dialect with the values in the file."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpuwatch.model import EngineSnapshot
+from gpuwatch.snapshot import latency_summary
+from gpuwatch.sources.scrape import map_page
+from tests.conftest import fixture_text
+
+
+def engines(name: str) -> list[EngineSnapshot]:
+    result = map_page(name, fixture_text(name))
+    assert result.error is None, result.error
+    return result.engines
+
+
+def only(name: str) -> EngineSnapshot:
+    found = engines(name)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_vllm_v0() -> None:
+    e = only("vllm-1.prom")
+    assert (e.dialect, e.model) == ("vllm", "facebook/opt-125m")
+    assert (e.running, e.waiting, e.kv_cache_usage) == (0, 0, 0)
+    assert (e.prompt_tokens_total, e.generation_tokens_total, e.preemptions_total) == (5, 7, 0)
+    assert e.prefix_cache_hit_rate is None  # V0 page without prefix caching: unknown, not 0
+    # V0's time_per_output_token is the ITL histogram; 6 gaps for 7 tokens.
+    assert e.histograms["itl"].count == 6
+    assert e.histograms["ttft"].count == 1 and e.histograms["e2e"].count == 1
+
+
+def test_vllm_hand_merged_v1_families() -> None:
+    e = only("vllm-2.prom")
+    assert (e.prefix_cache_hits_total, e.prefix_cache_queries_total) == (64, 117)
+    assert e.prefix_cache_hit_rate == pytest.approx(64 / 117)
+    assert e.histograms["itl"].count == 144  # V1 inter_token_latency wins over V0 TPOT
+    assert e.histograms["queue"].count == 6
+
+
+def test_vllm_v1_real_scrape_with_engine_label() -> None:
+    e = only("vllm-3.prom")
+    assert (e.model, e.running, e.waiting, e.kv_cache_usage) == ("Qwen/Qwen3-0.6B", 0, 0, 0)
+    assert (e.prompt_tokens_total, e.generation_tokens_total) == (66, 600)
+    assert (e.prefix_cache_hits_total, e.prefix_cache_queries_total) == (0, 0)
+    assert e.prefix_cache_hit_rate is None  # 0 of 0 queries: unknown
+    ttft = e.histograms["ttft"]
+    assert ttft.count == 2 and len(ttft.buckets) == 23
+    assert e.histograms["itl"].count == 598
+
+
+def test_vllm_two_models_in_one_family() -> None:
+    found = {e.model: e for e in engines("vllm-4.prom")}
+    assert set(found) == {"sql-lora", "meta-llama/Llama-2-7b-hf"}
+    assert latency_summary(found["sql-lora"].histograms["ttft"])["count"] == 1
+    # The base model's series is cut before +Inf: quantiles unknown, with a warning.
+    assert latency_summary(found["meta-llama/Llama-2-7b-hf"].histograms["ttft"])["p50"] is None
+    warnings = map_page("v4", fixture_text("vllm-4.prom")).warnings
+    assert warnings == [
+        "vllm:time_to_first_token_seconds has no +Inf bucket: ttft quantiles unknown"
+    ]
+
+
+def test_ray_serve_reexport() -> None:
+    e = only("rayserve-vllm-1.prom")
+    assert (e.dialect, e.model) == ("ray", "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8")
+    assert e.kv_cache_usage == pytest.approx(5.882698982295764e-05)
+    assert (e.prompt_tokens_total, e.generation_tokens_total) == (58, 300)
+    assert e.prefix_cache_hit_rate is None  # V0 reports -1 for "not tracked"
+    assert e.histograms["itl"].count == 299
+
+
+def test_sglang_doc_scrape() -> None:
+    e = only("sglang-1.prom")
+    assert (e.dialect, e.running, e.waiting) == ("sglang", 162, 2826)
+    assert e.kv_cache_usage == 0.28 and e.kv_tokens_used == 123859
+    assert e.prefix_cache_hit_rate == pytest.approx(0.007507552643049313)
+    assert (e.prompt_tokens_total, e.generation_tokens_total) == (8128902, 7557572)
+    assert e.histograms["ttft"].count == 11008
+    assert e.histograms["e2e"].count == 11228
+
+
+def test_sglang_modern_names_with_tp_rank() -> None:
+    e = only("sglang-2.prom")
+    assert (e.model, e.kv_cache_usage, e.kv_tokens_used, e.kv_tokens_total) == (
+        "facebook/opt-125m",
+        0.25,
+        37,
+        430839,
+    )
+    assert (e.prefix_cache_hit_rate, e.generation_tokens_total) == (0.2, 32)
+    assert latency_summary(e.histograms["queue"])["count"] == 1
+    assert e.histograms["itl"].count == 31
+
+
+def test_tgi() -> None:
+    e = only("tgi-1.prom")
+    assert (e.dialect, e.model, e.running, e.waiting) == ("tgi", None, 0, 0)
+    assert e.prompt_tokens_total == 662  # from the input-length histogram's sum
+    assert e.generation_tokens_total is None  # that family is past the excerpt's end
+
+
+@pytest.mark.parametrize(
+    ("name", "running", "waiting", "prompt", "generated"),
+    [
+        ("llamacpp-1.prom", None, None, 143, 673),
+        ("llamacpp-2.prom", 0, 0, None, None),
+        ("llamacpp-3.prom", 2, 4, 56, 0),
+    ],
+)
+def test_llamacpp(
+    name: str, running: float, waiting: float, prompt: float, generated: float
+) -> None:
+    e = only(name)
+    assert (e.dialect, e.model) == ("llamacpp", None)
+    assert (e.running, e.waiting) == (running, waiting)
+    assert (e.prompt_tokens_total, e.generation_tokens_total) == (prompt, generated)
+    assert e.kv_cache_usage is None  # dropped upstream; never a fake 0
+
+
+def test_llamacpp_prefix_cache_queries_include_cached_tokens() -> None:
+    e = only("llamacpp-3.prom")
+    assert (e.prefix_cache_hits_total, e.prefix_cache_queries_total) == (0, 56)
+    assert e.prefix_cache_hit_rate == 0
+
+
+def test_triton_trtllm_backend() -> None:
+    e = only("triton-trtllm-1.prom")
+    assert (e.dialect, e.model, e.running, e.waiting) == ("trtllm", "tensorrt_llm", 0, 1)
+    assert (e.kv_cache_usage, e.kv_blocks_used, e.kv_blocks_total) == (0.4875, 1, 6239)
+
+
+def test_triton_base_metrics() -> None:
+    e = only("triton-trtllm-2.prom")
+    assert (e.dialect, e.model, e.waiting, e.running) == ("trtllm", "tensorrt_llm", 0, None)
+
+
+def test_dynamo_frontend() -> None:
+    e = only("dynamo-1.prom")
+    assert (e.dialect, e.model, e.running, e.waiting) == ("dynamo", "qwen/qwen3-0.6b", 0, 0)
+    assert (e.prompt_tokens_total, e.generation_tokens_total) == (33, 300)
+    assert e.histograms["itl"].count == 299
+    assert e.histograms["ttft"].buckets[0] == (0.0, 0)  # Rust exporter's le="0" first bucket
+
+
+def _page(lines: list[str]) -> str:
+    return "\n".join(lines) + "\n"
+
+
+def test_engines_are_summed_and_ratios_maxed() -> None:
+    page = _page(
+        [
+            "# TYPE vllm:num_requests_running gauge",
+            'vllm:num_requests_running{engine="0",model_name="m"} 3',
+            'vllm:num_requests_running{engine="1",model_name="m"} 4',
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.2',
+            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7',
+            "# TYPE vllm:generation_tokens counter",
+            'vllm:generation_tokens_total{engine="0",model_name="m"} 100',
+            'vllm:generation_tokens_total{engine="1",model_name="m"} 50',
+            'vllm:generation_tokens_created{engine="0",model_name="m"} 1.7e9',
+            "# TYPE vllm:time_to_first_token_seconds histogram",
+            'vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",model_name="m"} 2',
+            'vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 2',
+            'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 2',
+            'vllm:time_to_first_token_seconds_bucket{engine="1",le="1.0",model_name="m"} 0',
+            'vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf",model_name="m"} 2',
+            'vllm:time_to_first_token_seconds_count{engine="1",model_name="m"} 2',
+        ]
+    )
+    [e] = map_page("p", page).engines
+    assert (e.running, e.kv_cache_usage, e.generation_tokens_total) == (7, 0.7, 150)
+    assert e.histograms["ttft"].buckets == ((1.0, 2), (math.inf, 4))
+    assert e.histograms["ttft"].count == 4
+
+
+def test_tp_rank_collapsed_to_rank_zero_or_max() -> None:
+    page = _page(
+        [
+            "# TYPE sglang:num_running_reqs gauge",
+            'sglang:num_running_reqs{model_name="m",tp_rank="0"} 5',
+            'sglang:num_running_reqs{model_name="m",tp_rank="1"} 5',
+            'sglang:num_running_reqs{model_name="m",tp_rank="2"} 6',
+            "# TYPE sglang:num_queue_reqs gauge",
+            'sglang:num_queue_reqs{model_name="m",tp_rank="3"} 2',
+            'sglang:num_queue_reqs{model_name="m",tp_rank="1"} 9',
+            "# TYPE sglang:generation_tokens_total counter",
+            'sglang:generation_tokens_total{dp_rank="0",model_name="m",tp_rank="0"} 10',
+            'sglang:generation_tokens_total{dp_rank="0",model_name="m",tp_rank="1"} 10',
+            'sglang:generation_tokens_total{dp_rank="1",model_name="m",tp_rank="0"} 30',
+            'sglang:generation_tokens_total{dp_rank="1",model_name="m",tp_rank="1"} 30',
+        ]
+    )
+    [e] = map_page("p", page).engines
+    assert e.running == 5  # rank 0, not 16
+    assert e.waiting == 9  # no rank 0: the max
+    assert e.generation_tokens_total == 40  # dp ranks summed, tp ranks collapsed
+
+
+def test_gate_lanes_are_summed() -> None:
+    page = _page(
+        [
+            "# TYPE gpuwatch_gate_inflight gauge",
+            'gpuwatch_gate_inflight{lane="chat"} 6',
+            'gpuwatch_gate_inflight{lane="embed"} 1',
+            "# TYPE gpuwatch_gate_queued gauge",
+            'gpuwatch_gate_queued{lane="chat"} 12',
+        ]
+    )
+    [e] = map_page("gate", page).engines
+    assert (e.dialect, e.running, e.waiting) == ("gate", 7, 12)
+
+
+def test_unknown_page_names_its_first_families() -> None:
+    page = _page(["# TYPE foo_total counter", "foo_total 1", "bar 2", "baz 3"])
+    result = map_page("p", page)
+    assert result.engines == []
+    assert result.error == "no known serving metrics (first families: foo_total, bar, baz)"
+
+
+def test_nan_and_inf_values_become_unknown_with_a_warning() -> None:
+    page = _page(
+        [
+            'vllm:num_requests_running{model_name="m"} NaN',
+            'vllm:num_requests_waiting{model_name="m"} +Inf',
+            'vllm:kv_cache_usage_perc{model_name="m"} 0.5',
+        ]
+    )
+    result = map_page("p", page)
+    [e] = result.engines
+    assert (e.running, e.waiting, e.kv_cache_usage) == (None, None, 0.5)
+    assert result.warnings == [
+        "vllm:num_requests_running is nan: shown as unknown",
+        "vllm:num_requests_waiting is inf: shown as unknown",
+    ]
