@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import httpx
 import pynvml
 
 from gpuwatch.model import GpuReading, GpuSample
@@ -97,6 +99,8 @@ class NvmlReader:
                 count = self.lib.nvmlDeviceGetCount()
             except pynvml.NVMLError as exc:
                 return GpuReading([], f"NVML error: {exc}")
+            except GpuSourceError as exc:
+                return GpuReading([], str(exc))
             return GpuReading([self._read_device(i) for i in range(count)])
 
     def _field(self, index: int, name: str, fn: Callable[[], Any]) -> Any:
@@ -127,6 +131,8 @@ class NvmlReader:
             sample.error = f"GPU {index}: {exc}"
         except pynvml.NVMLError as exc:
             sample.error = f"GPU {index}: NVML error: {exc}"
+        except GpuSourceError as exc:
+            sample.error = f"GPU {index}: {exc}"
         return sample
 
     def _fill(self, s: GpuSample, handle: Any) -> None:
@@ -191,6 +197,35 @@ _FAKE_ERRORS: Mapping[str, int] = {
 }
 
 
+class GpuSourceError(Exception):
+    """A fake backend's live source (the simulator's /sim/gpu) could not be read."""
+
+
+class SimGpuSource:
+    """Reads a simulator's ``/sim/gpu`` for FakeNvml; blocking like NVML, so it runs in a thread."""
+
+    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
+        self.url = url
+        self._client = httpx.Client(timeout=timeout_s, trust_env=False)
+        self._cache: tuple[float, Mapping[str, Any]] | None = None
+
+    def __call__(self) -> Mapping[str, Any]:
+        # One HTTP GET per poll, not per NVML call: reuse the answer for a short while.
+        now = time.monotonic()
+        if self._cache and now - self._cache[0] < 0.2:
+            return self._cache[1]
+        try:
+            response = self._client.get(self.url)
+            response.raise_for_status()
+            state = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise GpuSourceError(
+                f"fake GPU source {self.url}: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._cache = (now, state)
+        return state
+
+
 class _Struct:
     def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)
@@ -226,7 +261,8 @@ class FakeNvml:
 
     def nvmlInit(self) -> None:
         self._enter("nvmlInit")
-        error = self._now().get("init_error")
+        # A live source (the simulator) is polled, not fetched at init: it may start later.
+        error = None if callable(self._state) else self._state.get("init_error")
         if error:
             raise pynvml.NVMLError(_FAKE_ERRORS[error])
 

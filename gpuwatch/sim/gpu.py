@@ -1,0 +1,78 @@
+"""The virtual GPU behind each simulated engine, in the shape FakeNvml reads.
+
+Memory is flat and nearly full, as on a real vLLM node: the CUDA context, the weights, the
+activation reserve and the whole preallocated KV pool are held from the start, whatever the
+load. Utilization is the busy fraction of the last second; power follows utilization between
+idle and max; temperature follows power with a lag.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import deque
+from typing import Any
+
+import pynvml
+
+from gpuwatch.sim.profiles import Profile
+
+_WINDOW_S = 1.0
+_THERMAL_TAU_S = 20.0
+
+
+class VirtualGpu:
+    def __init__(self, profile: Profile, index: int, seed: int = 0) -> None:
+        self.profile = profile
+        self.index = index
+        self.uuid = f"GPU-5131{seed:04x}-{index:04x}-4000-8000-{(seed * 7919 + index):012x}"
+        self._busy: deque[tuple[float, float]] = deque()  # (start, end) in wall seconds
+        self._temp = 30.0 + profile.gpu.idle_w * 0.09
+        self._temp_at: float | None = None
+
+    def busy(self, start: float, end: float) -> None:
+        self._busy.append((start, end))
+        while self._busy and self._busy[0][1] < end - _WINDOW_S:
+            self._busy.popleft()
+
+    def utilization(self, now: float) -> float:
+        lo = now - _WINDOW_S
+        busy = sum(max(0.0, min(e, now) - max(s, lo)) for s, e in self._busy)
+        return min(1.0, busy / _WINDOW_S)
+
+    @property
+    def used_bytes(self) -> int:
+        p = self.profile
+        return int(p.cuda_context_bytes + p.usable_bytes)
+
+    def state(self, now: float) -> dict[str, Any]:
+        gpu = self.profile.gpu
+        util = self.utilization(now)
+        power = gpu.idle_w + (gpu.max_w - gpu.idle_w) * util
+        target = 30.0 + power * 0.09
+        if self._temp_at is not None:
+            self._temp += (target - self._temp) * (
+                1 - math.exp(-(now - self._temp_at) / _THERMAL_TAU_S)
+            )
+        self._temp_at = now
+        mask = pynvml.nvmlClocksEventReasonGpuIdle if util < 0.05 else 0
+        if power > 0.97 * gpu.max_w:
+            mask |= pynvml.nvmlClocksEventReasonSwPowerCap
+        return {
+            "name": gpu.name,
+            "uuid": self.uuid,
+            "memory_total": gpu.vram_bytes,
+            "memory_used": self.used_bytes,
+            "memory_reserved": 0,
+            "utilization_gpu": round(util * 100),
+            "utilization_memory": round(util * 85),
+            "temperature_c": round(self._temp),
+            "power_w": round(power, 1),
+            "power_limit_w": gpu.max_w,
+            "clock_sm_mhz": gpu.boost_clock_mhz if util > 0 else 210,
+            "clock_mem_mhz": gpu.mem_clock_mhz,
+            "fan_percent": round(30 + 60 * util),
+            "throttle_mask": mask,
+            "unsupported": [] if gpu.has_fan else ["nvmlDeviceGetFanSpeed"],
+            "processes": [{"pid": os.getpid(), "used_memory": self.used_bytes}],
+        }

@@ -1,0 +1,169 @@
+"""GPU + model + serving-settings profiles for the simulator, and the KV-pool arithmetic.
+
+Sources of the figures (vendors' datasheets; models' published ``config.json``):
+- RTX 4090: 24 GiB GDDR6X, 1008 GB/s, 165.2 dense FP16 tensor TFLOP/s (FP32 accumulate),
+  450 W board power (NVIDIA Ada Lovelace architecture whitepaper, appendix table).
+- L40S: 48 GB GDDR6, 864 GB/s, 362 dense FP16 tensor TFLOP/s, 350 W (NVIDIA L40S datasheet).
+- H100 SXM5 80 GB: 80 GB HBM3, 3.35 TB/s, 989 dense FP16/BF16 tensor TFLOP/s, 700 W
+  (NVIDIA H100 datasheet).
+- H200 SXM: 141 GB HBM3e, 4.8 TB/s, 989 dense FP16/BF16 tensor TFLOP/s, 700 W (H200 datasheet).
+- Llama-3.1-8B: 8.03 B parameters, 32 layers, 8 KV heads, head dim 128 (meta-llama config.json);
+  AWQ 4-bit checkpoint about 5.7 GB; FP16 16.1 GB.
+- Qwen2.5-14B: 14.7 B parameters, 48 layers, 8 KV heads, head dim 128 (Qwen config.json);
+  AWQ 4-bit checkpoint about 9.98 GB.
+- Llama-3.1-70B: 70.6 B parameters, 80 layers, 8 KV heads, head dim 128; FP8 checkpoint about
+  72.7 GB (weights FP8, embeddings and lm_head BF16), served with an FP8 KV cache.
+Serving settings follow vLLM's defaults: gpu_memory_utilization 0.9 (0.95 for 70B on H100),
+block size 16, max_num_seqs 256, max_num_batched_tokens 2048 (8192 on H100/H200, as vLLM
+picks for them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GIB = 2**30
+GB = 10**9
+
+
+class ProfileError(ValueError):
+    """A profile that cannot serve: the message carries the arithmetic."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    vram_bytes: int
+    bandwidth_bytes_s: float
+    fp16_flops: float
+    idle_w: float
+    max_w: float
+    boost_clock_mhz: int
+    mem_clock_mhz: int
+    has_fan: bool = True  # passively cooled datacenter boards answer NotSupported
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    params: float
+    weight_bytes: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    kv_dtype_bytes: int
+    max_model_len: int
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    gpu: Gpu
+    model: Model
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    # Peak activations vLLM's profiling run reserves, and the CUDA context outside the budget.
+    activation_bytes: int = GIB
+    cuda_context_bytes: int = GIB // 2
+    # Achieved fractions of peak: decode reaches ~80% of bandwidth, prefill ~50% of FLOP/s.
+    bandwidth_efficiency: float = 0.8
+    compute_efficiency: float = 0.5
+    step_overhead_s: float = 0.003
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.gpu.vram_bytes * self.gpu_memory_utilization
+
+    @property
+    def kv_pool_bytes(self) -> float:
+        return self.usable_bytes - self.model.weight_bytes - self.activation_bytes
+
+    @property
+    def num_blocks(self) -> int:
+        per_block = self.block_size * self.model.kv_bytes_per_token
+        return max(0, math.floor(self.kv_pool_bytes / per_block))
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    def validate(self) -> None:
+        weights, usable = self.model.weight_bytes / GIB, self.usable_bytes / GIB
+        if self.model.weight_bytes > self.usable_bytes:
+            raise ProfileError(f"{self.name}: weights {weights:.1f} GiB > usable {usable:.1f} GiB")
+        if self.num_blocks == 0:
+            raise ProfileError(
+                f"{self.name}: no room for a KV cache: usable {usable:.1f} GiB - weights "
+                f"{weights:.1f} GiB - activations {self.activation_bytes / GIB:.1f} GiB <= 0"
+            )
+        if self.kv_tokens < self.model.max_model_len:
+            raise ProfileError(
+                f"{self.name}: KV pool of {self.kv_tokens} tokens < max_model_len "
+                f"{self.model.max_model_len}"
+            )
+
+    def describe(self) -> str:
+        return (
+            f"{self.name}: {self.gpu.name} {self.gpu.vram_bytes / GIB:.0f} GiB, {self.model.name}; "
+            f"KV pool {self.kv_pool_bytes / GIB:.1f} GiB = {self.kv_tokens:,} tokens = "
+            f"{self.num_blocks:,} blocks of {self.block_size}; "
+            f"KV {self.model.kv_bytes_per_token // 1024} KiB/token; "
+            f"max_model_len {self.model.max_model_len}, max_num_seqs {self.max_num_seqs}"
+        )
+
+
+RTX4090 = Gpu("NVIDIA GeForce RTX 4090", 24 * GIB, 1008 * GB, 165.2e12, 25, 450, 2520, 10501)
+L40S = Gpu("NVIDIA L40S", 48 * GB, 864 * GB, 362e12, 35, 350, 2520, 9001, has_fan=False)
+H100 = Gpu("NVIDIA H100 80GB HBM3", 80 * GB, 3350 * GB, 989e12, 70, 700, 1980, 2619, has_fan=False)
+H200 = Gpu("NVIDIA H200", 141 * GB, 4800 * GB, 989e12, 75, 700, 1980, 3201, has_fan=False)
+
+LLAMA3_8B_AWQ = Model(
+    "meta-llama/Llama-3.1-8B-Instruct-AWQ", 8.03e9, int(5.7 * GB), 32, 8, 128, 2, 16384
+)
+LLAMA3_8B_FP16 = Model(
+    "meta-llama/Llama-3.1-8B-Instruct", 8.03e9, int(16.1 * GB), 32, 8, 128, 2, 32768
+)
+QWEN25_14B_AWQ = Model("Qwen/Qwen2.5-14B-Instruct-AWQ", 14.7e9, int(9.98 * GB), 48, 8, 128, 2, 8192)
+LLAMA3_70B_FP8 = Model(
+    "meta-llama/Llama-3.1-70B-Instruct-FP8", 70.6e9, int(72.7 * GB), 80, 8, 128, 1, 8192
+)
+LLAMA3_70B_FP8_LONG = Model(
+    "meta-llama/Llama-3.1-70B-Instruct-FP8", 70.6e9, int(72.7 * GB), 80, 8, 128, 1, 32768
+)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile("rtx4090-llama3-8b-awq", RTX4090, LLAMA3_8B_AWQ),
+        Profile("rtx4090-qwen2.5-14b-awq", RTX4090, QWEN25_14B_AWQ),
+        Profile("l40s-llama3-8b-fp16", L40S, LLAMA3_8B_FP16),
+        Profile(
+            "h100-llama3-70b-fp8",
+            H100,
+            LLAMA3_70B_FP8,
+            # 0.9 leaves no room next to 67.7 GiB of weights; 70B FP8 on one H100 runs at 0.95.
+            gpu_memory_utilization=0.95,
+            max_num_batched_tokens=8192,
+            activation_bytes=GIB // 2,
+        ),
+        Profile("h200-llama3-70b-fp8", H200, LLAMA3_70B_FP8_LONG, max_num_batched_tokens=8192),
+    )
+}
+DEFAULT_PROFILE = "rtx4090-llama3-8b-awq"
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        profile = PROFILES[name]
+    except KeyError:
+        known = ", ".join(PROFILES)
+        raise ProfileError(f"unknown profile {name!r} (known: {known})") from None
+    profile.validate()
+    return profile
