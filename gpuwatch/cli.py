@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gpuwatch import __version__, config
 
@@ -90,7 +92,79 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--served-model-name", metavar="NAME")
+
+    gate = sub.add_parser(
+        "gate",
+        help="admission-control proxy in front of an OpenAI-compatible server, with an admin API",
+        description="Bound work in flight, queue fairly, refuse the rest clearly; change it live.",
+    )
+    gate.add_argument("--upstream", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000")
+    gate.add_argument("--listen", default="127.0.0.1:9000", metavar="HOST:PORT")
+    gate.add_argument("--config", type=Path, metavar="FILE", help="lanes and limits (TOML)")
+    gate.add_argument("--state-file", type=Path, metavar="FILE", help="persisted limits + audit")
+    gate.add_argument("--admin-token-file", type=Path, metavar="FILE", help=_TOKEN_HELP)
+
+    limits = sub.add_parser(
+        "limits",
+        help="a gate's limits: get | set LANE.KEY=VALUE ... | pause | resume | audit | status",
+        description="Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason.",
+    )
+    limits.add_argument(
+        "action",
+        nargs="?",
+        default="get",
+        choices=["get", "set", "pause", "resume", "audit", "status"],
+    )
+    limits.add_argument("assignments", nargs="*", metavar="LANE.KEY=VALUE")
+    limits.add_argument(
+        "--admin", required=True, metavar="URL", help="the gate, e.g. http://127.0.0.1:9000"
+    )
+    limits.add_argument("--admin-token-file", type=Path, metavar="FILE", help=_TOKEN_HELP)
+    limits.add_argument(
+        "--if-match", type=int, metavar="VERSION", help="refuse if the version moved"
+    )
+    limits.add_argument("--limit", type=_positive_int, default=20, help="audit entries to show")
+    limits.add_argument("--read-only", action="store_true", help="refuse every change")
+    limits.add_argument("--json", action="store_true", help="print the gate's JSON")
     return parser
+
+
+_TOKEN_HELP = "admin token file (else $GPUWATCH_ADMIN_TOKEN); never on the command line"
+
+
+def read_token(path: Path | None) -> str | None:
+    """The admin token from a file or the environment; ValueError with the reason."""
+    if path is not None:
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read admin token file {path}: {exc.strerror or exc}") from exc
+        if not token:
+            raise ValueError(f"admin token file {path} is empty")
+        return token
+    return os.environ.get("GPUWATCH_ADMIN_TOKEN") or None
+
+
+def parse_assignment(text: str) -> tuple[str, str, Any]:
+    """``chat.max_inflight=6`` -> ("chat", "max_inflight", 6); ValueError naming the problem."""
+    target, sep, raw = text.partition("=")
+    lane, dot, key = target.partition(".")
+    if not sep or not dot or not lane or not key:
+        raise ValueError(f"expected LANE.KEY=VALUE, got {text!r}")
+    value: Any
+    if raw.lower() in ("null", "none", ""):
+        value = None
+    elif raw.lower() in ("true", "false"):
+        value = raw.lower() == "true"
+    else:
+        try:
+            value = int(raw)
+        except ValueError:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = raw
+    return lane, key, value
 
 
 def _settings(args: argparse.Namespace) -> dict:
@@ -181,7 +255,139 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-COMMANDS = {"snapshot": cmd_snapshot, "sim": cmd_sim}
+def cmd_gate(args: argparse.Namespace) -> int:
+    from gpuwatch.aioserve import parse_listen, run_until_signalled
+    from gpuwatch.gate.config import load_gate_config
+    from gpuwatch.gate.server import start_gate
+    from gpuwatch.gate.state import StateError
+
+    try:
+        host, port = parse_listen(args.listen, 9000)
+        token = read_token(args.admin_token_file)
+    except ValueError as exc:
+        print(f"gpuwatch gate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if token is None and not is_loopback(host):
+        print(
+            f"gpuwatch gate: refusing to listen on {host} without an admin token: anyone who can "
+            "reach it could change the limits. Set --admin-token-file or GPUWATCH_ADMIN_TOKEN.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    gate_config = load_gate_config(args.config)
+
+    async def run() -> int:
+        try:
+            gate, served = await start_gate(
+                args.upstream, gate_config, host, port, token=token, state_file=args.state_file
+            )
+        except StateError as exc:
+            print(
+                f"gpuwatch gate: {exc}; fix or remove it (limits are never reset silently)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        except OSError as exc:
+            print(f"gpuwatch gate: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+            return EXIT_FAILED
+        lanes = ", ".join(
+            f"{n} {lane.limits.max_inflight}/{lane.limits.max_queue}"
+            for n, lane in gate.lanes.items()
+        )
+        print(
+            f"gpuwatch gate: {served.url} -> {args.upstream} (lanes in-flight/queue: {lanes}; "
+            f"state {gate.state.path}; admin {'token required' if token else 'open on loopback'})",
+            flush=True,
+        )
+        await run_until_signalled(served)
+        return EXIT_OK
+
+    _use_uvloop()
+    return asyncio.run(run())
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    uvloop.install()
+
+
+def cmd_limits(args: argparse.Namespace) -> int:
+    from gpuwatch.control.gate import GateClient, GateError
+    from gpuwatch.control.guard import Guard, ReadOnlyError
+
+    try:
+        token = read_token(args.admin_token_file)
+        assignments = [parse_assignment(a) for a in args.assignments]
+    except ValueError as exc:
+        print(f"gpuwatch limits: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action == "set" and not assignments:
+        print("gpuwatch limits: set needs at least one LANE.KEY=VALUE", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action != "set" and assignments:
+        print(f"gpuwatch limits: {args.action} takes no LANE.KEY=VALUE", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run() -> Any:
+        async with GateClient(args.admin, token, Guard(read_only=args.read_only)) as client:
+            if args.action == "get":
+                return await client.limits()
+            if args.action == "status":
+                return await client.status()
+            if args.action == "audit":
+                return await client.audit(args.limit)
+            if args.action in ("pause", "resume"):
+                return await client.patch({"paused": args.action == "pause"}, args.if_match)
+            lanes: dict[str, dict[str, Any]] = {}
+            for lane, key, value in assignments:
+                lanes.setdefault(lane, {})[key] = value
+            return await client.patch({"lanes": lanes}, args.if_match)
+
+    try:
+        result = asyncio.run(run())
+    except (GateError, ReadOnlyError) as exc:
+        print(f"gpuwatch limits: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json or args.action in ("status", "audit"):
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_limits(result)
+    return EXIT_OK
+
+
+def print_limits(limits: dict[str, Any]) -> None:
+    print(f"version {limits['version']}  paused {str(limits['paused']).lower()}")
+    print(
+        f"{'lane':<10}{'inflight':>9}{'queue':>7}{'timeout':>9}{'prompt':>8}{'output':>8}  policy"
+    )
+    for name, lane in limits["lanes"].items():
+
+        def show(v: Any) -> str:
+            return "-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+        print(
+            f"{name:<10}{lane['max_inflight']:>9}{lane['max_queue']:>7}{show(lane['queue_timeout_s']):>9}"
+            f"{show(lane['max_prompt_tokens']):>8}{show(lane['max_output_tokens']):>8}"
+            f"  {lane['output_tokens_policy']}"
+        )
+
+
+COMMANDS = {"snapshot": cmd_snapshot, "sim": cmd_sim, "gate": cmd_gate, "limits": cmd_limits}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

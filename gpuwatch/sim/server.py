@@ -1,8 +1,7 @@
 """The simulator's OpenAI-compatible server: engines driven in real time, vLLM's /metrics.
 
-Prompt length is estimated deterministically: one token per 4 characters of the prompt text
-(rounded up), plus, for chat, 4 tokens per message and 3 for the template, as Llama-3's chat
-template roughly costs. A prompt given as token ids counts its ids. Prefix caching hashes the
+Prompt length is gpuwatch.tokens' deterministic estimate (4 characters a token; chat adds the
+template's cost; token-id prompts count their ids). Prefix caching hashes the
 text in 64-character blocks (16 tokens), chained, so identical leading text hits the cache.
 
 Latencies in /metrics are wall-clock seconds (simulated seconds / time scale), so they agree
@@ -30,16 +29,12 @@ from gpuwatch.sim.engine import Engine, Event, Request
 from gpuwatch.sim.gpu import VirtualGpu
 from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
 from gpuwatch.sim.profiles import Profile
+from gpuwatch.tokens import CHARS_PER_TOKEN, chat_text, estimate_chat, estimate_text
 
-CHARS_PER_TOKEN = 4
 # Back-to-back steps keep simulated time continuous (a busy GPU has no gaps) unless the event
 # loop falls this far behind the wall clock.
 _MAX_LAG_S = 0.05
 _WORDS = ("the", "node", "is", "in", "its", "boring", "zone", "and", "tokens", "flow")
-
-
-def estimate_tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
 
 
 def block_hashes(units: list[str] | str, per_block: int) -> tuple[int, ...]:
@@ -176,12 +171,8 @@ class SimNode:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
                 raise BadRequest("messages must be a non-empty list", param="messages")
-            text = "\n".join(
-                f"{m.get('role', '')}: {_content(m.get('content'))}"
-                for m in messages
-                if isinstance(m, dict)
-            )
-            prompt_len = estimate_tokens(text) + 4 * len(messages) + 3
+            text = chat_text(messages)
+            prompt_len = estimate_chat(messages)
             hashes = block_hashes(text, self.profile.block_size * CHARS_PER_TOKEN)
         else:
             prompt = body.get("prompt")
@@ -189,7 +180,7 @@ class SimNode:
                 prompt_len = len(prompt)
                 hashes = block_hashes([str(t) for t in prompt], self.profile.block_size)
             elif isinstance(prompt, str):
-                prompt_len = estimate_tokens(prompt)
+                prompt_len = estimate_text(prompt)
                 hashes = block_hashes(prompt, self.profile.block_size * CHARS_PER_TOKEN)
             else:
                 raise BadRequest("prompt must be a string or a list of token ids", param="prompt")
@@ -253,14 +244,6 @@ class SimNode:
     def gpu_state(self) -> dict[str, Any]:
         now = time.monotonic()
         return {"gpus": [g.state(now) for g in self.gpus]}
-
-
-def _content(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
 
 
 def _word(rid: str, k: int) -> str:

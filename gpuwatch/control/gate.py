@@ -1,0 +1,89 @@
+"""Client for the gate's admin API (httpx): limits, status, audit. Used by ``gpuwatch limits``
+and the TUI; every change goes through ``Guard.check`` first."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from typing import Any
+
+import httpx
+
+from gpuwatch.control.guard import Guard
+from gpuwatch.httpclient import async_client
+
+
+class GateError(Exception):
+    """A refusal or failure, with the server's reason when there is one."""
+
+    def __init__(self, status: int | None, message: str, body: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+def default_actor() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+class GateClient:
+    def __init__(
+        self,
+        admin_url: str,
+        token: str | None = None,
+        guard: Guard | None = None,
+        actor: str | None = None,
+        timeout_s: float = 3.0,
+    ) -> None:
+        self.base = admin_url.rstrip("/")
+        self.guard = guard or Guard()
+        headers = {"X-Gpuwatch-Actor": actor or default_actor()}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._client = async_client(timeout_s=timeout_s, headers=headers)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> GateClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = await self._client.request(method, f"{self.base}{path}", **kwargs)
+        except httpx.HTTPError as exc:
+            raise GateError(None, f"gate {self.base} unreachable: {type(exc).__name__}") from exc
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code >= 400:
+            message = body.get("error", {}).get("message") if isinstance(body, dict) else None
+            raise GateError(
+                response.status_code,
+                f"HTTP {response.status_code}: {message or response.text[:200]}",
+                body,
+            )
+        return body
+
+    async def limits(self) -> dict[str, Any]:
+        return await self._call("GET", "/admin/limits")
+
+    async def status(self) -> dict[str, Any]:
+        return await self._call("GET", "/admin/status")
+
+    async def audit(self, limit: int = 20) -> list[dict[str, Any]]:
+        return (await self._call("GET", "/admin/audit", params={"limit": limit}))["entries"]
+
+    async def patch(self, changes: dict[str, Any], if_match: int | None = None) -> dict[str, Any]:
+        """Apply ``changes``; with ``if_match``, a 409 when another change came first."""
+        self.guard.check(f"change of limits {changes}")
+        headers = {"If-Match": str(if_match)} if if_match is not None else {}
+        return await self._call("PATCH", "/admin/limits", json=changes, headers=headers)

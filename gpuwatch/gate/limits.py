@@ -1,0 +1,159 @@
+"""The gate's limits: defaults, JSON shape, and whole-object validation of a PATCH.
+
+Pure: no I/O. A PATCH is validated completely before anything changes, so a bad field never
+leaves half a change applied.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+POLICIES = ("clamp", "reject")
+REASONS = ("queue_full", "queue_timeout", "paused", "prompt_too_long", "max_tokens")
+
+
+class LimitsError(ValueError):
+    """A refused change; ``field`` names what was wrong (``lanes.chat.max_inflight``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class LaneLimits:
+    max_inflight: int = 16
+    max_queue: int = 64
+    queue_timeout_s: float = 30.0
+    max_prompt_tokens: int | None = None
+    max_output_tokens: int | None = None
+    output_tokens_policy: str = "clamp"
+
+
+LANE_KEYS = tuple(LaneLimits.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A lane's routing (config only) and its limits (changeable at run time)."""
+
+    name: str
+    prefixes: tuple[str, ...]
+    limits: LaneLimits
+    tokenize: bool = False
+
+
+DEFAULT_LANES: tuple[Lane, ...] = (
+    Lane("chat", ("/v1/chat/completions", "/v1/completions", "/v1/responses"), LaneLimits()),
+    Lane("embed", ("/v1/embeddings", "/v1/rerank", "/v1/score"), LaneLimits(32, 128, 30.0)),
+    Lane("image", ("/v1/images/",), LaneLimits(4, 16, 60.0)),
+    Lane("default", (), LaneLimits()),
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    version: int
+    paused: bool
+    lanes: Mapping[str, LaneLimits] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "paused": self.paused,
+            "lanes": {name: asdict(lane) for name, lane in self.lanes.items()},
+        }
+
+
+def _int(path: str, value: Any, minimum: int, nullable: bool = False) -> int | None:
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "an integer or null" if nullable else "an integer"
+        raise LimitsError(path, f"must be {kind}, got {value!r}")
+    if value < minimum:
+        raise LimitsError(path, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
+    if not isinstance(patch, dict):
+        raise LimitsError(path, f"must be an object, got {patch!r}")
+    changes: dict[str, Any] = {}
+    for key, value in patch.items():
+        at = f"{path}.{key}"
+        if key in ("max_inflight", "max_queue"):
+            changes[key] = _int(at, value, 0)
+        elif key in ("max_prompt_tokens", "max_output_tokens"):
+            changes[key] = _int(at, value, 1, nullable=True)
+        elif key == "queue_timeout_s":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise LimitsError(at, f"must be a number, got {value!r}")
+            if not math.isfinite(value) or value <= 0:
+                raise LimitsError(at, f"must be > 0, got {value}")
+            changes[key] = float(value)
+        elif key == "output_tokens_policy":
+            if value not in POLICIES:
+                raise LimitsError(at, f"must be one of {', '.join(POLICIES)}, got {value!r}")
+            changes[key] = value
+        else:
+            raise LimitsError(at, "unknown key")
+    return replace(current, **changes)
+
+
+def apply_patch(current: Limits, patch: Any) -> Limits:
+    """The limits after ``patch``, with ``version`` + 1; LimitsError names the first bad field."""
+    if not isinstance(patch, dict):
+        raise LimitsError("body", "must be a JSON object")
+    paused = current.paused
+    lanes = dict(current.lanes)
+    for key, value in patch.items():
+        if key == "version":
+            continue  # a GET-modify-PATCH client may send it back; If-Match is the check
+        if key == "paused":
+            if not isinstance(value, bool):
+                raise LimitsError("paused", f"must be true or false, got {value!r}")
+            paused = value
+        elif key == "lanes":
+            if not isinstance(value, dict):
+                raise LimitsError("lanes", f"must be an object, got {value!r}")
+            for name, lane_patch in value.items():
+                if name not in lanes:
+                    raise LimitsError(f"lanes.{name}", "unknown lane")
+                lanes[name] = _lane_patch(f"lanes.{name}", lanes[name], lane_patch)
+        else:
+            raise LimitsError(key, "unknown key")
+    return Limits(current.version + 1, paused, lanes)
+
+
+def from_json(data: Any, lanes: Mapping[str, LaneLimits]) -> Limits:
+    """Limits read back from a state file, checked with the same rules as a PATCH."""
+    if not isinstance(data, dict):
+        raise LimitsError("limits", "must be an object")
+    version = data.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise LimitsError("version", f"must be an integer >= 0, got {version!r}")
+    base = Limits(version - 1, False, dict(lanes))
+    known = {k: v for k, v in data.get("lanes", {}).items() if k in lanes}
+    patch = {"paused": data.get("paused", False), "lanes": copy.deepcopy(known)}
+    return apply_patch(base, patch)
+
+
+def changed(before: Limits, after: Limits) -> dict[str, Any]:
+    """Only what differs, in PATCH shape: what the audit trail records as the change."""
+    out: dict[str, Any] = {}
+    if before.paused != after.paused:
+        out["paused"] = after.paused
+    lanes = {}
+    for name, lane in after.lanes.items():
+        old = asdict(before.lanes[name])
+        diff = {k: v for k, v in asdict(lane).items() if old[k] != v}
+        if diff:
+            lanes[name] = diff
+    if lanes:
+        out["lanes"] = lanes
+    return out

@@ -1,0 +1,63 @@
+"""The gate's own /metrics (read back by the data layer's ``gate`` dialect)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gpuwatch.buckets import REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from gpuwatch.gate.limits import REASONS
+
+
+class GateMetrics:
+    def __init__(self, lanes: list[str]) -> None:
+        self.registry = r = CollectorRegistry()
+        lane = ["lane"]
+        self.inflight = Gauge(
+            "gpuwatch_gate_inflight", "Requests in flight upstream.", lane, registry=r
+        )
+        self.queued = Gauge(
+            "gpuwatch_gate_queued", "Requests waiting for a slot.", lane, registry=r
+        )
+        self.limit_inflight = Gauge(
+            "gpuwatch_gate_limit_max_inflight", "Current max_inflight.", lane, registry=r
+        )
+        self.limit_queue = Gauge(
+            "gpuwatch_gate_limit_max_queue", "Current max_queue.", lane, registry=r
+        )
+        self.paused = Gauge("gpuwatch_gate_paused", "1 while admission is paused.", registry=r)
+        self.admitted = Counter("gpuwatch_gate_admitted", "Requests admitted.", lane, registry=r)
+        self.rejected = Counter(
+            "gpuwatch_gate_rejected", "Requests refused, by reason.", ["lane", "reason"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "gpuwatch_gate_upstream_errors", "Upstream connection failures (502s).", registry=r
+        )
+        self.queue_wait = Histogram(
+            "gpuwatch_gate_queue_wait_seconds", "Time queued before admission.", lane,
+            buckets=TTFT_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.ttft = Histogram(
+            "gpuwatch_gate_ttft_seconds",
+            "From the gate receiving a request to the first body byte from upstream.",
+            lane, buckets=TTFT_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.duration = Histogram(
+            "gpuwatch_gate_request_duration_seconds", "Whole request, queue included.", lane,
+            buckets=REQUEST_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.lanes = {name: LaneMetrics(self, name) for name in lanes}
+
+
+class LaneMetrics:
+    """One lane's labelled children, resolved once: label lookups cost more than the updates."""
+
+    def __init__(self, m: GateMetrics, lane: str) -> None:
+        self.admitted = m.admitted.labels(lane)
+        self.queue_wait = m.queue_wait.labels(lane)
+        self.ttft = m.ttft.labels(lane)
+        self.duration = m.duration.labels(lane)
+        self.rejected = {reason: m.rejected.labels(lane, reason) for reason in REASONS}
+        self.inflight = m.inflight.labels(lane)
+        self.queued = m.queued.labels(lane)
+        self.limit_inflight = m.limit_inflight.labels(lane)
+        self.limit_queue = m.limit_queue.labels(lane)
