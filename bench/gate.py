@@ -58,6 +58,7 @@ def run_upstream(port: int) -> None:
 
     app = web.Application()
     app.router.add_post("/v1/completions", handle)
+    app.router.add_post("/v1/chat/completions", handle)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 

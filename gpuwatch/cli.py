@@ -126,9 +126,43 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--limit", type=_positive_int, default=20, help="audit entries to show")
     limits.add_argument("--read-only", action="store_true", help="refuse every change")
     limits.add_argument("--json", action="store_true", help="print the gate's JSON")
+
+    load = sub.add_parser(
+        "load",
+        help="bursty load generator: TTFT, TPOT, ITL, E2E, goodput",
+        description="Send bursty traffic (gamma arrivals) and report what users feel.",
+    )
+    load.add_argument(
+        "--url", required=True, help="server or gate base URL, e.g. http://127.0.0.1:9000"
+    )
+    load.add_argument("--model", help="default: the first id of GET /v1/models")
+    load.add_argument("--api", choices=["chat", "completions"], default="chat")
+    stop = load.add_mutually_exclusive_group(required=True)
+    stop.add_argument("--duration", type=_positive_float, metavar="S")
+    stop.add_argument("--requests", type=_positive_int, metavar="N")
+    load.add_argument("--rate", type=_positive_float, required=True, metavar="R", help="requests/s")
+    load.add_argument("--burstiness", type=_positive_float, default=1.0, metavar="B",
+                      help="gamma shape: 1 = Poisson, below 1 = burstier")  # fmt: skip
+    load.add_argument(
+        "--pattern", default="steady", help="steady | spike:period=60,duty=0.2,factor=5"
+    )
+    load.add_argument("--max-concurrency", type=_positive_int, metavar="C")
+    load.add_argument("--prompt-tokens", default="512", metavar="DIST", help=_DIST_HELP)
+    load.add_argument("--output-tokens", default="128", metavar="DIST", help=_DIST_HELP)
+    load.add_argument("--lane-mix", default="chat=1", metavar="chat=W,embed=W")
+    load.add_argument(
+        "--slo",
+        default="",
+        metavar="ttft=S,tpot=S,e2e=S",
+        help="seconds; goodput counts requests meeting all",
+    )
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
+    load.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
+_DIST_HELP = "512 (fixed), 128:2048 (uniform), lognormal:mean=800,sigma=0.6"
 _TOKEN_HELP = "admin token file (else $GPUWATCH_ADMIN_TOKEN); never on the command line"
 
 
@@ -325,6 +359,34 @@ def _use_uvloop() -> None:
     uvloop.install()
 
 
+def cmd_load(args: argparse.Namespace) -> int:
+    from gpuwatch.load import progress
+    from gpuwatch.load.spec import Dist, LoadSpec, Pattern, SpecError, parse_lane_mix, parse_slo
+
+    try:
+        spec = LoadSpec(
+            url=args.url.rstrip("/"),
+            rate=args.rate,
+            model=args.model,
+            api=args.api,
+            duration_s=args.duration,
+            requests=args.requests,
+            burstiness=args.burstiness,
+            pattern=Pattern.parse(args.pattern),
+            max_concurrency=args.max_concurrency,
+            prompt_tokens=Dist.parse(args.prompt_tokens, "--prompt-tokens"),
+            output_tokens=Dist.parse(args.output_tokens, "--output-tokens"),
+            lane_mix=parse_lane_mix(args.lane_mix),
+            slo=parse_slo(args.slo),
+            seed=args.seed,
+        )
+    except SpecError as exc:
+        print(f"gpuwatch load: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    _use_uvloop()
+    return progress.run_cli(spec, quiet=args.quiet, json_path=args.json)
+
+
 def cmd_limits(args: argparse.Namespace) -> int:
     from gpuwatch.control.gate import GateClient, GateError
     from gpuwatch.control.guard import Guard, ReadOnlyError
@@ -387,7 +449,13 @@ def print_limits(limits: dict[str, Any]) -> None:
         )
 
 
-COMMANDS = {"snapshot": cmd_snapshot, "sim": cmd_sim, "gate": cmd_gate, "limits": cmd_limits}
+COMMANDS = {
+    "snapshot": cmd_snapshot,
+    "sim": cmd_sim,
+    "gate": cmd_gate,
+    "limits": cmd_limits,
+    "load": cmd_load,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -403,3 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Output piped into `head` that closed early: not an error worth a traceback.
+        sys.stderr.close()
+        return EXIT_OK

@@ -30,8 +30,11 @@ def chat_text(messages: list[Any]) -> str:
     return "\n".join(f"{m.get('role', '')}: {message_text(m.get('content'))}" for m in parts)
 
 
+_PER_MESSAGE, _TEMPLATE = 4, 3
+
+
 def estimate_chat(messages: list[Any]) -> int:
-    return estimate_text(chat_text(messages)) + 4 * len(messages) + 3
+    return estimate_text(chat_text(messages)) + _PER_MESSAGE * len(messages) + _TEMPLATE
 
 
 def estimate_body(body: dict[str, Any]) -> int | None:
@@ -57,3 +60,9 @@ def body_text(body: dict[str, Any]) -> str | None:
         return chat_text(messages)
     prompt = body.get("prompt", body.get("input"))
     return prompt if isinstance(prompt, str) else None
+
+
+def single_message_chars(tokens: int, role: str = "user") -> int:
+    """Characters of content that make a one-message chat estimate ``tokens`` tokens."""
+    overhead = _PER_MESSAGE + _TEMPLATE
+    return max(1, (tokens - overhead) * CHARS_PER_TOKEN - len(f"{role}: "))

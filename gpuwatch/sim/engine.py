@@ -219,6 +219,8 @@ class Engine:
             i += 1
         while self.waiting and budget > 0 and len(self.running) < self.profile.max_num_seqs:
             req = self.waiting[0]
+            if req.arrival > self.now:
+                break  # not arrived yet at this engine's clock
             hits = self._cache_hits(req)
             computed = len(hits) * self.block_size
             n = min(req.target - computed, budget)
@@ -261,9 +263,13 @@ class Engine:
 
     def step(self) -> StepResult:
         """Advance one scheduler step; return what happened (tokens, finishes, preemptions)."""
-        start = self.now
         events: list[Event] = []
         scheduled = self._schedule(events)
+        if not scheduled and not self.running and self.waiting:
+            # Nothing to do until the next request arrives: an idle GPU skips ahead to it.
+            self.now = max(self.now, self.waiting[0].arrival)
+            scheduled = self._schedule(events)
+        start = self.now
         if not scheduled:
             return StepResult(0.0, start, 0, 0, 0, 0, events)
         kv_per_token = self.profile.model.kv_bytes_per_token

@@ -222,8 +222,7 @@ class SimNode:
             rid=uuid.uuid4().hex,
             prompt_len=parsed.prompt_len,
             max_output=parsed.max_tokens,
-            # A busy engine a little behind the wall clock sees the request at its own present.
-            arrival=min(self.sim_now(), engine.now) if not engine.idle else self.sim_now(),
+            arrival=self.sim_now(),
             block_hashes=parsed.hashes,
             eos_at=eos_at,
         )

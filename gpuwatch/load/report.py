@@ -1,0 +1,118 @@
+"""The end-of-run report: a table for people, JSON with ``vllm bench serve``'s field names.
+
+Percentiles over raw samples come from the standard library (``statistics.quantiles``, the
+inclusive method: numpy's linear interpolation, as vllm bench reports them).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from typing import IO, Any
+
+from gpuwatch.load.runner import Result
+from gpuwatch.load.spec import LoadSpec
+
+PERCENTILES = (90, 99)
+METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E"))
+
+
+def percentile(values: Sequence[float], p: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def _summary(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {
+            "count": 0,
+            "mean": None,
+            "median": None,
+            "std": None,
+            **{f"p{p}": None for p in PERCENTILES},
+        }
+    return {
+        "count": len(values),
+        "mean": statistics.fmean(values),
+        "median": statistics.median(values),
+        "std": statistics.pstdev(values),
+        **{f"p{p}": percentile(values, p) for p in PERCENTILES},
+    }
+
+
+def meets(r: Result, slo: dict[str, float]) -> bool:
+    checks = {"ttft": r.ttft, "tpot": r.tpot, "e2e": r.e2e, "itl": max(r.itl) if r.itl else None}
+    return all(checks[k] is not None and checks[k] <= limit for k, limit in slo.items())
+
+
+def build(
+    spec: LoadSpec, results: list[Result], duration: float, send_errors: list[float] | None = None
+) -> dict[str, Any]:
+    done = [r for r in results if r.ok]
+    failed = [r for r in results if not r.ok]
+    samples = {
+        "ttft": [r.ttft for r in done if r.ttft is not None],
+        "tpot": [r.tpot for r in done if r.tpot is not None],
+        "itl": [gap for r in done for gap in r.itl],
+        "e2el": [r.e2e for r in done if r.e2e is not None],
+    }
+    duration = max(duration, 1e-9)
+    out_tokens = sum(r.output_tokens for r in done)
+    in_tokens = sum(r.prompt_tokens for r in done)
+    report: dict[str, Any] = {
+        "completed": len(done),
+        "failed": len(failed),
+        "duration": duration,
+        "total_input_tokens": in_tokens,
+        "total_output_tokens": out_tokens,
+        "request_throughput": len(done) / duration,
+        "output_throughput": out_tokens / duration,
+        "total_token_throughput": (in_tokens + out_tokens) / duration,
+        "request_goodput": (sum(meets(r, spec.slo) for r in done) / duration) if spec.slo else None,
+        "failures_by_status": dict(
+            sorted(Counter(str(r.status or "cancelled") for r in failed).items())
+        ),
+        "slo": spec.slo or None,
+        "rate": spec.rate,
+        "burstiness": spec.burstiness,
+        "model": spec.model,
+    }
+    for key, _ in METRICS:
+        s = _summary(samples[key])
+        report[f"count_{key}"] = s["count"]
+        for stat in ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES)):
+            value = s[stat]
+            report[f"{stat}_{key}_ms"] = value * 1000 if value is not None else None
+    if send_errors:
+        report["send_error_p99_ms"] = percentile(send_errors, 99) * 1000
+    return report
+
+
+def send_errors(results: list[Result]) -> list[float]:
+    return [r.sent - r.planned for r in results if r.sent]
+
+
+def render(report: dict[str, Any], out: IO[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, highlight=False)
+    table = Table("", "count", "mean", "median", "p90", "p99", box=None, title="latency (ms)")
+    for key, label in METRICS:
+        cells = [report[f"{stat}_{key}_ms"] for stat in ("mean", "median", "p90", "p99")]
+        shown = ["-" if v is None else f"{v:.1f}" for v in cells]
+        table.add_row(label, str(report[f"count_{key}"]), *shown)
+    console.print(table)
+    console.print(
+        f"completed {report['completed']}  failed {report['failed']}  "
+        f"in {report['duration']:.1f} s: {report['request_throughput']:.2f} req/s, "
+        f"{report['output_throughput']:.0f} output tok/s"
+    )
+    if report["failures_by_status"]:
+        by = ", ".join(f"{k}: {v}" for k, v in report["failures_by_status"].items())
+        console.print(f"failures by status: {by}")
+    if report["request_goodput"] is not None:
+        slo = ", ".join(f"{k} <= {v:g} s" for k, v in report["slo"].items())
+        console.print(f"goodput: {report['request_goodput']:.2f} req/s meeting every SLO ({slo})")

@@ -1,0 +1,259 @@
+"""Send the load and measure every request as a user feels it (aiohttp).
+
+Per request: TTFT = first chunk whose choice carries text; ITL = gaps between such chunks;
+E2E = start to the last of them; TPOT = (E2E - TTFT) / (output tokens - 1). Output tokens come
+from ``usage`` when the server sends it, else from the number of content chunks.
+Non-2xx responses fail by status code and are never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from gpuwatch.load.spec import LoadSpec, arrival_times
+from gpuwatch.tokens import CHARS_PER_TOKEN, single_message_chars
+
+_WORDS = ("alpha", "bravo", "delta", "echo", "gamma", "kilo", "lima", "nova", "omega", "sierra")
+# Stop early when this many requests in a row failed to connect and none ever succeeded.
+_DEAD_AFTER = 3
+
+
+class NothingListening(Exception):
+    """The target never answered; the message is the one line the CLI prints."""
+
+
+@dataclass
+class Result:
+    lane: str
+    planned: float
+    sent: float = 0.0
+    status: int | str | None = None
+    ttft: float | None = None
+    e2e: float | None = None
+    itl: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+    @property
+    def tpot(self) -> float | None:
+        if self.ttft is None or self.e2e is None or self.output_tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+
+def make_prompt(tokens: int, rng: random.Random, tag: int) -> str:
+    """Text the server will count as ``tokens`` tokens (4 characters each)."""
+    return make_text(tokens * CHARS_PER_TOKEN, rng, tag)
+
+
+def make_text(target: int, rng: random.Random, tag: int) -> str:
+    """``target`` characters of words, with a unique lead so that requests do not share a
+    cached prefix by accident."""
+    head = f"req {tag:08d} "
+    words: list[str] = [head]
+    size = len(head)
+    while size < target:
+        word = rng.choice(_WORDS) + " "
+        words.append(word)
+        size += len(word)
+    return "".join(words)[:target]
+
+
+async def fetch_model(session: aiohttp.ClientSession, url: str) -> str:
+    try:
+        async with session.get(f"{url}/v1/models") as resp:
+            if resp.status != 200:
+                raise NothingListening(
+                    f"GET {url}/v1/models answered HTTP {resp.status}; pass --model"
+                )
+            data = await resp.json()
+            return data["data"][0]["id"]
+    except aiohttp.ClientConnectorError as exc:
+        raise NothingListening(f"nothing listening at {url} (connection refused)") from exc
+    except (aiohttp.ClientError, KeyError, IndexError, ValueError, TypeError) as exc:
+        raise NothingListening(
+            f"cannot read the model list at {url}/v1/models ({type(exc).__name__}); pass --model"
+        ) from exc
+
+
+class LoadRun:
+    """One load run; ``results`` fills while it runs, ``stop()`` ends it early."""
+
+    def __init__(self, spec: LoadSpec, on_update: Callable[[LoadRun], None] | None = None) -> None:
+        self.spec = spec
+        self.results: list[Result] = []
+        self.inflight = 0
+        self.started = 0.0
+        self.ended = 0.0
+        self.model = spec.model
+        self._stop = asyncio.Event()
+        self._on_update = on_update
+        self._connect_failures = 0
+        self._any_ok = False
+        self.dead: str | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def _body(
+        self, lane: str, rng: random.Random, tag: int, r: Result
+    ) -> tuple[str, dict[str, Any]]:
+        spec = self.spec
+        prompt_tokens = spec.prompt_tokens.sample(rng)
+        r.prompt_tokens = prompt_tokens
+        if lane == "embed":
+            return "/v1/embeddings", {
+                "model": self.model,
+                "input": make_prompt(prompt_tokens, rng, tag),
+            }
+        max_tokens = spec.output_tokens.sample(rng)
+        common = {
+            "model": self.model, "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": True,
+        }  # fmt: skip
+        if spec.api == "completions":
+            return "/v1/completions", {**common, "prompt": make_prompt(prompt_tokens, rng, tag)}
+        text = make_text(single_message_chars(prompt_tokens), rng, tag)
+        return "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": text}]}
+
+    async def _one(
+        self, session: aiohttp.ClientSession, path: str, body: dict[str, Any], r: Result
+    ) -> None:
+        self.inflight += 1
+        start = time.perf_counter()
+        r.sent = start - self.started
+        last = None
+        chunks = 0
+        try:
+            async with session.post(f"{self.spec.url}{path}", json=body) as resp:
+                if resp.status != 200:
+                    r.status = resp.status
+                    await resp.read()
+                    return
+                if not body.get("stream"):
+                    await resp.read()
+                    r.e2e = time.perf_counter() - start
+                    r.status = 200
+                    return
+                async for line in resp.content:
+                    if not line.startswith(b"data: "):
+                        continue
+                    payload = line[6:].strip()
+                    if payload == b"[DONE]":
+                        break
+                    data = json.loads(payload)
+                    usage = data.get("usage")
+                    if usage and usage.get("completion_tokens") is not None:
+                        r.output_tokens = usage["completion_tokens"]
+                    if _has_content(data):
+                        now = time.perf_counter()
+                        if last is None:
+                            r.ttft = now - start
+                        else:
+                            r.itl.append(now - last)
+                        last = now
+                        chunks += 1
+                r.e2e = (last - start) if last is not None else time.perf_counter() - start
+                r.output_tokens = r.output_tokens or chunks
+                r.status = 200
+        except aiohttp.ClientConnectorError:
+            r.status = "connect"
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError):
+            r.status = "disconnected"
+        except asyncio.TimeoutError:
+            r.status = "timeout"
+        except (aiohttp.ClientError, ValueError) as exc:
+            r.status = type(exc).__name__
+        finally:
+            self.inflight -= 1
+            if r.status == 200:
+                self._any_ok = True
+                self._connect_failures = 0
+            elif r.status == "connect":
+                self._connect_failures += 1
+                if not self._any_ok and self._connect_failures >= _DEAD_AFTER:
+                    self.dead = f"nothing listening at {self.spec.url} (connection refused)"
+                    self._stop.set()
+            if self._on_update:
+                self._on_update(self)
+
+    async def run(self) -> list[Result]:
+        spec = self.spec
+        rng = random.Random(spec.seed)
+        lanes = list(spec.lane_mix)
+        weights = [spec.lane_mix[k] for k in lanes]
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+        gate = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
+        tasks: set[asyncio.Task[None]] = set()
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            if self.model is None and "chat" in lanes:
+                self.model = await fetch_model(session, spec.url)
+            self.started = time.perf_counter()
+            for tag, planned in enumerate(arrival_times(spec, rng)):
+                delay = self.started + planned - time.perf_counter()
+                if delay > 0:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), delay)
+                if self._stop.is_set():
+                    break
+                lane = rng.choices(lanes, weights)[0] if len(lanes) > 1 else lanes[0]
+                r = Result(lane, planned)
+                path, body = self._body(lane, rng, tag, r)
+                self.results.append(r)
+                task = asyncio.create_task(self._guarded(session, gate, path, body, r))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                # Stopped early (Ctrl-C): give in-flight requests a moment, then cut them off.
+                grace = 5.0 if self._stop.is_set() else None
+                _, pending = await asyncio.wait(tasks, timeout=grace)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        self.ended = time.perf_counter()
+        if self.dead:
+            raise NothingListening(self.dead)
+        return self.results
+
+    async def _guarded(
+        self,
+        session: aiohttp.ClientSession,
+        gate: asyncio.Semaphore | None,
+        path: str,
+        body: dict[str, Any],
+        r: Result,
+    ) -> None:
+        if gate is None:
+            await self._one(session, path, body, r)
+            return
+        async with gate:
+            await self._one(session, path, body, r)
+
+
+def _has_content(data: dict[str, Any]) -> bool:
+    choices = data.get("choices")
+    if not choices:
+        return False
+    choice = choices[0]
+    if choice.get("text"):
+        return True
+    delta = choice.get("delta") or {}
+    return bool(delta.get("content") or delta.get("reasoning_content"))

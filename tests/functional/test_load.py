@@ -1,0 +1,150 @@
+"""``gpuwatch load`` against the simulator and the gate on loopback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.server import start_gate
+from gpuwatch.load import LoadRun, LoadSpec, build_report
+from gpuwatch.load.spec import Dist
+from gpuwatch.sim.profiles import get_profile
+from gpuwatch.sim.server import start_sim
+from gpuwatch.sources.scrape import map_page
+from tests.functional.servers import free_port
+
+PROFILE = get_profile("rtx4090-llama3-8b-awq")
+
+
+async def test_client_ttft_agrees_with_the_servers_histogram_at_light_load() -> None:
+    _, sim = await start_sim(PROFILE, time_scale=1.0, seed=5)
+    try:
+        spec = LoadSpec(url=sim.url, rate=4.0, requests=12, prompt_tokens=Dist("fixed", 64),
+                        output_tokens=Dist("fixed", 8), seed=5)  # fmt: skip
+        run = LoadRun(spec)
+        results = await run.run()
+        assert all(r.ok for r in results)
+        assert all(r.output_tokens == 8 and len(r.itl) == 7 for r in results)
+        async with aiohttp.ClientSession() as s, s.get(f"{sim.url}/metrics") as resp:
+            [engine] = map_page("sim", await resp.text()).engines
+        server = engine.histograms["ttft"]
+        assert server.count == 12
+        client_mean = sum(r.ttft for r in results) / len(results)
+        server_mean = server.sum / server.count
+        assert abs(client_mean - server_mean) < 0.005  # within 5 ms
+        assert engine.prompt_tokens_total == 12 * 64  # prompts made to the requested length
+    finally:
+        await sim.close()
+
+
+async def test_gate_refusals_show_up_by_status(tmp_path: Path) -> None:
+    _, sim = await start_sim(PROFILE, time_scale=1.0, seed=6)
+    gate, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
+    )
+    try:
+        async with aiohttp.ClientSession() as s:
+            body = {"lanes": {"chat": {"max_inflight": 1, "max_queue": 2, "queue_timeout_s": 0.3}}}
+            async with s.patch(f"{served.url}/admin/limits", json=body) as r:
+                assert r.status == 200
+        spec = LoadSpec(url=served.url, rate=60.0, requests=60, prompt_tokens=Dist("fixed", 32),
+                        output_tokens=Dist("fixed", 40), seed=6)  # fmt: skip
+        run = LoadRun(spec)
+        results = await run.run()
+        report = build_report(spec, results, run.ended - run.started)
+        assert report["failures_by_status"].get("429", 0) > 0
+        assert report["failures_by_status"].get("503", 0) > 0
+        assert report["completed"] + report["failed"] == 60
+        assert set(report["failures_by_status"]) <= {"429", "503"}
+    finally:
+        await served.close()
+        await sim.close()
+
+
+def gw(*args: str, **kw) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", *args], capture_output=True, text=True, timeout=60, **kw
+    )
+
+
+@pytest.fixture
+def sim_process():  # type: ignore[no-untyped-def]
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwatch", "sim", "--listen", "127.0.0.1:0", "--time-scale", "4"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    url = proc.stdout.readline().split(" on ")[1].split(" ")[0]
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_cli_json_report(sim_process: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    proc = gw("load", "--url", sim_process, "--requests", "20", "--rate", "20", "--burstiness", "0.5",
+              "--prompt-tokens", "32:256", "--output-tokens", "lognormal:mean=20,sigma=0.3",
+              "--slo", "ttft=5,tpot=1,e2e=30", "--json", str(out), "--quiet", "--api", "completions")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "TTFT" in proc.stdout and "goodput" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["completed"] == 20 and report["failed"] == 0
+    assert report["request_goodput"] > 0
+    assert report["model"] == "meta-llama/Llama-3.1-8B-Instruct-AWQ"  # from GET /v1/models
+    for key in ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms",
+                "p99_e2el_ms", "request_throughput", "output_throughput", "duration", "failures_by_status"):  # fmt: skip
+        assert report[key] is not None, key
+
+
+def test_cli_nothing_listening_is_one_line_and_exit_1() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = gw("load", "--url", url, "--requests", "5", "--rate", "10", "--quiet")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"gpuwatch load: nothing listening at {url} (connection refused)"
+    proc = gw("load", "--url", url, "--requests", "5", "--rate", "10", "--quiet", "--model", "m")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"gpuwatch load: nothing listening at {url} (connection refused)"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--prompt-tokens", "abc"], "--prompt-tokens"), (["--slo", "ttft=x"], "--slo"),
+     (["--pattern", "spike:period=0"], "--pattern"), (["--rate", "-1"], "--rate")],
+)  # fmt: skip
+def test_cli_bad_input_exits_2_naming_it(args: list[str], message: str) -> None:
+    base = ["load", "--url", "http://127.0.0.1:9", "--requests", "1"]
+    if "--rate" not in args:
+        base += ["--rate", "1"]
+    proc = gw(*base, *args)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_ctrl_c_prints_a_partial_report(sim_process: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch", "load", "--url", sim_process, "--duration", "60",
+         "--rate", "5", "--output-tokens", "20", "--prompt-tokens", "64", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    # Wait until requests are completing at the simulator, then interrupt.
+    end = time.monotonic() + 20
+    while True:
+        page = subprocess.run(
+            ["curl", "-s", f"{sim_process}/metrics"], capture_output=True, text=True
+        ).stdout
+        [engine] = map_page("sim", page).engines
+        if (engine.generation_tokens_total or 0) >= 40:
+            break
+        assert time.monotonic() < end
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    assert "interrupted; partial report" in err
+    assert "completed" in out and "TTFT" in out
+    assert "Traceback" not in err
