@@ -48,9 +48,7 @@ async def test_client_ttft_agrees_with_the_servers_histogram_at_light_load() -> 
 
 async def test_gate_refusals_show_up_by_status(tmp_path: Path) -> None:
     _, sim = await start_sim(PROFILE, time_scale=1.0, seed=6)
-    gate, served = await start_gate(
-        sim.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
-    )
+    _, served = await start_gate(sim.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json")
     try:
         async with aiohttp.ClientSession() as s:
             body = {"lanes": {"chat": {"max_inflight": 1, "max_queue": 2, "queue_timeout_s": 0.3}}}

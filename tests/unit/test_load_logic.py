@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 
@@ -23,7 +24,7 @@ from gpuwatch.tokens import estimate_text
 
 def gaps(spec: LoadSpec, seed: int = 42) -> list[float]:
     times = list(arrival_times(spec, random.Random(seed)))
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 @pytest.mark.parametrize("burstiness", [0.25, 0.5, 1.0, 4.0])
