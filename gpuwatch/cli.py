@@ -50,6 +50,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    top = sub.add_parser(
+        "top",
+        help="the live dashboard (the default: `gpuwatch` alone runs it)",
+        description="The live dashboard. Without --metrics it probes localhost ports "
+        + ", ".join(map(str, PROBE_PORTS))
+        + ".",
+    )
+    _add_dashboard_args(top)
+    top.add_argument(
+        "--metrics", action="append", metavar="URL", help="a /metrics URL (repeatable)"
+    )
+    top.add_argument("--admin", metavar="URL", help="a gpuwatch gate to show (and later steer)")
+    top.add_argument("--admin-token-file", type=Path, metavar="FILE", help=_TOKEN_HELP)
+    top.add_argument("--interval", type=_positive_float, metavar="S", help="poll interval (1 s)")
+    top.add_argument("--no-gpu", action="store_true", default=None, help="skip NVML")
+    top.add_argument("--fake-gpu-from", metavar="URL", help="GPUs from a simulator's /sim/gpu")
+
+    demo = sub.add_parser(
+        "demo",
+        help="simulator + gate + bursty load + dashboard, all on this machine",
+        description="Start a simulated GPU node, a gate in front of it and a spiky load; watch.",
+    )
+    _add_dashboard_args(demo)
+    demo.add_argument("--profile", help="simulator profile (gpuwatch sim --list-profiles)")
+    demo.add_argument("--rate", type=_positive_float, default=1.5, help="base requests/s (1.5)")
+    demo.add_argument("--burstiness", type=_positive_float, default=0.5, help="gamma shape (0.5)")
+
     snap = sub.add_parser(
         "snapshot",
         help="read GPUs, host and /metrics endpoints once; print a table or JSON",
@@ -141,8 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("--duration", type=_positive_float, metavar="S")
     stop.add_argument("--requests", type=_positive_int, metavar="N")
     load.add_argument("--rate", type=_positive_float, required=True, metavar="R", help="requests/s")
-    load.add_argument("--burstiness", type=_positive_float, default=1.0, metavar="B",
-                      help="gamma shape: 1 = Poisson, below 1 = burstier")  # fmt: skip
+    load.add_argument(
+        "--burstiness",
+        type=_positive_float,
+        default=1.0,
+        metavar="B",
+        help="gamma shape: 1 = Poisson, below 1 = burstier",
+    )
     load.add_argument(
         "--pattern", default="steady", help="steady | spike:period=60,duty=0.2,factor=5"
     )
@@ -163,6 +195,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _DIST_HELP = "512 (fixed), 128:2048 (uniform), lognormal:mean=800,sigma=0.6"
+PROBE_PORTS = (8000, 30000, 8080, 3000, 9000)
+
+
+def _add_dashboard_args(p: argparse.ArgumentParser) -> None:
+    _add_common(p)
+    p.add_argument("--theme", help="gpuwatch-dark (default), gpuwatch-light, high-contrast, ansi")
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="ttft_p99_s, itl_p99_s, kv_usage_high, waiting_high, preemptions_per_min (0 = off)",
+    )
+    p.add_argument("--read-only", action="store_true", default=None, help="refuse every change")
+
+
 _TOKEN_HELP = "admin token file (else $GPUWATCH_ADMIN_TOKEN); never on the command line"
 
 
@@ -199,6 +247,102 @@ def parse_assignment(text: str) -> tuple[str, str, Any]:
             except ValueError:
                 value = raw
     return lane, key, value
+
+
+def parse_slo_args(items: list[str]) -> dict[str, float]:
+    from gpuwatch.alerts import SIGNALS
+
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in SIGNALS:
+            raise ValueError(f"--slo {item!r}: expected one of {', '.join(SIGNALS)} =VALUE")
+        try:
+            out[key] = float(raw)
+        except ValueError:
+            raise ValueError(f"--slo {item!r}: {raw!r} is not a number") from None
+    return out
+
+
+def _dashboard_settings(args: argparse.Namespace) -> dict[str, Any]:
+    settings = config.load(args.config)
+    config.apply_cli(settings, {"theme": args.theme, "read_only": args.read_only})
+    settings["slo"].update(parse_slo_args(args.slo))
+    # 0 switches a signal off (TOML has no null).
+    settings["slo"] = {k: (v or None) for k, v in settings["slo"].items()}
+    return settings
+
+
+async def probe_local() -> list[str]:
+    """The localhost /metrics endpoints that answer with serving metrics."""
+    from gpuwatch.httpclient import async_client
+    from gpuwatch.sources.scrape import scrape
+
+    urls = [f"http://127.0.0.1:{port}/metrics" for port in PROBE_PORTS]
+    async with async_client(connect_timeout_s=0.3, timeout_s=1.0) as client:
+        results = await asyncio.gather(*(scrape(client, url, total_timeout_s=1.0) for url in urls))
+    return [r.source for r in results if not r.error]
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
+    from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+
+    try:
+        settings = _dashboard_settings(args)
+        config.apply_cli(
+            settings, {"metrics": args.metrics, "no_gpu": args.no_gpu, "admin": args.admin}
+        )
+        token = read_token(args.admin_token_file)
+    except ValueError as exc:
+        print(f"gpuwatch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    urls = list(settings["metrics"])
+    hint = None
+    if not urls:
+        urls = asyncio.run(probe_local())
+        if not urls:
+            ports = ", ".join(map(str, PROBE_PORTS))
+            hint = (
+                f"no serving endpoint answered on localhost ports {ports}: "
+                "point gpuwatch at one with --metrics URL, or try `gpuwatch demo`"
+            )
+    nvml = None
+    if args.fake_gpu_from:
+        nvml = NvmlReader(FakeNvml(SimGpuSource(args.fake_gpu_from)))
+    elif not settings["no_gpu"]:
+        nvml = NvmlReader()
+    options = DashboardOptions(
+        urls=urls,
+        interval_s=args.interval or settings["interval_s"],
+        admin_url=settings["admin"] or None,
+        admin_token=token,
+        theme=settings["theme"],
+        slo=settings["slo"],
+        nvml=nvml,
+        hint=hint,
+        read_only=settings["read_only"],
+    )
+    GpuwatchApp(options).run()
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from gpuwatch.demo import run_demo
+
+    try:
+        settings = _dashboard_settings(args)
+    except ValueError as exc:
+        print(f"gpuwatch demo: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_demo(
+        args.profile,
+        args.rate,
+        args.burstiness,
+        settings["theme"],
+        settings["read_only"],
+        settings["slo"],
+    )
 
 
 def _settings(args: argparse.Namespace) -> dict:
@@ -450,6 +594,8 @@ def print_limits(limits: dict[str, Any]) -> None:
 
 
 COMMANDS = {
+    "top": cmd_top,
+    "demo": cmd_demo,
     "snapshot": cmd_snapshot,
     "sim": cmd_sim,
     "gate": cmd_gate,
@@ -460,10 +606,11 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `gpuwatch` alone, or with dashboard options only, is the dashboard.
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "top")
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
     try:
         return COMMANDS[args.command](args)
     except config.ConfigError as exc:

@@ -20,10 +20,21 @@ SCHEMA: dict[str, Any] = {
     "metrics": ((list,), [], str),
     "interval_s": ((int, float), 1.0),
     "no_gpu": ((bool,), False),
+    "admin": ((str,), ""),
+    "theme": ((str,), "gpuwatch-dark"),
+    "read_only": ((bool,), False),
     "scrape": {
         "connect_timeout_s": ((int, float), DEFAULT_CONNECT_TIMEOUT_S),
         "timeout_s": ((int, float), DEFAULT_TIMEOUT_S),
         "max_bytes": ((int,), 16 * 1024 * 1024),
+    },
+    # The boring zone (see gpuwatch/alerts.py); 0 switches a signal off.
+    "slo": {
+        "ttft_p99_s": ((int, float), 2.0),
+        "itl_p99_s": ((int, float), 0.0),
+        "kv_usage_high": ((int, float), 0.95),
+        "waiting_high": ((int, float), 0.0),
+        "preemptions_per_min": ((int, float), 1.0),
     },
 }
 

@@ -32,6 +32,7 @@ class EngineSnapshot:
     kv_cache_usage: float | None = None
     kv_blocks_used: float | None = None
     kv_blocks_total: float | None = None
+    kv_block_size: float | None = None
     kv_tokens_used: float | None = None
     kv_tokens_total: float | None = None
     prefix_cache_hit_rate: float | None = None
@@ -112,3 +113,5 @@ class ScrapeResult:
     engines: list[EngineSnapshot] = field(default_factory=list)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # The endpoint did not answer at all (refused, connect timeout): DOWN, not merely stale.
+    unreachable: bool = False

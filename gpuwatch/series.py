@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -105,6 +106,13 @@ class RingSeries:
         return len(self.fine) + len(self.coarse) + len(self._pending)
 
     def points(self, since: float | None = None) -> list[Point]:
+        if since is not None and self.fine and self.fine[0].t >= since:
+            older = [p for p in (*self.coarse, *self._pending) if p.t >= since]
+            return [*older, *self.fine]
+        if since is not None and self.fine:
+            # Charts ask for the last minutes of an hour: skip the older points by bisection.
+            fine = list(self.fine)
+            return fine[bisect.bisect_left(fine, since, key=lambda p: p.t) :]
         every: Iterable[Point] = [*self.coarse, *self._pending, *self.fine]
         return [p for p in every if since is None or p.t >= since]
 
@@ -209,10 +217,12 @@ COUNTER_FIELDS = (
     "prefix_cache_queries_total",
 )
 GAUGE_FIELDS = ("running", "waiting", "kv_cache_usage")
+# What the charts draw: gauges as scraped, plus what is derived from counters and histograms.
+SERIES = (*GAUGE_FIELDS, "ttft_p50", "ttft_p99", "itl_p99", "gen_tps", "prompt_tps")
 
 
 class EngineHistory:
-    """Live history of one engine: gauges over time, counter rates, windowed quantiles.
+    """Live history of one engine: series over time, counter rates, windowed quantiles.
 
     ``update`` returns one-line events; a counter or histogram that goes backwards means the
     server restarted, so every window restarts and the event says so.
@@ -220,16 +230,16 @@ class EngineHistory:
 
     def __init__(self, window_s: float = 60.0, capacity: int = 3600) -> None:
         self.window_s = window_s
-        self.gauges = {name: RingSeries(capacity) for name in GAUGE_FIELDS}
+        self.series = {name: RingSeries(capacity) for name in SERIES}
         self.counters = {name: CounterRate(window_s) for name in COUNTER_FIELDS}
         self.latency: dict[str, HistogramWindow] = {}
+        # Rates and quantiles over a short window: what the panel and the charts show "now".
+        self._recent = {
+            name: CounterRate(10.0) for name in ("generation_tokens_total", "prompt_tokens_total")
+        }
 
     def update(self, t: float, snap: EngineSnapshot) -> list[str]:
         events: list[str] = []
-        for name, series in self.gauges.items():
-            value = getattr(snap, name)
-            if value is not None:
-                series.append(t, value)
         for name, counter in self.counters.items():
             value = getattr(snap, name)
             if value is None:
@@ -249,22 +259,50 @@ class EngineHistory:
                 )
         if events:
             self._restart(t, snap)
+        for name, recent in self._recent.items():
+            value = getattr(snap, name)
+            if value is not None:
+                recent.update(t, value)
+        self._append(t, snap)
         return events
 
+    def _append(self, t: float, snap: EngineSnapshot) -> None:
+        derived = {
+            "ttft_p50": self.quantile("ttft", 0.5),
+            "ttft_p99": self.quantile("ttft", 0.99),
+            "itl_p99": self.quantile("itl", 0.99),
+            "gen_tps": self._recent["generation_tokens_total"].rate(),
+            "prompt_tps": self._recent["prompt_tokens_total"].rate(),
+        }
+        for name in GAUGE_FIELDS:
+            derived[name] = getattr(snap, name)
+        for name, value in derived.items():
+            if value is not None:
+                self.series[name].append(t, value)
+
     def _restart(self, t: float, snap: EngineSnapshot) -> None:
-        for name, counter in self.counters.items():
-            value = getattr(snap, name)
-            counter.reset(t, value)
+        for name, counter in [*self.counters.items(), *self._recent.items()]:
+            counter.reset(t, getattr(snap, name))
         for kind, window in self.latency.items():
             if kind in snap.histograms:
                 window.reset(t, snap.histograms[kind])
 
     def rate(self, name: str) -> float | None:
-        return self.counters[name].rate()
+        recent = self._recent.get(name)
+        return (recent or self.counters[name]).rate()
+
+    def per_minute(self, name: str) -> float | None:
+        rate = self.counters[name].rate()
+        return rate * 60 if rate is not None else None
 
     def quantile(self, kind: str, q: float) -> float | None:
         window = self.latency.get(kind)
-        return window.quantile(q) if window else None
+        if window is None:
+            return None
+        try:
+            return window.quantile(q)
+        except HistogramError:
+            return None
 
     def prefix_hit_rate(self) -> float | None:
         hits = self.counters["prefix_cache_hits_total"].increase()

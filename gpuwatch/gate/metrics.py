@@ -33,18 +33,26 @@ class GateMetrics:
             "gpuwatch_gate_upstream_errors", "Upstream connection failures (502s).", registry=r
         )
         self.queue_wait = Histogram(
-            "gpuwatch_gate_queue_wait_seconds", "Time queued before admission.", lane,
-            buckets=TTFT_BUCKETS, registry=r,
-        )  # fmt: skip
+            "gpuwatch_gate_queue_wait_seconds",
+            "Time queued before admission.",
+            lane,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
         self.ttft = Histogram(
             "gpuwatch_gate_ttft_seconds",
             "From the gate receiving a request to the first body byte from upstream.",
-            lane, buckets=TTFT_BUCKETS, registry=r,
-        )  # fmt: skip
+            lane,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
         self.duration = Histogram(
-            "gpuwatch_gate_request_duration_seconds", "Whole request, queue included.", lane,
-            buckets=REQUEST_LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "gpuwatch_gate_request_duration_seconds",
+            "Whole request, queue included.",
+            lane,
+            buckets=REQUEST_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.lanes = {name: LaneMetrics(self, name) for name in lanes}
 
 

@@ -31,9 +31,19 @@ from gpuwatch.tokens import body_text, estimate_body
 
 HOP_BY_HOP = frozenset(
     h.lower()
-    for h in ("Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE",
-              "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length")
-)  # fmt: skip
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Host",
+        "Content-Length",
+    )
+)
 RETRY_AFTER = {"queue_full": "1", "queue_timeout": "5", "paused": "10"}
 STATUS = {
     "queue_full": 429,

@@ -27,8 +27,13 @@ def _status(run: LoadRun) -> dict[str, str]:
     p99 = f"{percentile(ttfts, 99) * 1000:.0f} ms" if ttfts else "-"
     done = sum(1 for r in results if r.ok)
     failed = sum(1 for r in results if r.status is not None and not r.ok)
-    return {"sent": str(len(results)), "done": str(done), "failed": str(failed),
-            "rate": f"{recent / min(5.0, max(now, 1e-3)):.1f}", "p99": p99}  # fmt: skip
+    return {
+        "sent": str(len(results)),
+        "done": str(done),
+        "failed": str(failed),
+        "rate": f"{recent / min(5.0, max(now, 1e-3)):.1f}",
+        "p99": p99,
+    }
 
 
 async def _drive(spec: LoadSpec, quiet: bool) -> tuple[LoadRun, bool]:
@@ -44,11 +49,17 @@ async def _drive(spec: LoadSpec, quiet: bool) -> tuple[LoadRun, bool]:
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     total = spec.requests or None
     progress = Progress(
-        TextColumn("[bold]load"), BarColumn(), TimeElapsedColumn(),
-        TextColumn("sent {task.fields[sent]} done {task.fields[done]} failed {task.fields[failed]} "
-                   "| {task.fields[rate]} req/s | TTFT p99 {task.fields[p99]}"),
-        console=Console(file=sys.stderr), disable=quiet, transient=False,
-    )  # fmt: skip
+        TextColumn("[bold]load"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        TextColumn(
+            "sent {task.fields[sent]} done {task.fields[done]} failed {task.fields[failed]} "
+            "| {task.fields[rate]} req/s | TTFT p99 {task.fields[p99]}"
+        ),
+        console=Console(file=sys.stderr),
+        disable=quiet,
+        transient=False,
+    )
     task = progress.add_task("load", total=total or spec.duration_s, **_status(run))
     main = asyncio.create_task(run.run())
     with progress:

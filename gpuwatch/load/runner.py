@@ -125,9 +125,12 @@ class LoadRun:
             }
         max_tokens = spec.output_tokens.sample(rng)
         common = {
-            "model": self.model, "max_tokens": max_tokens, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": True,
-        }  # fmt: skip
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        }
         if spec.api == "completions":
             return "/v1/completions", {**common, "prompt": make_prompt(prompt_tokens, rng, tag)}
         text = make_text(single_message_chars(prompt_tokens), rng, tag)

@@ -76,7 +76,8 @@ class Dist:
 
 @dataclass(frozen=True)
 class Pattern:
-    """Steady, or spikes: ``factor`` x the rate for ``duty`` of every ``period`` seconds."""
+    """Steady, or spikes: ``factor`` x the rate for the last ``duty`` of every ``period``
+    seconds (calm first, so a run starts from the boring zone)."""
 
     period: float = 0.0
     duty: float = 0.0
@@ -85,7 +86,7 @@ class Pattern:
     def multiplier(self, t: float) -> float:
         if self.period <= 0:
             return 1.0
-        return self.factor if (t % self.period) < self.duty * self.period else 1.0
+        return self.factor if (t % self.period) >= (1 - self.duty) * self.period else 1.0
 
     @classmethod
     def parse(cls, text: str) -> Pattern:

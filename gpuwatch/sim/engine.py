@@ -72,6 +72,8 @@ class StepResult:
     decode_tokens: int
     kv_read_bytes: int
     events: list[Event]
+    # How compute-bound the step was (0 = all memory traffic, 1 = all math): power follows it.
+    intensity: float = 0.0
 
 
 class Engine:
@@ -252,14 +254,19 @@ class Engine:
             budget -= n
         return scheduled
 
-    def step_duration(self, tokens: int, kv_read_bytes: int) -> float:
+    def roofline(self, tokens: int, kv_read_bytes: int) -> tuple[float, float]:
+        """(memory time, compute time) of a step, in seconds."""
         p = self.profile
         memory = (p.model.weight_bytes + kv_read_bytes) / (
             p.gpu.bandwidth_bytes_s * p.bandwidth_efficiency
         )
         compute = 2 * p.model.params * tokens / (p.gpu.fp16_flops * p.compute_efficiency)
+        return memory, compute
+
+    def step_duration(self, tokens: int, kv_read_bytes: int) -> float:
+        memory, compute = self.roofline(tokens, kv_read_bytes)
         noise = max(0.9, min(1.1, 1 + self.rng.gauss(0, 0.02)))
-        return (p.step_overhead_s + max(memory, compute)) * noise
+        return (self.profile.step_overhead_s + max(memory, compute)) * noise
 
     def step(self) -> StepResult:
         """Advance one scheduler step; return what happened (tokens, finishes, preemptions)."""
@@ -300,4 +307,8 @@ class Engine:
                 self._free(req)
                 req.finish = Finish.LENGTH if length else Finish.STOP
                 events.append(Event("finished", req, self.now))
-        return StepResult(duration, start, tokens, prefill, tokens - prefill, kv_read, events)
+        memory, compute = self.roofline(tokens, kv_read)
+        intensity = compute / max(memory, compute)
+        return StepResult(
+            duration, start, tokens, prefill, tokens - prefill, kv_read, events, intensity
+        )

@@ -2,8 +2,9 @@
 
 Memory is flat and nearly full, as on a real vLLM node: the CUDA context, the weights, the
 activation reserve and the whole preallocated KV pool are held from the start, whatever the
-load. Utilization is the busy fraction of the last second; power follows utilization between
-idle and max; temperature follows power with a lag.
+load. Utilization is the busy fraction of the last second; power rises with it from idle, to
+about 60% of max for memory-bound decode and to max for compute-bound prefill; temperature
+follows power with a lag.
 """
 
 from __future__ import annotations
@@ -26,19 +27,27 @@ class VirtualGpu:
         self.profile = profile
         self.index = index
         self.uuid = f"GPU-5131{seed:04x}-{index:04x}-4000-8000-{(seed * 7919 + index):012x}"
-        self._busy: deque[tuple[float, float]] = deque()  # (start, end) in wall seconds
+        self._busy: deque[tuple[float, float, float]] = deque()  # (start, end, intensity)
         self._temp = 30.0 + profile.gpu.idle_w * 0.09
         self._temp_at: float | None = None
 
-    def busy(self, start: float, end: float) -> None:
-        self._busy.append((start, end))
+    def busy(self, start: float, end: float, intensity: float = 1.0) -> None:
+        self._busy.append((start, end, intensity))
         while self._busy and self._busy[0][1] < end - _WINDOW_S:
             self._busy.popleft()
 
-    def utilization(self, now: float) -> float:
+    def _window(self, now: float) -> tuple[float, float]:
+        """(busy fraction, compute-weighted busy fraction) over the last second."""
         lo = now - _WINDOW_S
-        busy = sum(max(0.0, min(e, now) - max(s, lo)) for s, e in self._busy)
-        return min(1.0, busy / _WINDOW_S)
+        busy = weighted = 0.0
+        for s, e, intensity in self._busy:
+            overlap = max(0.0, min(e, now) - max(s, lo))
+            busy += overlap
+            weighted += overlap * intensity
+        return min(1.0, busy / _WINDOW_S), min(1.0, weighted / _WINDOW_S)
+
+    def utilization(self, now: float) -> float:
+        return self._window(now)[0]
 
     @property
     def used_bytes(self) -> int:
@@ -47,8 +56,9 @@ class VirtualGpu:
 
     def state(self, now: float) -> dict[str, Any]:
         gpu = self.profile.gpu
-        util = self.utilization(now)
-        power = gpu.idle_w + (gpu.max_w - gpu.idle_w) * util
+        util, compute = self._window(now)
+        # Memory-bound decode draws about 60% of board power; compute-bound prefill all of it.
+        power = gpu.idle_w + (gpu.max_w - gpu.idle_w) * (0.6 * util + 0.4 * compute)
         target = 30.0 + power * 0.09
         if self._temp_at is not None:
             self._temp += (target - self._temp) * (

@@ -161,8 +161,14 @@ FAMILIES: dict[str, tuple[str, str, str, str | None]] = {
 }
 _KINDS = {"gauge": Gauge, "counter": Counter, "histogram": Histogram}
 LABELS = ["model_name", "engine"]
-CACHE_CONFIG_LABELS = ["block_size", "cache_dtype", "enable_prefix_caching", "engine",
-                       "gpu_memory_utilization", "num_gpu_blocks"]  # fmt: skip
+CACHE_CONFIG_LABELS = [
+    "block_size",
+    "cache_dtype",
+    "enable_prefix_caching",
+    "engine",
+    "gpu_memory_utilization",
+    "num_gpu_blocks",
+]
 
 
 class SimMetrics:
@@ -198,9 +204,13 @@ class SimMetrics:
         kv_dtype = "fp8" if profile.model.kv_dtype_bytes == 1 else "auto"
         for i in range(engines):
             cache_config.labels(
-                str(profile.block_size), kv_dtype, "True", str(i),
-                str(profile.gpu_memory_utilization), str(profile.num_blocks),
-            ).set(1)  # fmt: skip
+                str(profile.block_size),
+                kv_dtype,
+                "True",
+                str(i),
+                str(profile.gpu_memory_utilization),
+                str(profile.num_blocks),
+            ).set(1)
 
 
 class EngineRecorder:

@@ -149,7 +149,7 @@ class SimNode:
             delay = end - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            gpu.busy(self._wall_at(result.start), end)
+            gpu.busy(self._wall_at(result.start), end, result.intensity)
             recorder.step(result)
             for ev in result.events:
                 slot = self._slots.get(ev.request.rid)

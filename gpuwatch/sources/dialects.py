@@ -57,8 +57,10 @@ class Dialect:
     name: str
     scalars: Mapping[str, tuple[str, ...]]
     histograms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # Samples whose value is the sum of the named fields, when the stack has no direct one.
+    # Fields whose prefix-cache queries are the sum of these fields (llama.cpp).
     derived_queries: tuple[str, ...] = ()
+    # Fields read from a label's value (an ``*_info`` gauge): field -> (sample name, label).
+    label_values: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def selectors(self) -> Iterable[Selector]:
         for names in self.scalars.values():
@@ -78,6 +80,7 @@ def _prefixed(base: Dialect, name: str, old: str, new: str) -> Dialect:
         {k: swap(v) for k, v in base.scalars.items()},
         {k: swap(v) for k, v in base.histograms.items()},
         base.derived_queries,
+        {k: (swap((n,))[0], label) for k, (n, label) in base.label_values.items()},
     )
 
 
@@ -106,6 +109,10 @@ VLLM = Dialect(
         "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+    },
+    label_values={
+        "kv_blocks_total": ("vllm:cache_config_info", "num_gpu_blocks"),
+        "kv_block_size": ("vllm:cache_config_info", "block_size"),
     },
 )
 
@@ -273,6 +280,7 @@ def wanted_sample_names() -> frozenset[str]:
             names.add(sel.name)
         for hist in dialect.histogram_names():
             names.update({hist, f"{hist}_bucket", f"{hist}_sum", f"{hist}_count"})
+        names.update(sample for sample, _ in dialect.label_values.values())
     return frozenset(names)
 
 
@@ -372,6 +380,26 @@ def _histogram(
     return None, {}
 
 
+def _label_value(samples: Iterable[Sample], label: str) -> dict[str | None, float]:
+    """A numeric label value per model, summed over engines (each engine has its own pool)."""
+    out: dict[str | None, dict[tuple, float]] = defaultdict(dict)
+    for s in samples:
+        try:
+            value = float(s.labels[label])
+        except (KeyError, ValueError):
+            continue
+        replica = tuple(sorted((k, v) for k, v in s.labels.items() if k in REPLICA_LABELS))
+        if any(v != "0" for _, v in replica):
+            continue
+        out[_model_of(s.labels)][_engine_key(s.labels, [label])] = value
+    return {model: _sum_or_same(label, vals) for model, vals in out.items()}
+
+
+def _sum_or_same(label: str, values: dict[tuple, float]) -> float:
+    # A block size is per engine and the same everywhere; a block count adds up across engines.
+    return max(values.values()) if label == "block_size" else sum(values.values())
+
+
 def _clean(name: str, value: float, ratio: bool, warnings: list[str]) -> float | None:
     if math.isnan(value) or math.isinf(value):
         warnings.append(f"{name} is {value}: shown as unknown")
@@ -406,6 +434,9 @@ def _map_dialect(
         for model, value in values.items():
             cleaned = _clean(name or field_name, value, field_name in RATIO_FIELDS, warnings)
             setattr(engine(model), field_name, cleaned)
+    for field_name, (sample, label) in dialect.label_values.items():
+        for model, value in _label_value(index.get(sample, ()), label).items():
+            setattr(engine(model), field_name, value)
     for kind in LATENCY_KINDS:
         name, hists = _histogram(dialect.histograms.get(kind, ()), index)
         for model, hist in hists.items():
@@ -413,8 +444,14 @@ def _map_dialect(
                 warnings.append(f"{name} has no +Inf bucket: {kind} quantiles unknown")
             engine(model).histograms[kind] = hist
     if len(per_model) > 1:
-        # Unlabelled series next to per-model ones are process-wide extras, not an engine.
-        per_model.pop(None, None)
+        # Unlabelled series next to per-model ones are process-wide (vLLM's cache_config_info
+        # has no model label): they describe every model's engine.
+        extras = per_model.pop(None, None)
+        if extras is not None:
+            for snap in per_model.values():
+                for name in SCALAR_FIELDS:
+                    if getattr(snap, name) is None and getattr(extras, name) is not None:
+                        setattr(snap, name, getattr(extras, name))
     for snap in per_model.values():
         _derive(dialect, snap)
     return list(per_model.values())
@@ -431,6 +468,8 @@ def _derive(dialect: Dialect, snap: EngineSnapshot) -> None:
         and snap.prefix_cache_queries_total
     ):
         snap.prefix_cache_hit_rate = snap.prefix_cache_hits_total / snap.prefix_cache_queries_total
+    if snap.kv_tokens_total is None and snap.kv_blocks_total and snap.kv_block_size:
+        snap.kv_tokens_total = snap.kv_blocks_total * snap.kv_block_size
     if snap.kv_cache_usage is None:
         for used, total in (
             (snap.kv_blocks_used, snap.kv_blocks_total),
@@ -439,3 +478,5 @@ def _derive(dialect: Dialect, snap: EngineSnapshot) -> None:
             if used is not None and total:
                 snap.kv_cache_usage = used / total
                 break
+    if snap.kv_tokens_used is None and snap.kv_cache_usage is not None and snap.kv_tokens_total:
+        snap.kv_tokens_used = snap.kv_cache_usage * snap.kv_tokens_total

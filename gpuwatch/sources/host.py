@@ -53,18 +53,25 @@ class ProcessTable:
 
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
+        self._created: dict[int, float] = {}
 
     def describe(self, pid: int, used_memory_bytes: int | None = None) -> ProcessInfo:
         info = ProcessInfo(pid=pid, used_memory_bytes=used_memory_bytes)
         try:
             proc = self._procs.get(pid)
-            if proc is None or not proc.is_running():
-                proc = psutil.Process(pid)
-                self._procs[pid] = proc
-                proc.cpu_percent()  # primes the counter; the next call gives a real figure
+            fresh = proc is None
+            if proc is None:
+                proc = self._procs[pid] = psutil.Process(pid)
             with proc.oneshot():
+                if not fresh and proc.create_time() != self._created.get(pid):
+                    # The pid was reused by another process: start over with the new one.
+                    proc = self._procs[pid] = psutil.Process(pid)
+                    fresh = True
+                self._created[pid] = proc.create_time()
+                if fresh:
+                    proc.cpu_percent()  # primes the counter; the next poll gives a real figure
                 info.name = proc.name()
-                info.cpu_percent = proc.cpu_percent()
+                info.cpu_percent = None if fresh else proc.cpu_percent()
                 info.rss_bytes = proc.memory_info().rss
                 info.threads = proc.num_threads()
                 info.user = _safe(proc.username)

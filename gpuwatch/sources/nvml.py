@@ -12,12 +12,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import pynvml
 
-from gpuwatch.model import GpuReading, GpuSample
+from gpuwatch.model import GpuReading, GpuSample, ProcessInfo
 from gpuwatch.sources.host import ProcessTable
 
 _INIT_REASONS: Mapping[type, str] = {
@@ -101,6 +102,7 @@ class NvmlReader:
                 return GpuReading([], f"NVML error: {exc}")
             except GpuSourceError as exc:
                 return GpuReading([], str(exc))
+            self._seen: dict[tuple[int, int | None], ProcessInfo] = {}
             return GpuReading([self._read_device(i) for i in range(count)])
 
     def _field(self, index: int, name: str, fn: Callable[[], Any]) -> Any:
@@ -180,7 +182,12 @@ class NvmlReader:
             # Inside containers NVML answers "not available" as a huge sentinel value.
             if used is not None and used >= _NOT_AVAILABLE:
                 used = None
-            s.processes.append(self.processes.describe(int(proc.pid), used))
+            pid = int(proc.pid)
+            # A process on several GPUs is read from /proc once per poll.
+            info = self._seen.get((pid, None))
+            if info is None:
+                info = self._seen[(pid, None)] = self.processes.describe(pid)
+            s.processes.append(replace(info, used_memory_bytes=used))
 
 
 def _text(value: Any) -> str:

@@ -26,6 +26,10 @@ _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created", "_info", "_gcoun
 class ScrapeError(Exception):
     """A one-line reason why a source gave nothing usable."""
 
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
 
 def _family_closure(names: Iterable[str]) -> frozenset[str]:
     """Every sample and metadata name of the families that contain ``names``."""
@@ -130,11 +134,11 @@ async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MA
                     raise ScrapeError(f"body exceeds the {_mib(max_bytes)}")
                 chunks.append(chunk)
     except httpx.ConnectTimeout as exc:
-        raise ScrapeError(f"connect timed out ({_host(url)})") from exc
+        raise ScrapeError(f"connect timed out ({_host(url)})", unreachable=True) from exc
     except httpx.TimeoutException as exc:
         raise ScrapeError(f"timed out ({_host(url)})") from exc
     except httpx.ConnectError as exc:
-        raise ScrapeError(f"connection refused ({_host(url)})") from exc
+        raise ScrapeError(f"connection refused ({_host(url)})", unreachable=True) from exc
     except httpx.RemoteProtocolError as exc:
         raise ScrapeError(f"connection closed mid-response ({_host(url)})") from exc
     except httpx.HTTPError as exc:
@@ -155,8 +159,9 @@ async def scrape(
     except asyncio.TimeoutError:
         return ScrapeResult(url, error=f"timed out after {total_timeout_s:g} s ({_host(url)})")
     except ScrapeError as exc:
-        return ScrapeResult(url, error=str(exc))
-    return map_page(url, text)
+        return ScrapeResult(url, error=str(exc), unreachable=exc.unreachable)
+    # Parsing is CPU work (milliseconds for a big page): keep it off the caller's event loop.
+    return await asyncio.to_thread(map_page, url, text)
 
 
 def _mib(n: int) -> str:

@@ -40,9 +40,9 @@ def test_arrival_gaps_fit_the_gamma_shape_and_rate(burstiness: float) -> None:
 def test_spike_pattern_multiplies_the_rate_inside_the_duty_window() -> None:
     spec = LoadSpec(url="x", rate=5.0, duration_s=3000, pattern=Pattern(60, 0.2, 5))
     times = list(arrival_times(spec, random.Random(1)))
-    inside = sum(1 for t in times if t % 60 < 12)
+    inside = sum(1 for t in times if t % 60 >= 48)
     outside = len(times) - inside
-    # 12 s of each minute at 25/s, 48 s at 5/s.
+    # The last 12 s of each minute at 25/s, the 48 s before at 5/s.
     assert inside / (12 * 50) == pytest.approx(25, rel=0.05)
     assert outside / (48 * 50) == pytest.approx(5, rel=0.05)
 

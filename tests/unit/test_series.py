@@ -56,4 +56,5 @@ def test_engine_history_reports_a_counter_going_backwards() -> None:
     h.update(3, _snap(60, 3))
     assert h.rate("generation_tokens_total") == pytest.approx(50.0)
     assert h.quantile("ttft", 0.5) == pytest.approx(0.25)
-    assert [p.v for p in h.gauges["running"].points()] == [3, 3, 3, 3]
+    assert [p.v for p in h.series["running"].points()] == [3, 3, 3, 3]
+    assert h.series["ttft_p50"].last().v == pytest.approx(0.25)

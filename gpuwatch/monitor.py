@@ -1,0 +1,226 @@
+"""Everything the dashboard shows, as plain state: sources -> history -> health -> events.
+
+No UI here. The TUI's pollers feed readings in (``apply_*``); widgets read the state out. The
+benchmark and the tests drive it the same way, with no terminal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwatch.alerts import DEFAULT_SLO, HealthTracker, Verdict
+from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
+from gpuwatch.series import CounterRate, EngineHistory, RingSeries
+
+STALE_AFTER_INTERVALS = 3
+
+
+@dataclass
+class Event:
+    time: float  # wall clock (time.time())
+    level: str  # "info" | "warn" | "bad" | "ok"
+    text: str
+
+
+@dataclass
+class SourceStatus:
+    """UP, DOWN (no answer at all), STALE (no good answer for 3 intervals), or WAITING."""
+
+    state: str = "WAITING"
+    reason: str | None = None
+    last_ok: float | None = None
+    last_error: str | None = None
+
+
+@dataclass
+class EngineView:
+    snap: EngineSnapshot
+    history: EngineHistory
+
+
+@dataclass
+class Endpoint:
+    url: str
+    interval_s: float
+    status: SourceStatus = field(default_factory=SourceStatus)
+    engines: dict[tuple[str, str | None], EngineView] = field(default_factory=dict)
+
+
+@dataclass
+class GateView:
+    url: str
+    status: SourceStatus = field(default_factory=SourceStatus)
+    limits: dict[str, Any] | None = None
+    lanes: dict[str, Any] = field(default_factory=dict)
+    refusals: dict[tuple[str, str], CounterRate] = field(default_factory=dict)
+    queued: RingSeries = field(default_factory=RingSeries)
+
+    def refusal_rate(self, lane: str, reason: str) -> float:
+        counter = self.refusals.get((lane, reason))
+        return (counter.rate() or 0.0) if counter else 0.0
+
+
+class Monitor:
+    def __init__(
+        self,
+        urls: list[str],
+        interval_s: float = 1.0,
+        slo: Mapping[str, float | None] | None = None,
+        admin_url: str | None = None,
+        window_s: float = 60.0,
+        clock: Any = time.monotonic,
+        wall: Any = time.time,
+    ) -> None:
+        self.clock, self.wall = clock, wall
+        self.interval_s = interval_s
+        self.window_s = window_s
+        self.endpoints = {url: Endpoint(url, interval_s) for url in urls}
+        self.gpus: GpuReading | None = None
+        self.gpu_status = SourceStatus()
+        self.host: HostSample | None = None
+        self.gate = GateView(admin_url) if admin_url else None
+        self.events: deque[Event] = deque(maxlen=500)
+        self.health = HealthTracker({**DEFAULT_SLO, **(slo or {})})
+        self.verdict: Verdict = self.health.shown
+        self.version = 0  # bumps on every change: widgets skip work when nothing moved
+
+    # -- events ---------------------------------------------------------------------------
+
+    def event(self, level: str, text: str) -> None:
+        self.events.append(Event(self.wall(), level, text))
+        self.version += 1
+
+    def _transition(self, status: SourceStatus, state: str, reason: str | None, name: str) -> None:
+        if status.state == state:
+            status.reason = reason
+            return
+        before = status.state
+        status.state, status.reason = state, reason
+        if state == "UP":
+            if before != "WAITING":
+                self.event("ok", f"{name} UP again")
+        else:
+            level = "bad" if state == "DOWN" else "warn"
+            self.event(level, f"{name} {state}: {reason}")
+
+    # -- readings in ----------------------------------------------------------------------
+
+    def apply_scrape(self, result: ScrapeResult) -> None:
+        ep = self.endpoints[result.source]
+        now = self.clock()
+        if result.error:
+            ep.status.last_error = result.error
+            if result.unreachable:
+                self._transition(ep.status, "DOWN", result.error, ep.url)
+            self.check_stale(now)
+            return
+        ep.status.last_ok = now
+        self._transition(ep.status, "UP", None, ep.url)
+        for snap in result.engines:
+            key = (snap.dialect, snap.model)
+            view = ep.engines.get(key)
+            if view is None:
+                view = ep.engines[key] = EngineView(snap, EngineHistory(self.window_s))
+            view.snap = snap
+            for text in view.history.update(now, snap):
+                self.event("warn", text)
+        self.version += 1
+
+    def apply_gpus(self, reading: GpuReading) -> None:
+        now = self.clock()
+        if reading.error:
+            self._transition(self.gpu_status, "DOWN", reading.error, "GPUs")
+        else:
+            self.gpu_status.last_ok = now
+            self._transition(self.gpu_status, "UP", None, "GPUs")
+            before = {g.index: g.error for g in (self.gpus.gpus if self.gpus else [])}
+            for g in reading.gpus:
+                if g.error and before.get(g.index) != g.error:
+                    self.event("bad", g.error)
+                elif not g.error and before.get(g.index):
+                    self.event("ok", f"GPU {g.index} answers again")
+        self.gpus = reading
+        self.version += 1
+
+    def apply_host(self, sample: HostSample) -> None:
+        self.host = sample
+        self.version += 1
+
+    def apply_gate(
+        self, limits: dict[str, Any] | None, status: dict[str, Any] | None, error: str | None = None
+    ) -> None:
+        gate = self.gate
+        if gate is None:
+            return
+        now = self.clock()
+        if error:
+            self._transition(gate.status, "DOWN", error, f"gate {gate.url}")
+            return
+        gate.status.last_ok = now
+        self._transition(gate.status, "UP", None, f"gate {gate.url}")
+        if limits is not None:
+            gate.limits = limits
+        if status is not None:
+            gate.lanes = status["lanes"]
+            queued = 0
+            for lane, data in gate.lanes.items():
+                queued += data["queued"]
+                for reason, total in data["rejected_total"].items():
+                    counter = gate.refusals.setdefault((lane, reason), CounterRate(10.0))
+                    counter.update(now, total)
+            gate.queued.append(now, queued)
+        self.version += 1
+
+    # -- derived --------------------------------------------------------------------------
+
+    def check_stale(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        for ep in self.endpoints.values():
+            if ep.status.state != "UP":
+                continue
+            age = now - (ep.status.last_ok or now)
+            if age > STALE_AFTER_INTERVALS * ep.interval_s:
+                reason = ep.status.last_error or f"no answer for {age:.0f} s"
+                self._transition(ep.status, "STALE", reason, ep.url)
+
+    def serving_engines(self) -> list[EngineView]:
+        """Engines of the serving stacks (the gate's own metrics are not the node's health)."""
+        return [
+            v
+            for ep in self.endpoints.values()
+            if ep.status.state == "UP"
+            for v in ep.engines.values()
+            if v.snap.dialect != "gate"
+        ]
+
+    def signals(self) -> dict[str, float | None]:
+        """The worst of each health signal over the serving engines."""
+        out: dict[str, float | None] = {}
+
+        def worst(key: str, value: float | None) -> None:
+            if value is not None and (out.get(key) is None or value > out[key]):  # type: ignore[operator]
+                out[key] = value
+
+        for view in self.serving_engines():
+            h, s = view.history, view.snap
+            worst("ttft_p99_s", h.quantile("ttft", 0.99))
+            worst("itl_p99_s", h.quantile("itl", 0.99))
+            worst("kv_usage_high", s.kv_cache_usage)
+            worst("waiting_high", s.waiting)
+            worst("preemptions_per_min", h.per_minute("preemptions_total"))
+        return out
+
+    def evaluate(self) -> Verdict:
+        verdict, changed = self.health.update(self.clock(), self.signals())
+        if changed:
+            level = {"OK": "ok", "TIGHT": "warn", "OVERLOADED": "bad"}[verdict.level]
+            what = "SLO recovered" if verdict.level == "OK" else f"SLO {verdict.level}"
+            self.event(level, f"{what}: {verdict.reason}")
+        if verdict != self.verdict:
+            self.verdict = verdict
+            self.version += 1
+        return verdict

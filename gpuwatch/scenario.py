@@ -1,0 +1,152 @@
+"""Deterministic dashboard data: the simulator's engine fast-forwarded under a seeded load,
+its real /metrics text scraped through the data layer into a ``Monitor`` on a simulated clock.
+
+Screenshots, snapshot tests and the dashboard benchmark use it: the same pipeline as live
+(prometheus_client exposition -> prefiltered parse -> dialect -> history -> health), with no
+sockets and no wall clock, so the pictures are the same on every machine.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from prometheus_client import generate_latest
+
+from gpuwatch.load.spec import Dist
+from gpuwatch.monitor import Monitor
+from gpuwatch.sim.engine import Engine, Request
+from gpuwatch.sim.gpu import VirtualGpu
+from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
+from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
+from gpuwatch.sources.nvml import FakeNvml, NvmlReader
+from gpuwatch.sources.scrape import map_page
+
+SIM_URL = "http://127.0.0.1:8000/metrics"
+GATE_URL = "http://127.0.0.1:9000"
+WALL_START = 1_796_000_000.0  # a fixed wall clock for the pictures
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Scenario:
+    monitor: Monitor
+    engine: Engine
+
+
+def gate_state(
+    inflight: int,
+    max_inflight: int,
+    max_queue: int,
+    queued: int,
+    rejected: dict[str, int],
+    version: int = 1,
+    paused: bool = False,
+) -> tuple[dict, dict]:
+    lanes = {
+        "chat": (max_inflight, max_queue, inflight, queued, rejected),
+        "embed": (32, 128, 0, 0, {}),
+        "image": (4, 16, 0, 0, {}),
+        "default": (16, 64, 0, 0, {}),
+    }
+    limits = {"version": version, "paused": paused, "lanes": {}}
+    status = {"version": version, "paused": paused, "lanes": {}}
+    for name, (mi, mq, infl, q, rej) in lanes.items():
+        limits["lanes"][name] = {
+            "max_inflight": mi,
+            "max_queue": mq,
+            "queue_timeout_s": 20.0,
+            "max_prompt_tokens": None,
+            "max_output_tokens": None,
+            "output_tokens_policy": "clamp",
+        }
+        status["lanes"][name] = {
+            "inflight": infl,
+            "queued": q,
+            "oldest_queued_s": 0.0,
+            "admitted_total": 0,
+            "rejected_total": dict(rej),
+        }
+    return limits, status
+
+
+def build(
+    seconds: float = 180.0,
+    rate: float = 1.5,
+    spike_at: float | None = None,
+    seed: int = 7,
+    max_inflight: int = 64,
+    max_queue: int = 256,
+    gpus: int = 1,
+    slo: dict[str, float | None] | None = None,
+) -> Scenario:
+    """Run the engine for ``seconds`` of simulated time and scrape it once a second.
+
+    Bursty arrivals (gamma, burstiness 0.5) at ``rate``, five times that from ``spike_at`` on.
+    A gate in front bounds what the engine holds at once (``max_inflight``, 64 as in the demo);
+    the rest wait at the gate, up to ``max_queue``, or are refused.
+    """
+    profile = get_profile(DEFAULT_PROFILE)
+    engine = Engine(profile, seed=seed)
+    metrics = SimMetrics(profile, profile.model.name, 1)
+    recorder = EngineRecorder(metrics, 0, engine, 1.0)
+    virtual = [VirtualGpu(profile, i, seed) for i in range(gpus)]
+    clock = _Clock()
+    monitor = Monitor(
+        [SIM_URL], 1.0, slo, admin_url=GATE_URL, clock=clock, wall=lambda: WALL_START + clock.now
+    )
+    rng = random.Random(seed)
+    prompts, outputs = Dist("uniform", 256, 1536), Dist("lognormal", 200, 0.5)
+    pending: list[Request] = []
+    t = 0.0
+    while t < seconds:
+        r = rate * (5.0 if spike_at is not None and t >= spike_at else 1.0)
+        t += rng.gammavariate(0.5, 1.0 / (r * 0.5))
+        pending.append(Request(f"r{len(pending)}", prompts.sample(rng), outputs.sample(rng), t))
+    pending.reverse()
+    gate_queue: list[Request] = []
+    rejected = {"queue_full": 0}
+    nvml = NvmlReader(FakeNvml(lambda: {"gpus": [g.state(clock.now) for g in virtual]}))
+    next_scrape = 1.0
+    while next_scrape <= seconds:
+        while pending and pending[-1].arrival <= engine.now:
+            gate_queue.append(pending.pop())
+        while gate_queue and len(engine.running) + len(engine.waiting) < max_inflight:
+            admitted = gate_queue.pop(0)
+            admitted.arrival = max(admitted.arrival, engine.now)  # the engine sees it now
+            engine.add(admitted)
+        if len(gate_queue) > max_queue:
+            rejected["queue_full"] += len(gate_queue) - max_queue
+            del gate_queue[max_queue:]
+        if engine.idle:
+            engine.now = min(pending[-1].arrival if pending else next_scrape, next_scrape)
+        else:
+            result = engine.step()
+            recorder.step(result)
+            for g in virtual:
+                g.busy(result.start, engine.now, result.intensity)
+        while engine.now >= next_scrape and next_scrape <= seconds:
+            clock.now = next_scrape
+            monitor.apply_scrape(map_page(SIM_URL, generate_latest(metrics.registry).decode()))
+            monitor.apply_gpus(nvml.read())
+            inflight = len(engine.running) + len(engine.waiting)
+            limits, status = gate_state(
+                inflight,
+                max_inflight,
+                max_queue,
+                len(gate_queue),
+                rejected,
+                version=1 if max_inflight == 64 else 2,
+            )
+            monitor.apply_gate(limits, status)
+            monitor.evaluate()
+            next_scrape += 1.0
+    clock.now = seconds
+    return Scenario(monitor, engine)

@@ -1,0 +1,378 @@
+"""The live dashboard: one screen that says whether the node is in its boring zone.
+
+Every source polls in its own worker (HTTP in async workers, NVML in a thread), scheduling its
+next poll when the last one ends; a slow or dead source never delays another or the UI. The
+screen repaints once a second from ``Monitor``; charts rebuild only when their data moved and
+only while shown. ``space`` freezes the display while the sources keep polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Container, Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer
+from textual.worker import get_current_worker
+
+from gpuwatch.control.gate import GateClient, GateError
+from gpuwatch.fmt import pct, seconds
+from gpuwatch.httpclient import async_client
+from gpuwatch.monitor import Monitor
+from gpuwatch.sources import host as host_source
+from gpuwatch.sources.nvml import NvmlReader
+from gpuwatch.sources.scrape import scrape
+from gpuwatch.tui.screens.gpu_detail import GpuScreen
+from gpuwatch.tui.screens.help import HelpScreen
+from gpuwatch.tui.themes import DEFAULT_THEME, SEMANTIC_DEFAULTS, load_themes
+from gpuwatch.tui.widgets.admission import AdmissionPanel
+from gpuwatch.tui.widgets.chart import Chart, Line
+from gpuwatch.tui.widgets.engines import EnginePanel, short_url
+from gpuwatch.tui.widgets.events import EventsPanel
+from gpuwatch.tui.widgets.gpus import GpuPanel
+from gpuwatch.tui.widgets.header import HeaderBar
+
+WINDOWS = ((60, "1m"), (300, "5m"), (900, "15m"), (3600, "1h"))
+# Charts move less per second than numbers do: a dot column of a 1-minute chart is about two
+# seconds wide, so redrawing them every other second loses nothing and halves their cost.
+CHART_EVERY_S = 2.0
+HOST_INTERVAL_S = 2.0
+
+
+@dataclass
+class DashboardOptions:
+    urls: list[str]
+    interval_s: float = 1.0
+    admin_url: str | None = None
+    admin_token: str | None = None
+    theme: str = DEFAULT_THEME
+    slo: dict[str, float | None] = field(default_factory=dict)
+    nvml: NvmlReader | None = None
+    hint: str | None = None
+    read_only: bool = False
+    title_endpoint: str | None = None
+    hostname: str = field(default_factory=socket.gethostname)
+
+
+class Dashboard(Screen[None]):
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield GpuPanel(id="gpus", classes="box")
+                yield EnginePanel(id="engines", classes="box")
+                yield AdmissionPanel(id="admission", classes="box")
+            with Container(id="charts"):
+                yield Chart("requests", id="chart-requests", classes="chart")
+                yield Chart("TTFT", fmt=seconds, id="chart-ttft", classes="chart")
+                yield Chart("KV cache", fmt=pct, id="chart-kv", classes="chart")
+                yield Chart("tokens/s", id="chart-tokens", classes="chart")
+        yield EventsPanel(id="events", classes="box")
+        yield Footer()
+
+
+class GpuwatchApp(App[None]):
+    CSS_PATH = "styles/app.tcss"
+    TITLE = "gpuwatch"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("g", "gpus", "GPUs"),
+        Binding("w", "cycle_window", "window"),
+        Binding("space", "freeze", "freeze"),
+        Binding("t", "next_theme", "theme"),
+        Binding("ctrl+p", "command_palette", "commands", show=False),
+    ]
+    HELP_NOTES = [
+        "[b]health[/]: OK under 80% of every SLO, TIGHT above 80%, OVERLOADED over;",
+        "a new level shows after it held for 10 s. Percentiles are estimates from buckets,",
+        "over the last 60 s. STALE: no good answer for 3 intervals; DOWN: no answer at all.",
+    ]
+
+    def __init__(
+        self,
+        options: DashboardOptions,
+        background: list[Callable[[], Any]] | None = None,
+        monitor: Monitor | None = None,
+    ) -> None:
+        super().__init__()
+        self._background = background or []
+        self.options = options
+        # A prebuilt monitor (recorded or simulated data) is shown as it is: nothing polls.
+        self.polling = monitor is None
+        self.monitor = monitor or Monitor(
+            options.urls, options.interval_s, options.slo, options.admin_url
+        )
+        self.frozen = False
+        self.window_index = 0
+        self._painted_version = -1
+        self._charts_at = -1e9
+        self._themes: list[str] = []
+        self.first_frame_at: float | None = None
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(SEMANTIC_DEFAULTS)
+
+    def on_mount(self) -> None:
+        themes, warnings = load_themes()
+        for theme in themes:
+            self.register_theme(theme)
+        self._themes = [t.name for t in themes]
+        for warning in warnings:
+            self.monitor.event("warn", warning)
+        wanted = self.options.theme
+        if wanted not in self._themes:
+            self.monitor.event("warn", f"theme {wanted!r} not found; using {DEFAULT_THEME}")
+            wanted = DEFAULT_THEME
+        self.theme = wanted
+        self.push_screen(Dashboard())
+        if self.polling:
+            for url in self.options.urls:
+                self.run_worker(self._poll_endpoint(url), group="poll", name=f"scrape {url}")
+            if self.options.nvml is not None:
+                self._poll_gpus()
+            self.run_worker(self._poll_host(), group="poll", name="host")
+            if self.options.admin_url:
+                self.run_worker(self._poll_gate(), group="poll", name="gate")
+        for job in self._background:
+            self.run_worker(self._guard(job), group="background", name="background")
+        self.set_interval(1.0, self._tick)
+        self.call_after_refresh(self._first_frame)
+
+    def _first_frame(self) -> None:
+        self.first_frame_at = time.monotonic()
+        self.paint(force_charts=True)
+
+    async def on_unmount(self) -> None:
+        if self.options.nvml is not None:
+            self.options.nvml.close()
+
+    # -- polling (no overlap: the next poll is scheduled when the last ends) --------------
+
+    async def _every(self, interval: float, poll: Callable[[], Any], name: str) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await poll()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug in one source must not take the dashboard down
+                self.monitor.event("bad", f"{name}: {type(exc).__name__}: {exc}")
+            await asyncio.sleep(max(0.05, interval - (time.monotonic() - started)))
+
+    async def _guard(self, job: Callable[[], Any]) -> None:
+        try:
+            await job()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.monitor.event("bad", f"background job stopped: {type(exc).__name__}: {exc}")
+
+    async def _poll_endpoint(self, url: str) -> None:
+        async with async_client() as client:
+
+            async def once() -> None:
+                self.monitor.apply_scrape(await scrape(client, url))
+
+            await self._every(self.options.interval_s, once, url)
+
+    async def _poll_host(self) -> None:
+        host_source.prime_cpu()
+
+        async def once() -> None:
+            self.monitor.apply_host(await asyncio.to_thread(host_source.read_host))
+
+        await self._every(HOST_INTERVAL_S, once, "host")
+
+    @work(thread=True, group="poll", name="nvml", exit_on_error=False)
+    def _poll_gpus(self) -> None:
+        worker = get_current_worker()
+        reader = self.options.nvml
+        assert reader is not None
+        while not worker.is_cancelled:
+            started = time.monotonic()
+            try:
+                reading = reader.read()
+            except Exception as exc:  # never let NVML end the app
+                self.call_from_thread(
+                    self.monitor.event, "bad", f"NVML: {type(exc).__name__}: {exc}"
+                )
+            else:
+                self.call_from_thread(self.monitor.apply_gpus, reading)
+            time.sleep(max(0.05, self.options.interval_s - (time.monotonic() - started)))
+
+    async def _poll_gate(self) -> None:
+        assert self.options.admin_url
+        async with GateClient(self.options.admin_url, self.options.admin_token) as client:
+            self.gate_client = client
+
+            async def once() -> None:
+                try:
+                    limits, status = await asyncio.gather(client.limits(), client.status())
+                except GateError as exc:
+                    self.monitor.apply_gate(None, None, str(exc))
+                else:
+                    self.monitor.apply_gate(limits, status)
+
+            await self._every(self.options.interval_s, once, "gate")
+
+    # -- painting -------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        if self.polling:
+            self.monitor.check_stale()
+            self.monitor.evaluate()
+        if not self.frozen:
+            self.paint()
+
+    @property
+    def window(self) -> tuple[int, str]:
+        return WINDOWS[self.window_index]
+
+    def _dashboard(self) -> Dashboard | None:
+        for screen in self.screen_stack:
+            if isinstance(screen, Dashboard):
+                return screen
+        return None
+
+    def paint(self, force_charts: bool = False) -> None:
+        dash = self._dashboard()
+        if dash is None:
+            return
+        m = self.monitor
+        narrow = self.screen.has_class("-narrow") or self.size.width < 120
+        short = self.size.height < 36
+        title = (
+            self.options.title_endpoint
+            or ", ".join(short_url(u) for u in self.options.urls)
+            or "no endpoint"
+        )
+        main = m.serving_engines()
+        if main:
+            title += f"  {main[0].snap.dialect}/{main[0].snap.model or '-'}"
+        dash.query_one(HeaderBar).render_header(
+            self.options.hostname,
+            title,
+            m.verdict,
+            m.health.pending(m.clock()),
+            self.options.read_only,
+            self.frozen,
+            self.window[1],
+            m.wall(),
+        )
+        if m.version == self._painted_version:
+            return
+        self._painted_version = m.version
+        dash.query_one(GpuPanel).render_gpus(m.gpus, m.gpu_status, compact=narrow or short)
+        dash.query_one(EnginePanel).render_engines(
+            list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), narrow, self.options.hint
+        )
+        dash.query_one(AdmissionPanel).render_gate(
+            m.gate, getattr(self, "selected_lane", None), self.options.read_only
+        )
+        dash.query_one(EventsPanel).render_events(m.events)
+        now = time.monotonic()
+        if now - self._charts_at >= CHART_EVERY_S or force_charts:
+            self._charts_at = now
+            self._paint_charts(dash)
+
+    def _paint_charts(self, dash: Dashboard) -> None:
+        m = self.monitor
+        engines = m.serving_engines()
+        now = m.clock()
+        span, _ = self.window
+        start = now - span
+        series = engines[0].history.series if engines else {}
+
+        def pts(name: str) -> list:
+            ring = series.get(name)
+            return ring.points(since=start) if ring is not None else []
+
+        charts: Iterable[tuple[str, list[Line], float | None, float]] = (
+            (
+                "#chart-requests",
+                [Line("running", pts("running"), "ok"), Line("waiting", pts("waiting"), "queue")]
+                + (
+                    [Line("gate queue", m.gate.queued.points(since=start), "secondary")]
+                    if m.gate
+                    else []
+                ),
+                None,
+                1.0,
+            ),
+            (
+                "#chart-ttft",
+                [Line("p50", pts("ttft_p50"), "ttft"), Line("p99", pts("ttft_p99"), "accent")],
+                m.health.slo.get("ttft_p99_s"),
+                0.0,
+            ),
+            ("#chart-kv", [Line("KV", pts("kv_cache_usage"), "kv")], None, 1.0),
+            (
+                "#chart-tokens",
+                [Line("gen", pts("gen_tps"), "ok"), Line("prompt", pts("prompt_tps"), "ttft")],
+                None,
+                1.0,
+            ),
+        )
+        for selector, lines, threshold, floor in charts:
+            chart = dash.query_one(selector, Chart)
+            if chart.display and chart.region.area:  # hidden charts are not rebuilt
+                chart.set_data(lines, start, now, threshold, floor)
+
+    # -- actions --------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.all_bindings(), self.HELP_NOTES))
+
+    def all_bindings(self) -> list[Binding]:
+        return [b for b in self.BINDINGS if isinstance(b, Binding)]
+
+    def action_gpus(self) -> None:
+        if not isinstance(self.screen, GpuScreen):
+            self.push_screen(GpuScreen())
+
+    def action_cycle_window(self) -> None:
+        self.window_index = (self.window_index + 1) % len(WINDOWS)
+        self._painted_version = -1
+        self.paint(force_charts=True)
+        self.notify(f"chart window {self.window[1]}", timeout=2)
+
+    def action_freeze(self) -> None:
+        self.frozen = not self.frozen
+        self._painted_version = -1
+        self.paint(force_charts=True)
+
+    def action_next_theme(self) -> None:
+        if not self._themes:
+            return
+        i = self._themes.index(self.theme) if self.theme in self._themes else -1
+        self.theme = self._themes[(i + 1) % len(self._themes)]
+        self._painted_version = -1
+        self.paint()
+        self.notify(f"theme {self.theme}", timeout=2)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for b in self.all_bindings():
+            if b.action in ("command_palette",):
+                continue
+            yield SystemCommand(
+                b.description.capitalize(),
+                f"{b.description} ({b.key_display or b.key})",
+                lambda a=b.action: self.run_action(a),
+            )
+
+    async def action_quit(self) -> None:
+        self.exit()

@@ -1,0 +1,92 @@
+"""``g``: every GPU in detail with its compute processes (pid, user, name, GPU memory, CPU %,
+RSS, command), as nvitop shows them."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from gpuwatch.fmt import NA, gib, pct, unit
+from gpuwatch.model import GpuReading
+
+
+class GpuScreen(Screen[None]):
+    BINDINGS = [Binding("escape,g,q", "app.pop_screen", "back")]
+    DEFAULT_CSS = """
+    GpuScreen #gpus { height: auto; max-height: 50%; }
+    GpuScreen #procs { height: 1fr; }
+    GpuScreen #title { height: 1; background: $panel; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("[b]GPUs and their processes[/]  [dim](esc to go back)[/]", id="title")
+        yield DataTable(id="gpus", zebra_stripes=True, cursor_type="row")
+        yield DataTable(id="procs", zebra_stripes=True, cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        gpus = self.query_one("#gpus", DataTable)
+        gpus.add_columns(
+            "GPU",
+            "name",
+            "memory used/total",
+            "reserved",
+            "util",
+            "mem util",
+            "temp",
+            "power/limit",
+            "SM",
+            "mem clk",
+            "fan",
+            "throttle",
+            "UUID",
+        )
+        procs = self.query_one("#procs", DataTable)
+        procs.add_columns(
+            "GPU", "PID", "user", "name", "GPU mem", "CPU %", "RSS", "threads", "command"
+        )
+        self.show(self.app.monitor.gpus)
+
+    def show(self, reading: GpuReading | None) -> None:
+        gpus = self.query_one("#gpus", DataTable)
+        procs = self.query_one("#procs", DataTable)
+        gpus.clear()
+        procs.clear()
+        if reading is None or reading.error:
+            gpus.add_row("-", Text(reading.error if reading else "reading…"), *[""] * 11)
+            return
+        for g in reading.gpus:
+            if g.error:
+                gpus.add_row(str(g.index), g.name or NA, Text(g.error, style="red"), *[""] * 10)
+                continue
+            gpus.add_row(
+                str(g.index),
+                g.name or NA,
+                f"{gib(g.memory_used_bytes)} / {gib(g.memory_total_bytes)}",
+                gib(g.memory_reserved_bytes),
+                pct(g.utilization_gpu),
+                pct(g.utilization_memory),
+                unit(g.temperature_c, "°C"),
+                f"{unit(g.power_w, 'W')} / {unit(g.power_limit_w, 'W')}",
+                unit(g.clock_sm_mhz, " MHz"),
+                unit(g.clock_mem_mhz, " MHz"),
+                unit(g.fan_percent, "%"),
+                ", ".join(g.throttle_reasons or []) or "-",
+                g.uuid or NA,
+            )
+            for p in g.processes:
+                procs.add_row(
+                    str(g.index),
+                    str(p.pid),
+                    p.user or NA,
+                    p.name or NA,
+                    gib(p.used_memory_bytes),
+                    unit(p.cpu_percent, "%"),
+                    gib(p.rss_bytes),
+                    str(p.threads or NA),
+                    escape((p.cmdline or NA)[:200]),
+                )

@@ -1,0 +1,46 @@
+"""``?``: every key, read from the app's own bindings so the list cannot drift."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+
+def key_label(binding: Binding) -> str:
+    return binding.key_display or {
+        "space": "space",
+        "question_mark": "?",
+        "plus": "+",
+        "minus": "-",
+        "asterisk": "*",
+        "slash": "/",
+        "left_square_bracket": "[",
+        "right_square_bracket": "]",
+    }.get(binding.key, binding.key)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 72; max-height: 90%; border: round $primary; background: $surface; padding: 0 1;
+    }
+    """
+
+    def __init__(self, bindings: list[Binding], notes: list[str]) -> None:
+        super().__init__()
+        self._keys = bindings
+        self._notes = notes
+
+    def compose(self) -> ComposeResult:
+        lines = ["[b]gpuwatch keys[/]", ""]
+        for b in self._keys:
+            lines.append(f"  [b $accent]{escape(key_label(b)):<12}[/] {escape(b.description)}")
+        lines += ["", *self._notes, "", "[dim]esc, q or ? closes this screen[/]"]
+        with VerticalScroll():
+            yield Static("\n".join(lines))

@@ -1,0 +1,66 @@
+"""The admission panel: the gate's lanes, their limits, and what they refuse per second."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+
+from gpuwatch.gate.limits import REASONS
+from gpuwatch.monitor import GateView
+from gpuwatch.tui.widgets.panel import Panel
+
+SHORT = {
+    "queue_full": "full",
+    "queue_timeout": "timeout",
+    "paused": "paused",
+    "prompt_too_long": "prompt",
+    "max_tokens": "max_tok",
+}
+
+
+class AdmissionPanel(Panel):
+    DEFAULT_CSS = "AdmissionPanel { height: auto; }"
+
+    def render_gate(
+        self, gate: GateView | None, selected: str | None = None, read_only: bool = False
+    ) -> None:
+        if gate is None:
+            self.display = False
+            return
+        self.display = True
+        if gate.limits is None:
+            reason = gate.status.reason or "reading…"
+            self.show(f"[b]admission[/] {escape(gate.url)} [$warn]{escape(reason)}[/]")
+            return
+        limits = gate.limits
+        paused = " [b $bad]PAUSED (draining)[/]" if limits["paused"] else ""
+        state = (
+            ""
+            if gate.status.state == "UP"
+            else f" [$bad]{gate.status.state}: {escape(gate.status.reason or '')}[/]"
+        )
+        out = [
+            f"[b]admission[/] {escape(gate.url)} v{limits['version']}{paused}{state}",
+            f"[dim] {'lane':<9}{'in-flight':>9}  {'queued':>9}  {'out cap':>7}  refused/s[/]",
+        ]
+        for name, lane in limits["lanes"].items():
+            live = gate.lanes.get(name, {})
+            inflight, queued = live.get("inflight", 0), live.get("queued", 0)
+            full = inflight >= lane["max_inflight"]
+            inflight_color = "$warn" if full else "$foreground"
+            queue_color = (
+                "$bad" if queued >= lane["max_queue"] > 0 else "$queue" if queued else "$foreground"
+            )
+            cap = lane["max_output_tokens"] if lane["max_output_tokens"] is not None else "none"
+            refusals = [(SHORT[r], gate.refusal_rate(name, r)) for r in REASONS]
+            shown = (
+                " ".join(f"[$bad]{label} {rate:.1f}[/]" for label, rate in refusals if rate > 0.05)
+                or "[dim]-[/]"
+            )
+            label = f"[reverse]{name:<8}[/reverse]" if name == selected else f"{name:<8}"
+            flight = f"{inflight}/{lane['max_inflight']}"
+            waiting = f"{queued}/{lane['max_queue']}"
+            out.append(
+                f" {label} [{inflight_color}]{flight:>9}[/]  [{queue_color}]{waiting:>9}[/]"
+                f"  {cap!s:>7}  {shown}"
+            )
+        self.show("\n".join(out))

@@ -1,0 +1,39 @@
+"""One line: host, the main endpoint and its dialect / model, the health badge and why, the
+RO / RW badge, and the clock."""
+
+from __future__ import annotations
+
+import time
+
+from rich.markup import escape
+
+from gpuwatch.alerts import Verdict
+from gpuwatch.tui.widgets.panel import Panel
+
+BADGE = {"OK": "$ok", "TIGHT": "$warn", "OVERLOADED": "$bad"}
+
+
+class HeaderBar(Panel):
+    DEFAULT_CSS = "HeaderBar { height: 1; background: $panel; }"
+
+    def render_header(
+        self,
+        host: str,
+        endpoint: str,
+        verdict: Verdict,
+        pending: tuple[str, float] | None,
+        read_only: bool,
+        frozen: bool,
+        window: str,
+        wall: float,
+    ) -> None:
+        color = BADGE[verdict.level]
+        badge = f"[b reverse {color}] {verdict.level} [/]"
+        waiting = f" [dim]({pending[0].lower()} in {pending[1]:.0f}s?)[/]" if pending else ""
+        mode = "[b reverse $warn] RO [/]" if read_only else "[b reverse $primary] RW [/]"
+        freeze = " [b reverse $warn] FROZEN [/]" if frozen else ""
+        clock = time.strftime("%H:%M:%S", time.localtime(wall))
+        self.show(
+            f"[b]gpuwatch[/] {escape(host)} {badge} [{color}]{escape(verdict.reason)}[/]"
+            f"{waiting}  {mode}{freeze} {clock} [dim]{window}[/]  {escape(endpoint)}"
+        )

@@ -1,0 +1,59 @@
+"""Write the README's screenshots (SVG) from deterministic data: the simulator's engine
+fast-forwarded under a seeded load and scraped through the real data layer (gpuwatch.scenario).
+
+Run: python scripts/screenshots.py [--out screenshots]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from gpuwatch import scenario
+from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+
+SIZES = {"160x48": (160, 48), "80x24": (80, 24)}
+TZ_NOTE = "times are UTC"
+
+
+def app_for(sc: scenario.Scenario) -> GpuwatchApp:
+    options = DashboardOptions(
+        urls=[], admin_url=scenario.GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
+    )
+    return GpuwatchApp(options, monitor=sc.monitor)
+
+
+async def shoot(
+    sc: scenario.Scenario, size: tuple[int, int], path: Path, keys: list[str] | None = None
+) -> None:
+    app = app_for(sc)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        app.paint()
+        for key in keys or []:
+            await pilot.press(key)
+        await pilot.pause()
+        app.save_screenshot(filename=path.name, path=str(path.parent))
+
+
+async def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    normal = scenario.build(seconds=180)
+    overloaded = scenario.build(seconds=180, spike_at=140)
+    recovered = scenario.build(seconds=180, spike_at=120, max_inflight=8, max_queue=16)
+    for label, size in SIZES.items():
+        await shoot(normal, size, out / f"dashboard-normal-{label}.svg")
+        await shoot(overloaded, size, out / f"dashboard-overloaded-{label}.svg")
+        await shoot(recovered, size, out / f"dashboard-recovered-{label}.svg")
+        await shoot(normal, size, out / f"gpu-screen-{label}.svg", ["g"])
+        await shoot(normal, size, out / f"help-screen-{label}.svg", ["question_mark"])
+    print(f"wrote {len(list(out.glob('*.svg')))} SVGs to {out}/")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent.parent / "screenshots"
+    )
+    asyncio.run(main(parser.parse_args().out))

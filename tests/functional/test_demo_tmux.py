@@ -1,0 +1,60 @@
+"""``gpuwatch demo`` as a user runs it: in tmux, read the screen, quit, and nothing is left."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)"
+)
+
+
+def capture(session: str) -> str:
+    return subprocess.run(
+        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
+    ).stdout
+
+
+def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
+    session = f"gw-demo-{os.getpid()}"
+    pidfile = tmp_path / "pid"
+    cmd = f"echo $$ > {pidfile}; exec {sys.executable} -m gpuwatch demo --rate 2"
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", cmd], check=True
+    )
+    try:
+        end = time.monotonic() + 60
+        screen = ""
+        while time.monotonic() < end:
+            screen = capture(session)
+            if (
+                "vllm" in screen
+                and "RTX 4090" in screen
+                and "admission" in screen
+                and "run " in screen
+            ):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the demo never showed the node:\n{screen}")
+        demo = psutil.Process(int(pidfile.read_text()))
+        children = demo.children(recursive=True)
+        commands = [" ".join(c.cmdline()) for c in children]
+        assert any("gpuwatch sim" in c for c in commands) and any(
+            "gpuwatch gate" in c for c in commands
+        )
+        assert "OK" in screen or "TIGHT" in screen or "OVERLOADED" in screen
+        assert "chat" in screen and "22.1G/24.0G" in screen
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        gone, alive = psutil.wait_procs([demo, *children], timeout=20)
+        assert not alive, f"still running after quit: {[p.pid for p in alive]}"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -1,0 +1,203 @@
+"""The dashboard (Pilot) against the real simulator and gate on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from textual.content import Content
+
+from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.server import start_gate
+from gpuwatch.sim.profiles import get_profile
+from gpuwatch.sim.server import start_sim
+from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
+from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.screens.gpu_detail import GpuScreen
+from gpuwatch.tui.screens.help import HelpScreen
+from gpuwatch.tui.widgets.panel import Panel
+
+PROFILE = get_profile("rtx4090-llama3-8b-awq")
+
+
+def text(app: GpuwatchApp, selector: str) -> str:
+    panel = app.screen.query_one(selector, Panel)
+    return Content.from_markup(panel._shown or "").plain
+
+
+def screen_text(app: GpuwatchApp) -> str:
+    """What the terminal shows, from the SVG screenshot (spaces are &#160; there)."""
+    svg = app.export_screenshot()
+    return "".join(html.unescape(t) for t in re.findall(r">([^<]*)</text>", svg)).replace(
+        "\xa0", " "
+    )
+
+
+async def until(pilot, predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "the dashboard never showed it"
+        await pilot.pause(0.05)
+
+
+@pytest.fixture
+async def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
+    node, sim = await start_sim(PROFILE, time_scale=2.0, seed=9)
+    gate, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES), token="tok", state_file=tmp_path / "s.json"
+    )
+    yield node, sim, gate, served
+    await served.close()
+    await sim.close()
+
+
+def options(sim_url: str, gate_url: str, **kw) -> DashboardOptions:  # type: ignore[no-untyped-def]
+    return DashboardOptions(
+        urls=[f"{sim_url}/metrics", f"{gate_url}/metrics"], interval_s=0.2, admin_url=gate_url,
+        admin_token="tok", nvml=NvmlReader(FakeNvml(SimGpuSource(f"{sim_url}/sim/gpu"))), **kw,
+    )  # fmt: skip
+
+
+class Load:
+    """N long streamed requests in the background; ``close()`` ends them and the session."""
+
+    def __init__(self, url: str, n: int) -> None:
+        self.session = aiohttp.ClientSession()
+        self.tasks = [asyncio.create_task(self._one(url)) for _ in range(n)]
+
+    async def _one(self, url: str) -> None:
+        body = {"prompt": "x" * 800, "max_tokens": 400, "ignore_eos": True, "stream": True}
+        async with self.session.post(f"{url}/v1/completions", json=body) as r:
+            await r.read()
+
+    async def close(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.session.close()
+
+
+async def test_panels_show_what_the_sources_return(stack) -> None:
+    node, sim, gate, served = stack
+    app = GpuwatchApp(options(sim.url, served.url))
+    load = Load(served.url, 6)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: "run 6" in text(app, "#engines"))
+        engines = text(app, "#engines")
+        assert "vllm Llama-3.1-8B-Instruct-AWQ" in engines and "UP" in engines
+        assert "in-flight 6" in engines  # the gate's own line
+        gpus = text(app, "#gpus")
+        assert "RTX 4090" in gpus and "22.1G/24.0G" in gpus and "serving 22.1G" in gpus
+        await until(pilot, lambda: re.search(r"chat\s+6/16\s+0/64\s+none", text(app, "#admission")) is not None)
+        # The KV gauge shows tokens: vLLM's cache_config_info gives the pool size.
+        assert "/125.3k tok" in text(app, "#engines")
+        snap = next(iter(app.monitor.endpoints[f"{sim.url}/metrics"].engines.values())).snap
+        assert snap.running == 6 and snap.kv_tokens_total == PROFILE.kv_tokens
+        await until(pilot, lambda: app.screen.query_one("#chart-requests").rebuilds > 0)
+    await load.close()
+
+
+async def test_dead_endpoint_goes_down_and_back_up(tmp_path: Path) -> None:
+    node, sim = await start_sim(PROFILE, time_scale=2.0, seed=3)
+    port = int(sim.url.rsplit(":", 1)[1])
+    url = f"{sim.url}/metrics"
+    app = GpuwatchApp(DashboardOptions(urls=[url], interval_s=0.2))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.monitor.endpoints[url].status.state == "UP")
+        await sim.close()
+        await until(pilot, lambda: app.monitor.endpoints[url].status.state == "DOWN")
+        await until(pilot, lambda: "DOWN" in text(app, "#engines"))
+        assert "connection refused" in text(app, "#engines")
+        assert any(f"{url} DOWN: connection refused" in e.text for e in app.monitor.events)
+        _, sim2 = await start_sim(PROFILE, port=port, time_scale=2.0, seed=3)
+        try:
+            await until(pilot, lambda: app.monitor.endpoints[url].status.state == "UP")
+            await until(pilot, lambda: "UP" in text(app, "#engines"))
+            assert any(f"{url} UP again" in e.text for e in app.monitor.events)
+            await until(pilot, lambda: "UP again" in text(app, "#events"))
+        finally:
+            await sim2.close()
+
+
+async def test_theme_switching_cycles_every_theme(stack) -> None:
+    node, sim, gate, served = stack
+    app = GpuwatchApp(options(sim.url, served.url))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.theme == "gpuwatch-dark"
+        seen = [app.theme]
+        for _ in range(4):
+            await pilot.press("t")
+            seen.append(app.theme)
+        assert set(seen) == {"gpuwatch-dark", "gpuwatch-light", "high-contrast", "ansi"}
+        assert seen[-1] == "gpuwatch-dark"
+        assert app.get_css_variables()["ok"] == "#4fd18b"
+
+
+async def test_80x24_renders_everything_that_matters(stack) -> None:
+    node, sim, gate, served = stack
+    app = GpuwatchApp(options(sim.url, served.url))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(
+            pilot, lambda: "RTX 4090" in text(app, "#gpus") and "chat" in text(app, "#admission")
+        )
+        await pilot.pause(0.3)
+        shot = screen_text(app)
+        assert "OK" in shot and "RTX 4090" in shot and "vllm" in shot and "chat" in shot
+        assert app.screen.has_class("-narrow") and app.screen.has_class("-short")
+        kv, ttft = app.screen.query_one("#chart-kv"), app.screen.query_one("#chart-ttft")
+        assert not kv.display
+        hidden_before, shown_before = kv.rebuilds, ttft.rebuilds
+        await until(pilot, lambda: ttft.rebuilds >= shown_before + 2)  # data keeps arriving
+        assert kv.rebuilds == hidden_before  # a hidden chart is never rebuilt
+
+
+async def test_help_gpu_screen_freeze_and_window(stack) -> None:
+    node, sim, gate, served = stack
+    app = GpuwatchApp(options(sim.url, served.url))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.monitor.gpus is not None)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        help_text = screen_text(app)
+        for key in ("quit", "GPUs", "window", "freeze", "theme"):
+            assert key in help_text
+        await pilot.press("escape")
+        await pilot.press("g")
+        assert isinstance(app.screen, GpuScreen)
+        procs = app.screen.query_one("#procs")
+        assert procs.row_count == 1 and str(os.getpid()) in screen_text(app)
+        await pilot.press("escape")
+        await pilot.press("w")
+        assert app.window == (300, "5m")
+        await pilot.press("space")
+        assert app.frozen and "FROZEN" in text(app, "#header")
+        before = text(app, "#engines")
+        version = app.monitor.version
+        await until(pilot, lambda: app.monitor.version > version + 3)  # sources keep polling
+        assert text(app, "#engines") == before  # the display does not move
+        await pilot.press("space")
+        assert not app.frozen
+
+
+async def test_badge_changes_with_hysteresis(stack) -> None:
+    node, sim, gate, served = stack
+    app = GpuwatchApp(options(sim.url, served.url, slo={"ttft_p99_s": 0.001}))
+    app.monitor.health.hold_s = 1.0
+    load = Load(served.url, 4)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.monitor.health.pending(app.monitor.clock()) is not None)
+        assert app.monitor.verdict.level == "OK"  # the new level has not held long enough
+        await until(pilot, lambda: app.monitor.verdict.level == "OVERLOADED")
+        await until(pilot, lambda: "OVERLOADED" in text(app, "#header"))
+        assert "p99 TTFT" in text(app, "#header")
+        assert any(e.text.startswith("SLO OVERLOADED: p99 TTFT") for e in app.monitor.events)
+    await load.close()
