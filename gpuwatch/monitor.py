@@ -162,7 +162,10 @@ class Monitor:
             return
         gate.status.last_ok = now
         self._transition(gate.status, "UP", None, f"gate {gate.url}")
-        if limits is not None:
+        # A poll that left before our own PATCH landed must not put back an older version.
+        if limits is not None and (
+            gate.limits is None or limits["version"] >= gate.limits["version"]
+        ):
             gate.limits = limits
         if status is not None:
             gate.lanes = status["lanes"]

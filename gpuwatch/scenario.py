@@ -86,12 +86,15 @@ def build(
     max_queue: int = 256,
     gpus: int = 1,
     slo: dict[str, float | None] | None = None,
+    tighten_at: float | None = None,
+    tight: tuple[int, int] = (8, 16),
 ) -> Scenario:
     """Run the engine for ``seconds`` of simulated time and scrape it once a second.
 
     Bursty arrivals (gamma, burstiness 0.5) at ``rate``, five times that from ``spike_at`` on.
     A gate in front bounds what the engine holds at once (``max_inflight``, 64 as in the demo);
-    the rest wait at the gate, up to ``max_queue``, or are refused.
+    the rest wait at the gate, up to ``max_queue``, or are refused. ``tighten_at`` is the
+    operator's move: from then on the gate allows ``tight`` = (max_inflight, max_queue).
     """
     profile = get_profile(DEFAULT_PROFILE)
     engine = Engine(profile, seed=seed)
@@ -115,7 +118,17 @@ def build(
     rejected = {"queue_full": 0}
     nvml = NvmlReader(FakeNvml(lambda: {"gpus": [g.state(clock.now) for g in virtual]}))
     next_scrape = 1.0
+    version = 1
     while next_scrape <= seconds:
+        if tighten_at is not None and version == 1 and engine.now >= tighten_at:
+            before = (max_inflight, max_queue)
+            max_inflight, max_queue = tight
+            version = 2
+            monitor.event(
+                "info",
+                f"limits v2: chat.max_inflight {before[0]} -> {max_inflight}; "
+                f"chat.max_queue {before[1]} -> {max_queue}",
+            )
         while pending and pending[-1].arrival <= engine.now:
             gate_queue.append(pending.pop())
         while gate_queue and len(engine.running) + len(engine.waiting) < max_inflight:

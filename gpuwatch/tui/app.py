@@ -24,12 +24,14 @@ from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from gpuwatch.control.gate import GateClient, GateError
+from gpuwatch.control.guard import Guard
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.httpclient import async_client
 from gpuwatch.monitor import Monitor
 from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.sources.scrape import scrape
+from gpuwatch.tui.control import ControlMixin
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.themes import DEFAULT_THEME, SEMANTIC_DEFAULTS, load_themes
@@ -63,6 +65,29 @@ class DashboardOptions:
 
 
 class Dashboard(Screen[None]):
+    # The controls live on the dashboard (not the app), so a form's inputs keep their keys.
+    BINDINGS = [
+        Binding("tab", "app.next_lane", "lane", priority=True),
+        *[
+            Binding(str(i + 1), f"app.select_lane({i})", f"lane {i + 1}", show=False)
+            for i in range(4)
+        ],
+        Binding("plus", "app.inflight(1)", "+in-flight", key_display="+"),
+        Binding("minus", "app.inflight(-1)", "-in-flight", key_display="-"),
+        Binding(
+            "asterisk", "app.scale_inflight(2.0)", "double in-flight", key_display="*", show=False
+        ),
+        Binding("slash", "app.scale_inflight(0.5)", "halve in-flight", key_display="/", show=False),
+        Binding("right_square_bracket", "app.queue(8)", "queue +8", key_display="]", show=False),
+        Binding("left_square_bracket", "app.queue(-8)", "queue -8", key_display="[", show=False),
+        Binding("o", "app.output(True)", "lower output cap", show=False),
+        Binding("O", "app.output(False)", "raise output cap", show=False),
+        Binding("p", "app.pause", "pause/resume"),
+        Binding("e", "app.edit", "edit lane"),
+        Binding("u", "app.undo", "undo"),
+        Binding("a", "app.audit", "audit", show=False),
+    ]
+
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         with Horizontal(id="body"):
@@ -79,7 +104,7 @@ class Dashboard(Screen[None]):
         yield Footer()
 
 
-class GpuwatchApp(App[None]):
+class GpuwatchApp(ControlMixin, App[None]):
     CSS_PATH = "styles/app.tcss"
     TITLE = "gpuwatch"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
@@ -97,6 +122,10 @@ class GpuwatchApp(App[None]):
         "[b]health[/]: OK under 80% of every SLO, TIGHT above 80%, OVERLOADED over;",
         "a new level shows after it held for 10 s. Percentiles are estimates from buckets,",
         "over the last 60 s. STALE: no good answer for 3 intervals; DOWN: no answer at all.",
+        "",
+        "[b]control[/] (with --admin): keys pressed together become one change; pausing or",
+        "cutting a lane by more than half asks first; o / O step the output cap through",
+        "4096 2048 1024 512 256 128 and none. --read-only refuses every change.",
     ]
 
     def __init__(
@@ -118,6 +147,9 @@ class GpuwatchApp(App[None]):
         self._painted_version = -1
         self._charts_at = -1e9
         self._themes: list[str] = []
+        self.guard = Guard(read_only=options.read_only)
+        self.gate_client: GateClient | None = None
+        self._init_control()
         self.first_frame_at: float | None = None
 
     # -- set-up ---------------------------------------------------------------------------
@@ -279,9 +311,7 @@ class GpuwatchApp(App[None]):
         dash.query_one(EnginePanel).render_engines(
             list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), narrow, self.options.hint
         )
-        dash.query_one(AdmissionPanel).render_gate(
-            m.gate, getattr(self, "selected_lane", None), self.options.read_only
-        )
+        dash.query_one(AdmissionPanel).render_gate(m.gate, self.selected_lane, self.pending_lines())
         dash.query_one(EventsPanel).render_events(m.events)
         now = time.monotonic()
         if now - self._charts_at >= CHART_EVERY_S or force_charts:
@@ -333,11 +363,15 @@ class GpuwatchApp(App[None]):
 
     # -- actions --------------------------------------------------------------------------
 
+    def _repaint(self) -> None:
+        self._painted_version = -1
+        self.paint()
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.all_bindings(), self.HELP_NOTES))
 
     def all_bindings(self) -> list[Binding]:
-        return [b for b in self.BINDINGS if isinstance(b, Binding)]
+        return [b for b in [*self.BINDINGS, *Dashboard.BINDINGS] if isinstance(b, Binding)]
 
     def action_gpus(self) -> None:
         if not isinstance(self.screen, GpuScreen):

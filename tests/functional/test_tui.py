@@ -96,7 +96,10 @@ async def test_panels_show_what_the_sources_return(stack) -> None:
         assert "in-flight 6" in engines  # the gate's own line
         gpus = text(app, "#gpus")
         assert "RTX 4090" in gpus and "22.1G/24.0G" in gpus and "serving 22.1G" in gpus
-        await until(pilot, lambda: re.search(r"chat\s+6/16\s+0/64\s+none", text(app, "#admission")) is not None)
+        await until(
+            pilot,
+            lambda: re.search(r"chat\s+6/16\s+0/64\s+none", text(app, "#admission")) is not None,
+        )
         # The KV gauge shows tokens: vLLM's cache_config_info gives the pool size.
         assert "/125.3k tok" in text(app, "#engines")
         snap = next(iter(app.monitor.endpoints[f"{sim.url}/metrics"].engines.values())).snap

@@ -21,7 +21,7 @@ class AdmissionPanel(Panel):
     DEFAULT_CSS = "AdmissionPanel { height: auto; }"
 
     def render_gate(
-        self, gate: GateView | None, selected: str | None = None, read_only: bool = False
+        self, gate: GateView | None, selected: str | None = None, pending: list[str] | None = None
     ) -> None:
         if gate is None:
             self.display = False
@@ -63,4 +63,6 @@ class AdmissionPanel(Panel):
                 f" {label} [{inflight_color}]{flight:>9}[/]  [{queue_color}]{waiting:>9}[/]"
                 f"  {cap!s:>7}  {shown}"
             )
+        if pending:
+            out.append(f" [$warn]sending: {escape('; '.join(pending))}[/]")
         self.show("\n".join(out))

@@ -1,0 +1,41 @@
+"""``a``: the gate's audit trail, newest first: when, who, what changed."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+
+class AuditScreen(Screen[None]):
+    BINDINGS = [Binding("escape,a,q", "app.pop_screen", "back")]
+    DEFAULT_CSS = """
+    AuditScreen #title { height: 1; background: $panel; }
+    AuditScreen DataTable { height: 1fr; }
+    """
+
+    def __init__(self, entries: list[dict[str, Any]] | None, error: str | None = None) -> None:
+        super().__init__()
+        self.entries = entries or []
+        self.error = error
+
+    def compose(self) -> ComposeResult:
+        title = "[b]audit trail[/] (newest first)  [dim]esc to go back[/]"
+        if self.error:
+            title += f"  [$bad]{self.error}[/]"
+        yield Static(title, id="title")
+        yield DataTable(zebra_stripes=True, cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("time", "version", "actor", "change")
+        for e in self.entries:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("time", 0)))
+            change = json.dumps(e.get("change"), separators=(", ", ": "))
+            table.add_row(when, str(e.get("version", "")), str(e.get("actor", "")), change)

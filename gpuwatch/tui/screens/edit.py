@@ -1,0 +1,146 @@
+"""``e``: every limit of the selected lane in one form, validated as you type; Apply sends one
+PATCH with what changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.validation import Function, Integer, Number, ValidationResult
+from textual.widgets import Button, Input, Label, Select, Static
+
+from gpuwatch.gate.limits import POLICIES
+
+FIELDS = (
+    ("max_inflight", "max in flight", "0 admits nothing new"),
+    ("max_queue", "max queued", ""),
+    ("queue_timeout_s", "queue timeout (s)", ""),
+    ("max_prompt_tokens", "max prompt tokens", "empty: no cap"),
+    ("max_output_tokens", "max output tokens", "empty: no cap"),
+)
+
+
+def _optional_int(text: str) -> bool:
+    return text.strip() == "" or (text.strip().isdigit() and int(text) >= 1)
+
+
+VALIDATORS = {
+    "max_inflight": [Integer(minimum=0, failure_description="a whole number >= 0")],
+    "max_queue": [Integer(minimum=0, failure_description="a whole number >= 0")],
+    "queue_timeout_s": [Number(minimum=0.001, failure_description="a number of seconds > 0")],
+    "max_prompt_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
+    "max_output_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
+}
+
+
+def parse_field(key: str, text: str) -> Any:
+    text = text.strip()
+    if key == "queue_timeout_s":
+        return float(text)
+    if key in ("max_prompt_tokens", "max_output_tokens") and text == "":
+        return None
+    return int(text)
+
+
+class EditLimits(ModalScreen[dict[str, Any] | None]):
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    EditLimits { align: center middle; }
+    EditLimits > Vertical {
+        width: 72; height: auto; border: thick $primary; background: $surface; padding: 1 2;
+    }
+    EditLimits .row { height: 3; }
+    EditLimits .row Label { width: 22; padding-top: 1; }
+    EditLimits .row Input, EditLimits .row Select { width: 1fr; }
+    EditLimits .error { color: $bad; height: 1; padding-left: 22; }
+    EditLimits #buttons { height: auto; align: right middle; }
+    EditLimits Button { margin-left: 2; }
+    """
+
+    def __init__(self, gate: str, lane: str, limits: dict[str, Any]) -> None:
+        super().__init__()
+        self.gate, self.lane, self.limits = gate, lane, limits
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            version = self.limits.get("version", "?")
+            yield Static(
+                f"[b]lane {escape(self.lane)}[/] on {escape(self.gate)}  [dim]v{version}[/]"
+            )
+            lane = self.limits["lanes"][self.lane]
+            for key, label, hint in FIELDS:
+                value = lane[key]
+                with Horizontal(classes="row"):
+                    yield Label(label)
+                    yield Input(
+                        ""
+                        if value is None
+                        else f"{value:g}"
+                        if isinstance(value, float)
+                        else str(value),
+                        placeholder=hint,
+                        id=key,
+                        validators=VALIDATORS[key],
+                    )
+                yield Static("", classes="error", id=f"{key}-error")
+            with Horizontal(classes="row"):
+                yield Label("output cap policy")
+                yield Select(
+                    [(p, p) for p in POLICIES],
+                    value=lane["output_tokens_policy"],
+                    allow_blank=False,
+                    id="output_tokens_policy",
+                )
+            with Horizontal(id="buttons"):
+                yield Button("Cancel", id="cancel")
+                yield Button("Apply", id="apply", variant="primary")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self._show(event.input.id or "", event.validation_result)
+
+    def _show(self, key: str, result: ValidationResult | None) -> None:
+        message = (
+            "" if result is None or result.is_valid else "; ".join(result.failure_descriptions)
+        )
+        self.query_one(f"#{key}-error", Static).update(message)
+
+    def changes(self) -> dict[str, Any] | None:
+        """What differs from the lane's current limits, or None when a field is invalid."""
+        lane = self.limits["lanes"][self.lane]
+        out: dict[str, Any] = {}
+        valid = True
+        for key, _, _ in FIELDS:
+            field = self.query_one(f"#{key}", Input)
+            result = field.validate(field.value)
+            self._show(key, result)
+            if result is not None and not result.is_valid:
+                valid = False
+                continue
+            value = parse_field(key, field.value)
+            if value != lane[key]:
+                out[key] = value
+        policy = self.query_one("#output_tokens_policy", Select).value
+        if policy != lane["output_tokens_policy"]:
+            out["output_tokens_policy"] = policy
+        return out if valid else None
+
+    def on_input_submitted(self) -> None:
+        self._apply()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "apply":
+            self._apply()
+        else:
+            self.dismiss(None)
+
+    def _apply(self) -> None:
+        changes = self.changes()
+        if changes is not None:
+            self.dismiss(changes)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

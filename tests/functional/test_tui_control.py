@@ -1,0 +1,324 @@
+"""Steering the gate from the dashboard (Pilot) against a real gate with the simulator behind."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwatch.control.gate import GateClient
+from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.server import start_gate
+from gpuwatch.load import LoadRun, LoadSpec
+from gpuwatch.load.spec import Dist
+from gpuwatch.sim.profiles import get_profile
+from gpuwatch.sim.server import start_sim
+from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.screens.audit import AuditScreen
+from gpuwatch.tui.screens.confirm import ConfirmationModal
+from gpuwatch.tui.screens.edit import EditLimits
+from tests.functional.test_tui import text
+
+PROFILE = get_profile("rtx4090-llama3-8b-awq")
+TOKEN = "s3cret"
+
+
+async def until(pilot, predicate: Callable[[], Any], timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < end, "never happened"
+        await pilot.pause(0.05)
+
+
+@pytest.fixture
+async def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
+    node, sim = await start_sim(PROFILE, time_scale=2.0, seed=11)
+    gate, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES), token=TOKEN, state_file=tmp_path / "s.json"
+    )
+    client = GateClient(served.url, TOKEN, actor="tester@elsewhere")
+    yield node, sim, gate, served, client
+    await client.close()
+    await served.close()
+    await sim.close()
+
+
+def make_app(sim_url: str, gate_url: str, token: str = TOKEN, **kw: Any) -> GpuwatchApp:
+    return GpuwatchApp(
+        DashboardOptions(
+            urls=[f"{sim_url}/metrics"],
+            interval_s=0.25,
+            admin_url=gate_url,
+            admin_token=token,
+            **kw,
+        )
+    )
+
+
+async def ready(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def]
+    await until(pilot, lambda: app.monitor.gate and app.monitor.gate.limits and app.gate_client)
+
+
+async def confirm_shown(pilot, app: GpuwatchApp) -> ConfirmationModal:  # type: ignore[no-untyped-def]
+    """The confirmation modal, mounted: its focus is on Cancel."""
+    await until(
+        pilot,
+        lambda: (
+            isinstance(app.screen, ConfirmationModal)
+            and app.focused is not None
+            and app.focused.id == "cancel"
+        ),
+    )
+    return app.screen  # type: ignore[return-value]
+
+
+async def wait_version(pilot, client: GateClient, version: int) -> dict:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + 10
+    while True:
+        limits = await client.limits()
+        if limits["version"] >= version:
+            return limits
+        assert time.monotonic() < end, f"version {version} never came"
+        await pilot.pause(0.05)
+
+
+async def test_each_key_changes_the_gates_limits(stack) -> None:
+    node, sim, gate, served, client = stack
+    app = make_app(sim.url, served.url)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready(pilot, app)
+        assert app.selected_lane == "chat"
+        steps = [  # key, expected chat limits after it
+            ("plus", {"max_inflight": 17}),
+            ("minus", {"max_inflight": 16}),
+            ("asterisk", {"max_inflight": 32}),
+            ("right_square_bracket", {"max_queue": 72}),
+            ("left_square_bracket", {"max_queue": 64}),
+            ("o", {"max_output_tokens": 4096}),
+            ("o", {"max_output_tokens": 2048}),
+            ("O", {"max_output_tokens": 4096}),
+            ("O", {"max_output_tokens": None}),
+            ("slash", {"max_inflight": 16}),
+        ]
+        version = 1
+        for key, expected in steps:
+            await pilot.press(key)
+            version += 1
+            limits = await wait_version(pilot, client, version)
+            for k, v in expected.items():
+                assert limits["lanes"]["chat"][k] == v, (key, k, limits["lanes"]["chat"][k])
+        # Lane selection: 2 picks embed, tab goes on to image.
+        await pilot.press("2", "plus")
+        limits = await wait_version(pilot, client, version + 1)
+        assert limits["lanes"]["embed"]["max_inflight"] == 33 and app.selected_lane == "embed"
+        await pilot.press("tab")
+        assert app.selected_lane == "image"
+        # The panel shows what the server answered.
+        await until(pilot, lambda: app.monitor.gate.limits["version"] == version + 1)
+        assert "33/32" not in text(app, "#admission") and "0/33" in text(app, "#admission")
+        entries = await client.audit(50)
+        assert len(entries) == len(steps) + 1 and all("@" in e["actor"] for e in entries)
+
+
+async def test_key_presses_in_quick_succession_are_one_patch(stack) -> None:
+    node, sim, gate, served, client = stack
+    app = make_app(sim.url, served.url)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("plus", "plus", "plus", "plus", "plus", "right_square_bracket")
+        limits = await wait_version(pilot, client, 2)
+        await pilot.pause(0.6)
+        assert (await client.limits())["version"] == 2  # one PATCH, not six
+        assert (
+            limits["lanes"]["chat"]["max_inflight"] == 21
+            and limits["lanes"]["chat"]["max_queue"] == 72
+        )
+        [entry] = await client.audit(10)
+        assert entry["change"] == {"lanes": {"chat": {"max_inflight": 21, "max_queue": 72}}}
+
+
+async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
+    node, sim, gate, served, client = stack
+    app = make_app(sim.url, served.url)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("p")
+        # Focus starts on Cancel: an Enter pressed by habit changes nothing.
+        modal = await confirm_shown(pilot, app)
+        assert "paused false -> true" in str(modal.query_one("#details").render())
+        await pilot.press("enter")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmationModal))
+        await pilot.pause(0.3)
+        assert (await client.limits()) == {**(await client.limits()), "version": 1, "paused": False}
+        assert any("change cancelled" in e.text for e in app.monitor.events)
+        # Now apply it.
+        await pilot.press("p")
+        await confirm_shown(pilot, app)
+        await pilot.click("#apply")
+        limits = await wait_version(pilot, client, 2)
+        assert limits["paused"] is True
+        await until(pilot, lambda: "PAUSED" in text(app, "#admission"))
+        await pilot.press("p")  # resuming does not ask
+        limits = await wait_version(pilot, client, 3)
+        assert limits["paused"] is False
+
+
+async def test_cutting_a_lane_by_more_than_half_asks_first(stack) -> None:
+    node, sim, gate, served, client = stack
+    app = make_app(sim.url, served.url)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("slash")  # 16 -> 8: exactly half, no question
+        await wait_version(pilot, client, 2)
+        await pilot.press("slash", "slash")  # 8 -> 2 in one change: asks
+        modal = await confirm_shown(pilot, app)
+        details = str(modal.query_one("#details").render())
+        assert "chat.max_inflight 8 -> 2" in details and served.url in details
+        await pilot.press("escape")
+        await pilot.pause(0.3)
+        assert (await client.limits())["lanes"]["chat"]["max_inflight"] == 8
+
+
+async def test_read_only_refuses_and_sends_nothing(stack) -> None:
+    node, sim, gate, served, client = stack
+    app = make_app(sim.url, served.url, read_only=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready(pilot, app)
+        for action in ("inflight", "queue", "output", "pause", "edit", "undo"):
+            assert app.check_action(action, ()) is None  # greyed out in the footer
+        await pilot.press("plus", "p", "e", "u", "o")
+        await pilot.pause(0.6)
+        assert "RO" in text(app, "#header")
+        # Even straight through the action, the guard refuses in its one place.
+        app.action_inflight(1)
+        await pilot.pause(0.6)
+    assert (await client.limits())["version"] == 1
+    assert await client.audit(10) == []
+
+
+async def test_concurrent_change_gives_409_and_refreshes(stack) -> None:
+    node, sim, gate, served, client = stack
+    app = make_app(sim.url, served.url)
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        await ready(pilot, app)
+        await pilot.press("plus")  # based on version 1, sent in 0.4 s
+        await client.patch({"lanes": {"chat": {"max_inflight": 40}}})  # someone else, first
+        await until(
+            pilot,
+            lambda: any("limits changed by tester@elsewhere" in e.text for e in app.monitor.events),
+        )
+        limits = await client.limits()
+        assert (
+            limits["version"] == 2 and limits["lanes"]["chat"]["max_inflight"] == 40
+        )  # not overwritten
+        await until(pilot, lambda: app.monitor.gate.limits["version"] == 2)
+        await until(pilot, lambda: "40" in text(app, "#admission"))
+
+
+async def test_undo_restores(stack) -> None:
+    node, sim, gate, served, client = stack
+    app = make_app(sim.url, served.url)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("plus", "plus", "o")
+        limits = await wait_version(pilot, client, 2)
+        assert (
+            limits["lanes"]["chat"]["max_inflight"],
+            limits["lanes"]["chat"]["max_output_tokens"],
+        ) == (18, 4096)
+        await pilot.press("u")
+        limits = await wait_version(pilot, client, 3)
+        assert (
+            limits["lanes"]["chat"]["max_inflight"],
+            limits["lanes"]["chat"]["max_output_tokens"],
+        ) == (16, None)
+        entries = await client.audit(10)
+        assert len(entries) == 2  # the undo is a change of its own, audited
+        await pilot.press("a")
+        screen = await until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, AuditScreen) and app.screen.query("DataTable") and app.screen
+            ),
+        )
+        assert screen.query_one("DataTable").row_count == 2
+
+
+async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
+    node, sim, gate, served, client = stack
+    app = make_app(sim.url, served.url)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready(pilot, app)
+        await pilot.press("e")
+        form = await until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, EditLimits) and app.screen.query("#apply") and app.screen
+            ),
+        )
+        form.query_one("#max_inflight").value = "-3"
+        await pilot.pause()
+        assert "a whole number >= 0" in str(form.query_one("#max_inflight-error").render())
+        await pilot.click("#apply")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, EditLimits)  # invalid: nothing sent
+        form.query_one("#max_inflight").value = "12"
+        form.query_one("#max_output_tokens").value = "700"
+        await pilot.click("#apply")
+        limits = await wait_version(pilot, client, 2)
+        assert (
+            limits["lanes"]["chat"]["max_inflight"] == 12
+            and limits["lanes"]["chat"]["max_output_tokens"] == 700
+        )
+        [entry] = await client.audit(10)
+        assert entry["change"] == {
+            "lanes": {"chat": {"max_inflight": 12, "max_output_tokens": 700}}
+        }
+
+
+async def test_wrong_token_shows_the_401_reason(stack) -> None:
+    node, sim, gate, served, client = stack
+    app = make_app(sim.url, served.url, token="wrong")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: "401" in text(app, "#admission"))
+        assert any("HTTP 401" in e.text for e in app.monitor.events)
+        await pilot.press("plus")
+        await pilot.pause(0.6)
+    assert (await client.limits())["version"] == 1
+
+
+async def test_lowering_max_inflight_under_load_lowers_running_within_two_polls(stack) -> None:
+    node, sim, gate, served, client = stack
+    await client.patch({"lanes": {"chat": {"max_inflight": 8}}})
+    app = GpuwatchApp(
+        DashboardOptions(
+            urls=[f"{sim.url}/metrics"], interval_s=0.5, admin_url=served.url, admin_token=TOKEN
+        )
+    )
+    # Requests of ~0.4 s wall at 30/s: the gate's limit, not the load, decides what runs.
+    spec = LoadSpec(url=served.url, rate=30.0, duration_s=30.0, prompt_tokens=Dist("fixed", 64),
+                    output_tokens=Dist("fixed", 100), seed=1)  # fmt: skip
+    load = LoadRun(spec)
+    task = asyncio.create_task(load.run())
+    engine = node.engines[0]
+    async with app.run_test(size=(160, 48)) as pilot:
+        await ready(pilot, app)
+        await until(pilot, lambda: "run 8" in text(app, "#engines"), timeout=15)
+        await pilot.press("slash")  # 8 -> 4
+        await wait_version(pilot, client, 3)
+        applied = time.monotonic()
+        # Seen on the dashboard's own engine panel: two polls are one second.
+        await until(pilot, lambda: re.search(r"run [0-4]\b", text(app, "#engines")), timeout=3)
+        assert time.monotonic() - applied < 1.5
+        assert len(engine.running) <= 4
+    load.stop()
+    await task
