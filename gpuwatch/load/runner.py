@@ -80,7 +80,9 @@ async def fetch_model(session: aiohttp.ClientSession, url: str) -> str:
                     f"GET {url}/v1/models answered HTTP {resp.status}; pass --model"
                 )
             data = await resp.json()
-            return data["data"][0]["id"]
+            if data.get("data"):
+                return data["data"][0]["id"]
+            return data["models"][0]["model"]  # llama.cpp's own list, when "data" is empty
     except aiohttp.ClientConnectorError as exc:
         raise NothingListening(f"nothing listening at {url} (connection refused)") from exc
     except (aiohttp.ClientError, KeyError, IndexError, ValueError, TypeError) as exc:
