@@ -12,7 +12,7 @@ import numpy as np
 PIECES = [
     f"▁{w}" for w in ("the", "node", "is", "in", "its", "boring", "zone", "and", "tokens", "flow")
 ]
-PIECES += list("abcdefghijklmnopqrstuvwxyz") + ["▁"]
+PIECES += [*"abcdefghijklmnopqrstuvwxyz", "▁"]
 
 
 def write_tiny_llama(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int = 4, n_ff: int = 128,
