@@ -208,7 +208,7 @@ class SimNode:
             ignore_eos=bool(body.get("ignore_eos", False)),
         )
 
-    def submit(self, parsed: Parsed) -> tuple[int, Request, Slot]:
+    def submit(self, parsed: Parsed, arrival: float | None = None) -> tuple[int, Request, Slot]:
         i = min(
             range(len(self.engines)),
             key=lambda k: len(self.engines[k].running) + len(self.engines[k].waiting),
@@ -222,7 +222,7 @@ class SimNode:
             rid=uuid.uuid4().hex,
             prompt_len=parsed.prompt_len,
             max_output=parsed.max_tokens,
-            arrival=self.sim_now(),
+            arrival=self.sim_now() if arrival is None else arrival,
             block_hashes=parsed.hashes,
             eos_at=eos_at,
         )
@@ -300,6 +300,7 @@ class SimApp:
         return await self._generate(request, chat=True)
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        arrival = self.node.sim_now()  # the request is here: reading its body is part of TTFT
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -308,7 +309,7 @@ class SimApp:
             parsed = self.node.parse(body, chat)
         except BadRequest as exc:
             return error_response(str(exc), exc.status, exc.param)
-        i, req, slot = self.node.submit(parsed)
+        i, req, slot = self.node.submit(parsed, arrival)
         try:
             if parsed.stream:
                 return await self._stream(request, req, slot, parsed, chat)

@@ -430,3 +430,19 @@ async def test_disconnect_through_the_gate_aborts_in_the_simulator(tmp_path: Pat
     finally:
         await served.close()
         await sim.close()
+
+
+async def test_upstream_errors_pass_through_as_they_are(tmp_path: Path) -> None:
+    _, sim = await start_sim(get_profile("rtx4090-llama3-8b-awq"), time_scale=5.0, seed=4)
+    _, served = await start_gate(sim.url, CONFIG, state_file=tmp_path / "s.json")
+    try:
+        async with aiohttp.ClientSession() as s:
+            body = {"prompt": "hi", "n": 2}
+            async with s.post(f"{sim.url}/v1/completions", json=body) as r:
+                direct = (r.status, await r.json())
+            async with s.post(f"{served.url}/v1/completions", json=body) as r:
+                via_gate = (r.status, await r.json())
+        assert via_gate == direct and direct[0] == 400
+    finally:
+        await served.close()
+        await sim.close()

@@ -40,7 +40,9 @@ async def test_client_ttft_agrees_with_the_servers_histogram_at_light_load() -> 
         assert server.count == 12
         client_mean = sum(r.ttft for r in results) / len(results)
         server_mean = server.sum / server.count
-        assert abs(client_mean - server_mean) < 0.005  # within 5 ms
+        # Within a few milliseconds: the client also counts the HTTP round trip and the event
+        # loop it shares with the simulator in this test.
+        assert abs(client_mean - server_mean) < 0.008, (client_mean, server_mean)
         assert engine.prompt_tokens_total == 12 * 64  # prompts made to the requested length
     finally:
         await sim.close()

@@ -204,3 +204,35 @@ async def test_badge_changes_with_hysteresis(stack) -> None:
         assert "p99 TTFT" in text(app, "#header")
         assert any(e.text.startswith("SLO OVERLOADED: p99 TTFT") for e in app.monitor.events)
     await load.close()
+
+
+async def test_probe_finds_local_endpoints_and_hint_shows_when_none() -> None:
+    from gpuwatch.cli import PROBE_PORTS, probe_local
+    from tests.functional.servers import free_port
+
+    port = PROBE_PORTS[0]
+    if free_port() == port:  # pragma: no cover - free_port never returns a fixed port
+        pytest.skip("port clash")
+    try:
+        _, sim = await start_sim(PROFILE, port=port, time_scale=2.0)
+    except OSError:
+        pytest.skip(f"port {port} is taken on this machine")
+    try:
+        assert await probe_local() == [f"http://127.0.0.1:{port}/metrics"]
+    finally:
+        await sim.close()
+    assert await probe_local() == []
+    hint = "no serving endpoint answered on localhost ports 8000, 30000, 8080, 3000, 9000"
+    app = GpuwatchApp(DashboardOptions(urls=[], hint=hint))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: hint in text(app, "#engines"))
+
+
+async def test_command_palette_offers_every_action() -> None:
+    app = GpuwatchApp(DashboardOptions(urls=[]))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        titles = {c.title.lower() for c in app.get_system_commands(app.screen)}
+        for binding in app.all_bindings():
+            if binding.action != "command_palette":
+                assert binding.description.lower() in titles, binding.description

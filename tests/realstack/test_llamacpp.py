@@ -213,3 +213,30 @@ async def test_dashboard_pointed_at_llama_server(llama_server: str) -> None:
         engines = text(app, "#engines")
         assert "KV ········ N/A" in engines  # llama.cpp does not export it: shown unknown
         await asyncio.gather(*tasks)
+
+
+async def test_gate_counts_prompts_with_the_upstream_tokenizer(
+    llama_server: str, tmp_path: Path
+) -> None:
+    from gpuwatch.gate.limits import Lane, LaneLimits
+
+    chat = Lane("chat", DEFAULT_LANES[0].prefixes, LaneLimits(max_prompt_tokens=8), tokenize=True)
+    config = GateConfig((chat, *DEFAULT_LANES[1:]))
+    gate, served = await start_gate(llama_server, config, state_file=tmp_path / "s.json")
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"{llama_server}/tokenize", json={"content": "abcdefghij"}) as r:
+                real = len((await r.json())["tokens"])
+            # 10 characters: 3 tokens by the 4-characters estimate, more by the real tokenizer.
+            assert real > 8
+            body = {"prompt": "abcdefghij", "max_tokens": 2}
+            async with s.post(f"{served.url}/v1/completions", json=body) as r:
+                refusal = await r.json()
+            assert r.status == 400 and refusal["error"]["code"] == "prompt_too_long"
+            assert f"prompt is {real} tokens" in refusal["error"]["message"]
+            async with s.post(
+                f"{served.url}/v1/completions", json={"prompt": "the", "max_tokens": 2}
+            ) as r:
+                assert r.status == 200
+    finally:
+        await served.close()
