@@ -12,80 +12,14 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuwatch.buckets import ITERATION_BUCKETS, ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from gpuwatch.sim.metrics import buckets_1_2_5
 from gpuwatch.sources.dialects import index_samples, map_samples
 from gpuwatch.sources.scrape import map_page
 
-# vLLM V1's bucket bounds (vllm/v1/metrics/loggers.py).
-TTFT = [
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-]
-ITL = [
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-]
-REQ = [
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-]
-TOKENS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
-ITER = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+TOKENS = buckets_1_2_5(10_000)
+ITER = ITERATION_BUCKETS
+TTFT, ITL, REQ = TTFT_BUCKETS, ITL_BUCKETS, REQUEST_LATENCY_BUCKETS
 HISTOGRAMS = {
     "time_to_first_token_seconds": TTFT,
     "inter_token_latency_seconds": ITL,

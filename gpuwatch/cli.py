@@ -22,24 +22,24 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
-    return value
+def _positive(kind: type[int] | type[float]) -> Any:
+    """An argparse type: a number of ``kind`` above 0, with a one-line reason otherwise."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            name = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"not {name}: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
-    return value
+_positive_float = _positive(float)
+_positive_int = _positive(int)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -41,9 +42,13 @@ def screen_text(app: GpuwatchApp) -> str:
     )
 
 
-async def until(pilot, predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+async def until(pilot, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` (with a deadline) and return its first truthy value."""
     end = time.monotonic() + timeout
-    while not predicate():
+    while True:
+        value = predicate()
+        if value:
+            return value
         assert time.monotonic() < end, "the dashboard never showed it"
         await pilot.pause(0.05)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +22,10 @@ from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
-from tests.functional.test_tui import text
+from tests.functional.test_tui import text, until
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 TOKEN = "s3cret"
-
-
-async def until(pilot, predicate: Callable[[], Any], timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < end, "never happened"
-        await pilot.pause(0.05)
 
 
 @pytest.fixture
