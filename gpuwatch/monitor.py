@@ -183,9 +183,9 @@ class Monitor:
     def check_stale(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
         for ep in self.endpoints.values():
-            if ep.status.state != "UP":
+            if ep.status.state != "UP" or ep.status.last_ok is None:
                 continue
-            age = now - (ep.status.last_ok or now)
+            age = now - ep.status.last_ok
             if age > STALE_AFTER_INTERVALS * ep.interval_s:
                 reason = ep.status.last_error or f"no answer for {age:.0f} s"
                 self._transition(ep.status, "STALE", reason, ep.url)

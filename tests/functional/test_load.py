@@ -148,3 +148,22 @@ def test_ctrl_c_prints_a_partial_report(sim_process: str) -> None:
     assert "interrupted; partial report" in err
     assert "completed" in out and "TTFT" in out
     assert "Traceback" not in err
+
+
+async def test_lane_mix_sends_each_lane_to_its_endpoint() -> None:
+    _, sim = await start_sim(PROFILE, time_scale=10.0, seed=7)
+    try:
+        spec = LoadSpec(url=sim.url, rate=40.0, requests=60, lane_mix={"chat": 0.5, "embed": 0.5},
+                        prompt_tokens=Dist("fixed", 16), output_tokens=Dist("fixed", 4), seed=7)  # fmt: skip
+        run = LoadRun(spec)
+        results = await run.run()
+        chat = [r for r in results if r.lane == "chat"]
+        embed = [r for r in results if r.lane == "embed"]
+        assert 20 <= len(chat) <= 40 and len(chat) + len(embed) == 60
+        assert all(r.ok for r in chat)
+        # The simulator serves no embeddings: that lane fails by status, as a real 404 would.
+        assert {r.status for r in embed} == {404}
+        report = build_report(spec, results, run.ended - run.started)
+        assert report["failures_by_status"] == {"404": len(embed)}
+    finally:
+        await sim.close()

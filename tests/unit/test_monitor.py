@@ -1,0 +1,70 @@
+"""The dashboard's state without a terminal: status transitions, events, health."""
+
+from __future__ import annotations
+
+from gpuwatch.model import EngineSnapshot, GpuReading, GpuSample, ScrapeResult
+from gpuwatch.monitor import Monitor
+
+URL = "http://127.0.0.1:8000/metrics"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def ok(running: float = 1) -> ScrapeResult:
+    return ScrapeResult(URL, [EngineSnapshot(URL, "vllm", "m", running=running, waiting=0)])
+
+
+def test_up_stale_down_and_up_again_with_reasons() -> None:
+    clock = Clock()
+    m = Monitor([URL], interval_s=1.0, clock=clock, wall=clock)
+    m.apply_scrape(ok())
+    assert (
+        m.endpoints[URL].status.state == "UP" and m.events == type(m.events)()
+    )  # first UP is quiet
+    clock.t = 1.0
+    m.apply_scrape(ScrapeResult(URL, error="HTTP 500 Internal Server Error"))
+    assert m.endpoints[URL].status.state == "UP"  # one bad answer is not yet stale
+    clock.t = 3.5
+    m.apply_scrape(ScrapeResult(URL, error="HTTP 500 Internal Server Error"))
+    assert m.endpoints[URL].status.state == "STALE"
+    assert m.events[-1].text == f"{URL} STALE: HTTP 500 Internal Server Error"
+    clock.t = 4.0
+    m.apply_scrape(ScrapeResult(URL, error="connection refused (127.0.0.1:8000)", unreachable=True))
+    assert m.endpoints[URL].status.state == "DOWN" and m.events[-1].level == "bad"
+    clock.t = 5.0
+    m.apply_scrape(ok())
+    assert m.endpoints[URL].status.state == "UP" and m.events[-1].text == f"{URL} UP again"
+
+
+def test_gpu_errors_become_events_once() -> None:
+    m = Monitor([])
+    good = GpuSample(0, name="g")
+    lost = GpuSample(0, name="g", error="GPU 0: GPU is lost")
+    m.apply_gpus(GpuReading([good]))
+    m.apply_gpus(GpuReading([lost]))
+    m.apply_gpus(GpuReading([lost]))
+    m.apply_gpus(GpuReading([good]))
+    assert [e.text for e in m.events] == ["GPU 0: GPU is lost", "GPU 0 answers again"]
+    m.apply_gpus(GpuReading([], "NVML unavailable: libnvidia-ml.so.1 not found"))
+    assert m.events[-1].text == "GPUs DOWN: NVML unavailable: libnvidia-ml.so.1 not found"
+
+
+def test_health_ignores_the_gate_and_takes_the_worst_engine() -> None:
+    clock = Clock()
+    m = Monitor([URL, "http://g/metrics"], slo={"waiting_high": 10}, clock=clock, wall=clock)
+    m.apply_scrape(ScrapeResult(URL, [EngineSnapshot(URL, "vllm", "a", waiting=4),
+                                      EngineSnapshot(URL, "vllm", "b", waiting=9)]))  # fmt: skip
+    m.apply_scrape(
+        ScrapeResult(
+            "http://g/metrics", [EngineSnapshot("http://g/metrics", "gate", None, waiting=500)]
+        )
+    )
+    assert m.signals()["waiting_high"] == 9
+    m.health.hold_s = 0
+    assert m.evaluate().level == "TIGHT" and "waiting 9 (90% of 10)" in m.verdict.reason
