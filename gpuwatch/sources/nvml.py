@@ -71,6 +71,7 @@ class NvmlReader:
         self._init_error: str | None = None
         self._static: dict[int, tuple[str | None, str | None]] = {}
         self._unsupported: set[tuple[int, str]] = set()
+        self._seen: dict[tuple[int, int | None], ProcessInfo] = {}  # this poll's processes
 
     def _init(self) -> str | None:
         if self._initialized or self._init_error:
@@ -102,7 +103,7 @@ class NvmlReader:
                 return GpuReading([], f"NVML error: {exc}")
             except GpuSourceError as exc:
                 return GpuReading([], str(exc))
-            self._seen: dict[tuple[int, int | None], ProcessInfo] = {}
+            self._seen = {}
             return GpuReading([self._read_device(i) for i in range(count)])
 
     def _field(self, index: int, name: str, fn: Callable[[], Any]) -> Any:
