@@ -71,7 +71,7 @@ class NvmlReader:
         self._init_error: str | None = None
         self._static: dict[int, tuple[str | None, str | None]] = {}
         self._unsupported: set[tuple[int, str]] = set()
-        self._seen: dict[tuple[int, int | None], ProcessInfo] = {}  # this poll's processes
+        self._seen: dict[int, ProcessInfo] = {}  # this poll's processes, by pid
 
     def _init(self) -> str | None:
         if self._initialized or self._init_error:
@@ -185,9 +185,9 @@ class NvmlReader:
                 used = None
             pid = int(proc.pid)
             # A process on several GPUs is read from /proc once per poll.
-            info = self._seen.get((pid, None))
+            info = self._seen.get(pid)
             if info is None:
-                info = self._seen[(pid, None)] = self.processes.describe(pid)
+                info = self._seen[pid] = self.processes.describe(pid)
             s.processes.append(replace(info, used_memory_bytes=used))
 
 
