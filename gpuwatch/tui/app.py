@@ -31,7 +31,7 @@ from gpuwatch.monitor import Monitor
 from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.sources.scrape import scrape
-from gpuwatch.tui.control import ControlMixin
+from gpuwatch.tui.control import QUEUE_STEP, ControlMixin
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.themes import DEFAULT_THEME, SEMANTIC_DEFAULTS, load_themes
@@ -79,8 +79,20 @@ class Dashboard(Screen[None]):
             "asterisk", "app.scale_inflight(2.0)", "double in-flight", key_display="*", show=False
         ),
         Binding("slash", "app.scale_inflight(0.5)", "halve in-flight", key_display="/", show=False),
-        Binding("right_square_bracket", "app.queue(8)", "queue +8", key_display="]", show=False),
-        Binding("left_square_bracket", "app.queue(-8)", "queue -8", key_display="[", show=False),
+        Binding(
+            "right_square_bracket",
+            f"app.queue({QUEUE_STEP})",
+            f"queue +{QUEUE_STEP}",
+            key_display="]",
+            show=False,
+        ),
+        Binding(
+            "left_square_bracket",
+            f"app.queue(-{QUEUE_STEP})",
+            f"queue -{QUEUE_STEP}",
+            key_display="[",
+            show=False,
+        ),
         Binding("o", "app.output(True)", "lower output cap", show=False),
         Binding("O", "app.output(False)", "raise output cap", show=False),
         Binding("p", "app.pause", "pause/resume"),
