@@ -7,14 +7,16 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
-from gpuwatch.gate.server import start_gate
+from gpuwatch.gate.server import Gate, start_gate
 from gpuwatch.httpclient import async_client
 from gpuwatch.load import LoadRun, LoadSpec, build_report
 from gpuwatch.load.spec import Dist
@@ -94,6 +96,16 @@ async def sse(session: aiohttp.ClientSession, url: str) -> list[bytes]:
         return [line.strip() for line in (await r.read()).split(b"\n") if line.strip()]
 
 
+@pytest.fixture
+async def gated(llama_server: str, tmp_path: Path) -> AsyncIterator[tuple[Gate, str]]:
+    """A gate with default lanes in front of llama-server."""
+    gate, served = await start_gate(
+        llama_server, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
+    )
+    yield gate, served.url
+    await served.close()
+
+
 def stable(chunk: bytes) -> Any:
     """A chunk without what differs between two runs of the same request (ids, clocks)."""
     if chunk == b"data: [DONE]":
@@ -105,97 +117,79 @@ def stable(chunk: bytes) -> Any:
 
 
 async def test_through_the_gate_chunks_pass_untouched_in_order(
-    llama_server: str, tmp_path: Path
+    llama_server: str, gated: tuple[Gate, str]
 ) -> None:
-    gate, served = await start_gate(
-        llama_server, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
-    )
-    try:
-        async with aiohttp.ClientSession() as s:
-            direct = await sse(s, llama_server)
-            via_gate = await sse(s, served.url)
-        assert via_gate[-1] == b"data: [DONE]"
-        assert [stable(c) for c in via_gate] == [stable(c) for c in direct]
-        usage = [stable(c)["usage"] for c in via_gate[:-1] if "usage" in stable(c)]
-        assert usage and usage[-1]["completion_tokens"] == 24  # include_usage honoured
-    finally:
-        await served.close()
+    gate, gate_url = gated
+    async with aiohttp.ClientSession() as s:
+        direct = await sse(s, llama_server)
+        via_gate = await sse(s, gate_url)
+    assert via_gate[-1] == b"data: [DONE]"
+    assert [stable(c) for c in via_gate] == [stable(c) for c in direct]
+    usage = [stable(c)["usage"] for c in via_gate[:-1] if "usage" in stable(c)]
+    assert usage and usage[-1]["completion_tokens"] == 24  # include_usage honoured
 
 
 async def test_gate_max_inflight_bounds_requests_processing(
-    llama_server: str, tmp_path: Path
+    llama_server: str, gated: tuple[Gate, str]
 ) -> None:
-    gate, served = await start_gate(
-        llama_server, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
-    )
-    try:
-        async with aiohttp.ClientSession() as s, async_client() as client:
-            async with s.patch(
-                f"{served.url}/admin/limits", json={"lanes": {"chat": {"max_inflight": 1}}}
-            ) as r:
-                assert r.status == 200
-            tasks = [asyncio.create_task(complete(s, served.url, 1500)) for _ in range(4)]
-            peak_processing = peak_deferred = peak_gate_queue = 0
-            while not all(t.done() for t in tasks):
-                [engine] = (await scrape(client, f"{llama_server}/metrics")).engines
-                peak_processing = max(peak_processing, engine.running or 0)
-                peak_deferred = max(peak_deferred, engine.waiting or 0)
-                peak_gate_queue = max(peak_gate_queue, len(gate.lanes["chat"].queue))
-                await asyncio.sleep(0.005)
-            await asyncio.gather(*tasks)
-        assert peak_processing == 1 and peak_deferred == 0
-        assert peak_gate_queue >= 2  # the gate held them, not llama.cpp
-    finally:
-        await served.close()
+    gate, gate_url = gated
+    async with aiohttp.ClientSession() as s, async_client() as client:
+        async with s.patch(
+            f"{gate_url}/admin/limits", json={"lanes": {"chat": {"max_inflight": 1}}}
+        ) as r:
+            assert r.status == 200
+        tasks = [asyncio.create_task(complete(s, gate_url, 1500)) for _ in range(4)]
+        peak_processing = peak_deferred = peak_gate_queue = 0
+        while not all(t.done() for t in tasks):
+            [engine] = (await scrape(client, f"{llama_server}/metrics")).engines
+            peak_processing = max(peak_processing, engine.running or 0)
+            peak_deferred = max(peak_deferred, engine.waiting or 0)
+            peak_gate_queue = max(peak_gate_queue, len(gate.lanes["chat"].queue))
+            await asyncio.sleep(0.005)
+        await asyncio.gather(*tasks)
+    assert peak_processing == 1 and peak_deferred == 0
+    assert peak_gate_queue >= 2  # the gate held them, not llama.cpp
 
 
-async def test_disconnect_mid_stream_frees_the_slot(llama_server: str, tmp_path: Path) -> None:
-    gate, served = await start_gate(
-        llama_server, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
-    )
-    try:
-        session = aiohttp.ClientSession()
-        body = {"prompt": "the node", "max_tokens": 2000, "stream": True, "ignore_eos": True}
-        resp = await session.post(f"{served.url}/v1/completions", json=body)
-        assert (await resp.content.readline()).startswith(b"data: ")
-        async with aiohttp.ClientSession() as s, s.get(f"{llama_server}/slots") as r:
-            assert any(slot["is_processing"] for slot in await r.json())
-        resp.close()
-        await session.close()
-        left = time.monotonic()
-        async with aiohttp.ClientSession() as s:
-            while True:
-                async with s.get(f"{llama_server}/slots") as r:
-                    if not any(slot["is_processing"] for slot in await r.json()):
-                        break
-                assert time.monotonic() - left < 1.0, (
-                    "the slot was still busy a second after the client left"
-                )
-                await asyncio.sleep(0.02)
-        assert gate.lanes["chat"].inflight == 0
-    finally:
-        await served.close()
+async def test_disconnect_mid_stream_frees_the_slot(
+    llama_server: str, gated: tuple[Gate, str]
+) -> None:
+    gate, gate_url = gated
+    session = aiohttp.ClientSession()
+    body = {"prompt": "the node", "max_tokens": 2000, "stream": True, "ignore_eos": True}
+    resp = await session.post(f"{gate_url}/v1/completions", json=body)
+    assert (await resp.content.readline()).startswith(b"data: ")
+    async with aiohttp.ClientSession() as s, s.get(f"{llama_server}/slots") as r:
+        assert any(slot["is_processing"] for slot in await r.json())
+    resp.close()
+    await session.close()
+    left = time.monotonic()
+    async with aiohttp.ClientSession() as s:
+        while True:
+            async with s.get(f"{llama_server}/slots") as r:
+                if not any(slot["is_processing"] for slot in await r.json()):
+                    break
+            assert time.monotonic() - left < 1.0, (
+                "the slot was still busy a second after the client left"
+            )
+            await asyncio.sleep(0.02)
+    assert gate.lanes["chat"].inflight == 0
 
 
 async def test_load_through_the_gate_completes_with_a_full_report(
-    llama_server: str, tmp_path: Path
+    llama_server: str, gated: tuple[Gate, str]
 ) -> None:
-    gate, served = await start_gate(
-        llama_server, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
-    )
-    try:
-        spec = LoadSpec(url=served.url, rate=8.0, requests=24, api="completions", burstiness=0.5,
-                        prompt_tokens=Dist("uniform", 16, 64), output_tokens=Dist("fixed", 40), seed=3)  # fmt: skip
-        run = LoadRun(spec)
-        results = await run.run()
-        report = build_report(spec, results, run.ended - run.started)
-        assert report["completed"] == 24 and report["failed"] == 0
-        assert run.model and run.model.endswith("tiny.gguf")  # from llama.cpp's /v1/models
-        for key in ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "p99_e2el_ms"):
-            assert report[key] is not None and report[key] > 0, key
-        assert report["total_output_tokens"] == 24 * 40  # from usage, not from chunk counts
-    finally:
-        await served.close()
+    gate, gate_url = gated
+    spec = LoadSpec(url=gate_url, rate=8.0, requests=24, api="completions", burstiness=0.5,
+                    prompt_tokens=Dist("uniform", 16, 64), output_tokens=Dist("fixed", 40), seed=3)  # fmt: skip
+    run = LoadRun(spec)
+    results = await run.run()
+    report = build_report(spec, results, run.ended - run.started)
+    assert report["completed"] == 24 and report["failed"] == 0
+    assert run.model and run.model.endswith("tiny.gguf")  # from llama.cpp's /v1/models
+    for key in ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "p99_e2el_ms"):
+        assert report[key] is not None and report[key] > 0, key
+    assert report["total_output_tokens"] == 24 * 40  # from usage, not from chunk counts
 
 
 async def test_dashboard_pointed_at_llama_server(llama_server: str) -> None:
