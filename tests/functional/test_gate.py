@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +23,18 @@ from gpuwatch.sources.scrape import map_page
 from tests.functional.upstreams import CountingUpstream
 
 CONFIG = GateConfig(DEFAULT_LANES, ("/health-upstream",))
+
+
+@contextlib.asynccontextmanager
+async def sim_behind_gate(tmp_path: Path, time_scale: float) -> AsyncIterator[tuple]:
+    """The simulator with a gate (default lanes) in front of it: (node, sim, gate, served)."""
+    node, sim = await start_sim(get_profile("rtx4090-llama3-8b-awq"), time_scale=time_scale, seed=4)
+    gate, served = await start_gate(sim.url, CONFIG, state_file=tmp_path / "s.json")
+    try:
+        yield node, sim, gate, served
+    finally:
+        await served.close()
+        await sim.close()
 
 
 class Harness:
@@ -187,7 +200,6 @@ async def test_disconnect_while_queued_leaves_the_queue(h: Harness) -> None:
     await h.wait_queued(0)
     h.upstream.release.release()
     await held
-    await asyncio.sleep(0)  # nothing else to admit
     assert h.upstream.arrivals == ["held"]
     st = await h.status()
     assert st["lanes"]["chat"]["inflight"] == 0
@@ -370,9 +382,7 @@ async def test_admin_auth(tmp_path: Path) -> None:
 
 
 async def test_gate_in_front_of_the_simulator_bounds_its_running_count(tmp_path: Path) -> None:
-    node, sim = await start_sim(get_profile("rtx4090-llama3-8b-awq"), time_scale=5.0, seed=4)
-    _, served = await start_gate(sim.url, CONFIG, state_file=tmp_path / "s.json")
-    try:
+    async with sim_behind_gate(tmp_path, 5.0) as (node, sim, _, served):
         async with aiohttp.ClientSession() as s:
             async with s.patch(
                 f"{served.url}/admin/limits", json={"lanes": {"chat": {"max_inflight": 3}}}
@@ -398,15 +408,10 @@ async def test_gate_in_front_of_the_simulator_bounds_its_running_count(tmp_path:
                 [g] = map_page("gate", await r.text()).engines
         assert g.dialect == "gate" and g.running == 0 and g.histograms["ttft"].count == 12
         assert node.engines[0].blocks_allocated == node.engines[0].blocks_freed
-    finally:
-        await served.close()
-        await sim.close()
 
 
 async def test_disconnect_through_the_gate_aborts_in_the_simulator(tmp_path: Path) -> None:
-    node, sim = await start_sim(get_profile("rtx4090-llama3-8b-awq"), time_scale=1.0, seed=4)
-    gate, served = await start_gate(sim.url, CONFIG, state_file=tmp_path / "s.json")
-    try:
+    async with sim_behind_gate(tmp_path, 1.0) as (node, sim, gate, served):
         session = aiohttp.ClientSession()
         # A long prompt: the client leaves during prefill, before any byte flowed.
         resp_task = asyncio.create_task(
@@ -427,15 +432,10 @@ async def test_disconnect_through_the_gate_aborts_in_the_simulator(tmp_path: Pat
             assert time.monotonic() < end, "the simulator never saw the abort"
             await asyncio.sleep(0.005)
         assert gate.lanes["chat"].inflight == 0
-    finally:
-        await served.close()
-        await sim.close()
 
 
 async def test_upstream_errors_pass_through_as_they_are(tmp_path: Path) -> None:
-    _, sim = await start_sim(get_profile("rtx4090-llama3-8b-awq"), time_scale=5.0, seed=4)
-    _, served = await start_gate(sim.url, CONFIG, state_file=tmp_path / "s.json")
-    try:
+    async with sim_behind_gate(tmp_path, 5.0) as (_, sim, _, served):
         async with aiohttp.ClientSession() as s:
             body = {"prompt": "hi", "n": 2}
             async with s.post(f"{sim.url}/v1/completions", json=body) as r:
@@ -443,6 +443,3 @@ async def test_upstream_errors_pass_through_as_they_are(tmp_path: Path) -> None:
             async with s.post(f"{served.url}/v1/completions", json=body) as r:
                 via_gate = (r.status, await r.json())
         assert via_gate == direct and direct[0] == 400
-    finally:
-        await served.close()
-        await sim.close()

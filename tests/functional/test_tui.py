@@ -157,8 +157,9 @@ async def test_80x24_renders_everything_that_matters(stack) -> None:
         await until(
             pilot, lambda: "RTX 4090" in text(app, "#gpus") and "chat" in text(app, "#admission")
         )
-        await pilot.pause(0.3)
-        shot = screen_text(app)
+        shot = await until(
+            pilot, lambda: (t := screen_text(app)) and "RTX 4090" in t and "chat" in t and t
+        )
         assert "OK" in shot and "RTX 4090" in shot and "vllm" in shot and "chat" in shot
         assert app.screen.has_class("-narrow") and app.screen.has_class("-short")
         kv, ttft = app.screen.query_one("#chart-kv"), app.screen.query_one("#chart-ttft")

@@ -57,6 +57,20 @@ async def ready(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def
     await until(pilot, lambda: app.monitor.gate and app.monitor.gate.limits and app.gate_client)
 
 
+async def settled(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def]
+    """No key is waiting to be sent and no change is in flight: whatever was going to reach
+    the gate has (a condition, not a sleep)."""
+    await pilot.pause()
+    await until(
+        pilot,
+        lambda: (
+            not app._ops
+            and app._flush_timer is None
+            and not any(w.group == "control" and not w.is_finished for w in app.workers)
+        ),
+    )
+
+
 async def confirm_shown(pilot, app: GpuwatchApp) -> ConfirmationModal:  # type: ignore[no-untyped-def]
     """The confirmation modal, mounted: its focus is on Cancel."""
     await until(
@@ -125,7 +139,7 @@ async def test_key_presses_in_quick_succession_are_one_patch(stack) -> None:
         await ready(pilot, app)
         await pilot.press("plus", "plus", "plus", "plus", "plus", "right_square_bracket")
         limits = await wait_version(pilot, client, 2)
-        await pilot.pause(0.6)
+        await settled(pilot, app)
         assert (await client.limits())["version"] == 2  # one PATCH, not six
         assert (
             limits["lanes"]["chat"]["max_inflight"] == 21
@@ -146,8 +160,9 @@ async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
         assert "paused false -> true" in str(modal.query_one("#details").render())
         await pilot.press("enter")
         await until(pilot, lambda: not isinstance(app.screen, ConfirmationModal))
-        await pilot.pause(0.3)
-        assert (await client.limits()) == {**(await client.limits()), "version": 1, "paused": False}
+        await settled(pilot, app)
+        limits = await client.limits()
+        assert limits["version"] == 1 and limits["paused"] is False
         assert any("change cancelled" in e.text for e in app.monitor.events)
         # Now apply it.
         await pilot.press("p")
@@ -173,7 +188,7 @@ async def test_cutting_a_lane_by_more_than_half_asks_first(stack) -> None:
         details = str(modal.query_one("#details").render())
         assert "chat.max_inflight 8 -> 2" in details and served.url in details
         await pilot.press("escape")
-        await pilot.pause(0.3)
+        await settled(pilot, app)
         assert (await client.limits())["lanes"]["chat"]["max_inflight"] == 8
 
 
@@ -185,11 +200,11 @@ async def test_read_only_refuses_and_sends_nothing(stack) -> None:
         for action in ("inflight", "queue", "output", "pause", "edit", "undo"):
             assert app.check_action(action, ()) is None  # greyed out in the footer
         await pilot.press("plus", "p", "e", "u", "o")
-        await pilot.pause(0.6)
+        await settled(pilot, app)
         assert "RO" in text(app, "#header")
         # Even straight through the action, the guard refuses in its one place.
         app.action_inflight(1)
-        await pilot.pause(0.6)
+        await settled(pilot, app)
     assert (await client.limits())["version"] == 1
     assert await client.audit(10) == []
 
@@ -258,10 +273,12 @@ async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
         await pilot.pause()
         assert "a whole number >= 0" in str(form.query_one("#max_inflight-error").render())
         await pilot.click("#apply")
-        await pilot.pause(0.2)
+        await pilot.pause()  # the click is handled: an invalid form does not dismiss
         assert isinstance(app.screen, EditLimits)  # invalid: nothing sent
         form.query_one("#max_inflight").value = "12"
         form.query_one("#max_output_tokens").value = "700"
+        # Textual ignores a click while the button still shows the last one (0.2 s).
+        await until(pilot, lambda: not form.query_one("#apply").has_class("-active"))
         await pilot.click("#apply")
         limits = await wait_version(pilot, client, 2)
         assert (
@@ -281,7 +298,7 @@ async def test_wrong_token_shows_the_401_reason(stack) -> None:
         await until(pilot, lambda: "401" in text(app, "#admission"))
         assert any("HTTP 401" in e.text for e in app.monitor.events)
         await pilot.press("plus")
-        await pilot.pause(0.6)
+        await settled(pilot, app)
     assert (await client.limits())["version"] == 1
 
 
