@@ -126,12 +126,8 @@ def _engine_json(engine: EngineSnapshot, process: ProcessInfo | None) -> dict[st
         for kind in LATENCY_KINDS
         if kind in engine.histograms
     }
-    data["process"] = _process_json(process) if process else None
+    data["process"] = dataclasses.asdict(process) if process else None
     return data
-
-
-def _process_json(p: ProcessInfo) -> dict[str, Any]:
-    return dataclasses.asdict(p)
 
 
 def to_json(snap: Snapshot) -> dict[str, Any]:
@@ -152,7 +148,7 @@ def to_json(snap: Snapshot) -> dict[str, Any]:
             "load_1m": host.load_1m,
             "load_5m": host.load_5m,
             "load_15m": host.load_15m,
-            "process": _process_json(snap.host_process) if snap.host_process else None,
+            "process": dataclasses.asdict(snap.host_process) if snap.host_process else None,
         },
         "engines": [
             _engine_json(e, snap.processes.get(r.source)) for r in snap.results for e in r.engines

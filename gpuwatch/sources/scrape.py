@@ -15,7 +15,7 @@ import httpx
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.httpclient import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from gpuwatch.httpclient import DEFAULT_TIMEOUT_S
 from gpuwatch.model import ScrapeResult
 from gpuwatch.sources.dialects import index_samples, map_samples, wanted_sample_names
 
@@ -170,16 +170,3 @@ def _mib(n: int) -> str:
 
 def _host(url: str) -> str:
     return httpx.URL(url).netloc.decode() or url
-
-
-__all__ = [
-    "DEFAULT_CONNECT_TIMEOUT_S",
-    "DEFAULT_MAX_BYTES",
-    "DEFAULT_TIMEOUT_S",
-    "ScrapeError",
-    "fetch",
-    "map_page",
-    "parse_families",
-    "prefilter",
-    "scrape",
-]

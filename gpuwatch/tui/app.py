@@ -320,9 +320,9 @@ class GpuwatchApp(ControlMixin, App[None]):
         if m.version == self._painted_version:
             return
         self._painted_version = m.version
-        dash.query_one(GpuPanel).render_gpus(m.gpus, m.gpu_status, compact=narrow or short)
+        dash.query_one(GpuPanel).render_gpus(m.gpus, compact=narrow or short)
         dash.query_one(EnginePanel).render_engines(
-            list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), narrow, self.options.hint
+            list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint
         )
         dash.query_one(AdmissionPanel).render_gate(m.gate, self.selected_lane, self.pending_lines())
         dash.query_one(EventsPanel).render_events(m.events)

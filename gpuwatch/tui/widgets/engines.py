@@ -71,7 +71,7 @@ class EnginePanel(Panel):
     DEFAULT_CSS = "EnginePanel { height: auto; }"
 
     def render_engines(
-        self, endpoints: list[Endpoint], ttft_slo: float | None, compact: bool, hint: str | None
+        self, endpoints: list[Endpoint], ttft_slo: float | None, hint: str | None
     ) -> None:
         if not endpoints:
             self.show(f"[$warn]{escape(hint or 'no endpoints')}[/]")

@@ -7,7 +7,6 @@ from rich.markup import escape
 
 from gpuwatch.fmt import NA, gib, pct, unit
 from gpuwatch.model import GpuReading, GpuSample
-from gpuwatch.monitor import SourceStatus
 from gpuwatch.tui.widgets.bars import gauge, level_color, stacked
 from gpuwatch.tui.widgets.panel import Panel, flow
 
@@ -64,7 +63,7 @@ def gpu_line(g: GpuSample, bar: int, compact: bool, width: int = 80) -> str:
 class GpuPanel(Panel):
     DEFAULT_CSS = "GpuPanel { height: auto; }"
 
-    def render_gpus(self, reading: GpuReading | None, status: SourceStatus, compact: bool) -> None:
+    def render_gpus(self, reading: GpuReading | None, compact: bool) -> None:
         if reading is None:
             self.show("[dim]GPUs: reading…[/]")
             return
