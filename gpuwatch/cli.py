@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuwatch import __version__, config
+from gpuwatch.admintoken import read_token
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -212,19 +212,6 @@ def _add_dashboard_args(p: argparse.ArgumentParser) -> None:
 
 
 _TOKEN_HELP = "admin token file (else $GPUWATCH_ADMIN_TOKEN); never on the command line"
-
-
-def read_token(path: Path | None) -> str | None:
-    """The admin token from a file or the environment; ValueError with the reason."""
-    if path is not None:
-        try:
-            token = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ValueError(f"cannot read admin token file {path}: {exc.strerror or exc}") from exc
-        if not token:
-            raise ValueError(f"admin token file {path} is empty")
-        return token
-    return os.environ.get("GPUWATCH_ADMIN_TOKEN") or None
 
 
 def parse_assignment(text: str) -> tuple[str, str, Any]:
