@@ -22,6 +22,19 @@ class GateError(Exception):
         self.body = body
 
 
+class GateConflict(GateError):
+    """409: the limits changed since the version a change was made from. The gate's reply
+    names who changed them (``actor``) and carries the current ``limits``."""
+
+    def __init__(self, message: str, body: Any) -> None:
+        super().__init__(409, message, body)
+        fields = body if isinstance(body, dict) else {}
+        actor = fields.get("actor")
+        limits = fields.get("limits")
+        self.actor: str | None = actor if isinstance(actor, str) else None
+        self.limits: dict[str, Any] | None = limits if isinstance(limits, dict) else None
+
+
 def default_actor() -> str:
     try:
         user = getpass.getuser()
@@ -34,13 +47,14 @@ class GateClient:
     def __init__(
         self,
         admin_url: str,
-        token: str | None = None,
-        guard: Guard | None = None,
+        token: str | None,
+        guard: Guard,
         actor: str | None = None,
         timeout_s: float = 3.0,
     ) -> None:
         self.base = admin_url.rstrip("/")
-        self.guard = guard or Guard()
+        # The caller's guard, never one of our own: a read-only caller must stay read-only here.
+        self.guard = guard
         headers = {"X-Gpuwatch-Actor": actor or default_actor()}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -65,12 +79,12 @@ class GateClient:
         except ValueError:
             body = None
         if response.status_code >= 400:
-            message = body.get("error", {}).get("message") if isinstance(body, dict) else None
-            raise GateError(
-                response.status_code,
-                f"HTTP {response.status_code}: {message or response.text[:200]}",
-                body,
-            )
+            error = body.get("error") if isinstance(body, dict) else None
+            message = error.get("message") if isinstance(error, dict) else None
+            text = f"HTTP {response.status_code}: {message or response.text[:200]}"
+            if response.status_code == 409:
+                raise GateConflict(text, body)
+            raise GateError(response.status_code, text, body)
         return body
 
     async def limits(self) -> dict[str, Any]:

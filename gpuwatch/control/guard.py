@@ -1,4 +1,4 @@
-"""The one guard in front of every change: read-only mode, confirmation policy, local audit.
+"""The one guard in front of every change: read-only mode and the confirmation policy.
 
 Every path that changes the world (the ``limits`` command, the TUI's keys) asks ``Guard.check``
 first, so read-only is enforced in exactly one place.
@@ -6,9 +6,8 @@ first, so read-only is enforced in exactly one place.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -20,17 +19,10 @@ class ReadOnlyError(Exception):
 class Guard:
     read_only: bool = False
     reason: str = "read-only mode (--read-only)"
-    history: list[dict[str, Any]] = field(default_factory=list)
 
     def check(self, action: str) -> None:
         if self.read_only:
             raise ReadOnlyError(f"{action} refused: {self.reason}")
-
-    def record(self, action: str, before: Any, after: Any) -> None:
-        """What this operator changed, newest last: the TUI's undo reads it."""
-        self.history.append(
-            {"time": time.time(), "action": action, "before": before, "after": after}
-        )
 
 
 def lane_capacity(lane: Mapping[str, Any]) -> int:

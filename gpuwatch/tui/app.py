@@ -25,13 +25,15 @@ from textual.worker import get_current_worker
 
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard
+from gpuwatch.control.steering import QUEUE_STEP, Steering
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.httpclient import async_client
 from gpuwatch.monitor import Monitor
 from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.sources.scrape import scrape
-from gpuwatch.tui.control import QUEUE_STEP, ControlMixin
+from gpuwatch.tui.control import CONTROL_ACTIONS, DashboardControl
+from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.themes import DEFAULT_THEME, SEMANTIC_DEFAULTS, load_themes
@@ -117,7 +119,7 @@ class Dashboard(Screen[None]):
         yield Footer()
 
 
-class GpuwatchApp(ControlMixin, App[None]):
+class GpuwatchApp(App[None]):
     CSS_PATH = "styles/app.tcss"
     TITLE = "gpuwatch"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
@@ -160,9 +162,9 @@ class GpuwatchApp(ControlMixin, App[None]):
         self._painted_version = -1
         self._charts_at = -1e9
         self._themes: list[str] = []
+        # The one guard: the keys, the steering and the gate client all ask this one.
         self.guard = Guard(read_only=options.read_only)
-        self.gate_client: GateClient | None = None
-        self._init_control()
+        self.steering = Steering(self.guard, DashboardControl(self), options.admin_url or "")
         self.first_frame_at: float | None = None
 
     # -- set-up ---------------------------------------------------------------------------
@@ -192,7 +194,7 @@ class GpuwatchApp(ControlMixin, App[None]):
             if self.options.admin_url:
                 self.run_worker(self._poll_gate(), group="poll", name="gate")
         for job in self._background:
-            self.run_worker(self._guard(job), group="background", name="background")
+            self.run_worker(self._contained(job), group="background", name="background")
         self.set_interval(1.0, self._tick)
         self.call_after_refresh(self._first_frame)
 
@@ -201,6 +203,7 @@ class GpuwatchApp(ControlMixin, App[None]):
         self.paint(force_charts=True)
 
     async def on_unmount(self) -> None:
+        self.steering.close()
         if self.options.nvml is not None:
             self.options.nvml.close()
 
@@ -217,7 +220,7 @@ class GpuwatchApp(ControlMixin, App[None]):
                 self.monitor.event("bad", f"{name}: {type(exc).__name__}: {exc}")
             await asyncio.sleep(max(0.05, interval - (time.monotonic() - started)))
 
-    async def _guard(self, job: Callable[[], Any]) -> None:
+    async def _contained(self, job: Callable[[], Any]) -> None:
         try:
             await job()
         except asyncio.CancelledError:
@@ -260,8 +263,10 @@ class GpuwatchApp(ControlMixin, App[None]):
 
     async def _poll_gate(self) -> None:
         assert self.options.admin_url
-        async with GateClient(self.options.admin_url, self.options.admin_token) as client:
-            self.gate_client = client
+        async with GateClient(
+            self.options.admin_url, self.options.admin_token, self.guard
+        ) as client:
+            self.steering.client = client
 
             async def once() -> None:
                 try:
@@ -324,7 +329,9 @@ class GpuwatchApp(ControlMixin, App[None]):
         dash.query_one(EnginePanel).render_engines(
             list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint
         )
-        dash.query_one(AdmissionPanel).render_gate(m.gate, self.selected_lane, self.pending_lines())
+        dash.query_one(AdmissionPanel).render_gate(
+            m.gate, self.steering.selected_lane, self.steering.pending_lines()
+        )
         dash.query_one(EventsPanel).render_events(m.events)
         now = time.monotonic()
         if now - self._charts_at >= CHART_EVERY_S or force_charts:
@@ -376,9 +383,59 @@ class GpuwatchApp(ControlMixin, App[None]):
 
     # -- actions --------------------------------------------------------------------------
 
-    def _repaint(self) -> None:
+    def repaint(self) -> None:
+        """Paint now, even if no source moved (a key changed what is pending or selected)."""
         self._painted_version = -1
         self.paint()
+
+    # The control keys: what they do is decided in ``Steering``.
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in CONTROL_ACTIONS and not self.steering.can_steer:
+            return None  # shown greyed in the footer
+        return True
+
+    def action_select_lane(self, index: int) -> None:
+        self.steering.select_lane(index)
+
+    def action_next_lane(self) -> None:
+        self.steering.next_lane()
+
+    def action_inflight(self, delta: int) -> None:
+        self.steering.inflight(delta)
+
+    def action_scale_inflight(self, factor: float) -> None:
+        self.steering.scale_inflight(factor)
+
+    def action_queue(self, delta: int) -> None:
+        self.steering.queue(delta)
+
+    def action_output(self, down: bool) -> None:
+        self.steering.output(down)
+
+    def action_pause(self) -> None:
+        self.steering.pause()
+
+    def action_undo(self) -> None:
+        self.steering.undo()
+
+    def action_edit(self) -> None:
+        self.steering.edit()
+
+    def action_audit(self) -> None:
+        client = self.steering.client
+        if client is None:
+            self.notify("no gate: start gpuwatch with --admin URL", severity="warning")
+            return
+
+        async def show() -> None:
+            try:
+                entries = await client.audit(50)
+            except GateError as exc:
+                await self.push_screen(AuditScreen(None, str(exc)))
+                return
+            await self.push_screen(AuditScreen(entries))
+
+        self.run_worker(show(), group="control")
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.all_bindings(), self.HELP_NOTES))

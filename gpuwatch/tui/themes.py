@@ -1,9 +1,10 @@
-"""Themes as data: ``gpuwatch/themes/*.toml`` (and the user's ``~/.config/gpuwatch/themes``)
+"""Themes as data: the built-in ``themes/*.toml`` (and the user's ``~/.config/gpuwatch/themes``)
 turned into Textual ``Theme`` objects. A bad file is skipped with one line naming it and the key.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from textual.theme import Theme
 
 from gpuwatch import config
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "themes"
+# Installed as the package gpuwatch.themes (see setup.py); pip installs onto a file system, so
+# the resource folder is a real directory.
+BUILTIN_DIR = Path(str(importlib.resources.files("gpuwatch.themes")))
 DEFAULT_THEME = "gpuwatch-dark"
 SEMANTIC = ("ok", "warn", "bad", "kv", "queue", "ttft")
 COLOR_KEYS = (

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import html
+import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -213,7 +215,7 @@ async def test_badge_changes_with_hysteresis(stack) -> None:
 
 
 async def test_probe_finds_local_endpoints_and_hint_shows_when_none() -> None:
-    from gpuwatch.cli import PROBE_PORTS, probe_local
+    from gpuwatch.cli.dashboard import PROBE_PORTS, probe_local
     from tests.functional.servers import free_port
 
     port = PROBE_PORTS[0]
@@ -242,3 +244,19 @@ async def test_command_palette_offers_every_action() -> None:
         for binding in app.all_bindings():
             if binding.action != "command_palette":
                 assert binding.description.lower() in titles, binding.description
+
+
+async def test_writes_to_stderr_and_logging_work_while_the_dashboard_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Textual routes stderr through ``App._flush(stderr=...)`` while it runs; a class of ours
+    that shadowed that name made every warning raise TypeError (aiohttp logs in the demo)."""
+    app = GpuwatchApp(DashboardOptions(urls=[]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        print("a line on stderr", file=sys.stderr, flush=True)
+        sys.stderr.flush()
+        logging.getLogger("aiohttp.server").warning("a warning while the screen runs")
+        await pilot.pause()
+        assert app.is_running
+    assert "a warning while the screen runs" in caplog.text

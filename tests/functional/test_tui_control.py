@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpuwatch.control.gate import GateClient
+from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
@@ -34,7 +35,7 @@ async def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
     gate, served = await start_gate(
         sim.url, GateConfig(DEFAULT_LANES), token=TOKEN, state_file=tmp_path / "s.json"
     )
-    client = GateClient(served.url, TOKEN, actor="tester@elsewhere")
+    client = GateClient(served.url, TOKEN, Guard(), actor="tester@elsewhere")
     yield node, sim, gate, served, client
     await client.close()
     await served.close()
@@ -54,7 +55,7 @@ def make_app(sim_url: str, gate_url: str, token: str = TOKEN, **kw: Any) -> Gpuw
 
 
 async def ready(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def]
-    await until(pilot, lambda: app.monitor.gate and app.monitor.gate.limits and app.gate_client)
+    await until(pilot, lambda: app.monitor.gate and app.monitor.gate.limits and app.steering.client)
 
 
 async def settled(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def]
@@ -64,8 +65,7 @@ async def settled(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-d
     await until(
         pilot,
         lambda: (
-            not app._ops
-            and app._flush_timer is None
+            app.steering.idle
             and not any(w.group == "control" and not w.is_finished for w in app.workers)
         ),
     )
@@ -99,7 +99,7 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
     app = make_app(sim.url, served.url)
     async with app.run_test(size=(160, 48)) as pilot:
         await ready(pilot, app)
-        assert app.selected_lane == "chat"
+        assert app.steering.selected_lane == "chat"
         steps = [  # key, expected chat limits after it
             ("plus", {"max_inflight": 17}),
             ("minus", {"max_inflight": 16}),
@@ -122,9 +122,11 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
         # Lane selection: 2 picks embed, tab goes on to image.
         await pilot.press("2", "plus")
         limits = await wait_version(pilot, client, version + 1)
-        assert limits["lanes"]["embed"]["max_inflight"] == 33 and app.selected_lane == "embed"
+        assert (
+            limits["lanes"]["embed"]["max_inflight"] == 33 and app.steering.selected_lane == "embed"
+        )
         await pilot.press("tab")
-        assert app.selected_lane == "image"
+        assert app.steering.selected_lane == "image"
         # The panel shows what the server answered.
         await until(pilot, lambda: app.monitor.gate.limits["version"] == version + 1)
         assert "33/32" not in text(app, "#admission") and "0/33" in text(app, "#admission")
@@ -205,6 +207,11 @@ async def test_read_only_refuses_and_sends_nothing(stack) -> None:
         # Even straight through the action, the guard refuses in its one place.
         app.action_inflight(1)
         await settled(pilot, app)
+        # And the path behind the keys holds the app's one guard: the gate client refuses
+        # too (it once built a permissive guard of its own and changed the gate).
+        assert app.steering.client is not None and app.steering.client.guard is app.guard
+        with pytest.raises(ReadOnlyError):
+            await app.steering.client.patch({"paused": True}, if_match=1)
     assert (await client.limits())["version"] == 1
     assert await client.audit(10) == []
 

@@ -1,0 +1,134 @@
+"""``gpuwatch`` / ``gpuwatch top``: the live dashboard; and what it shares with ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from gpuwatch import config
+from gpuwatch.admintoken import read_token
+from gpuwatch.alerts import SIGNALS
+from gpuwatch.cli.common import (
+    EXIT_OK,
+    TOKEN_HELP,
+    add_config_arg,
+    fail,
+    positive_float,
+)
+
+PROBE_PORTS = (8000, 30000, 8080, 3000, 9000)
+
+
+def add_dashboard_args(p: argparse.ArgumentParser) -> None:
+    """The options the dashboard and the demo share."""
+    add_config_arg(p)
+    p.add_argument("--theme", help="gpuwatch-dark (default), gpuwatch-light, high-contrast, ansi")
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=", ".join(SIGNALS) + " (0 = off)",
+    )
+    p.add_argument("--read-only", action="store_true", default=None, help="refuse every change")
+
+
+def register(sub: Any) -> None:
+    top = sub.add_parser(
+        "top",
+        help="the live dashboard (the default: `gpuwatch` alone runs it)",
+        description="The live dashboard. Without --metrics it probes localhost ports "
+        + ", ".join(map(str, PROBE_PORTS))
+        + ".",
+    )
+    add_dashboard_args(top)
+    top.add_argument(
+        "--metrics", action="append", metavar="URL", help="a /metrics URL (repeatable)"
+    )
+    top.add_argument("--admin", metavar="URL", help="a gpuwatch gate to show and steer")
+    top.add_argument("--admin-token-file", type=Path, metavar="FILE", help=TOKEN_HELP)
+    top.add_argument("--interval", type=positive_float, metavar="S", help="poll interval (1 s)")
+    top.add_argument("--no-gpu", action="store_true", default=None, help="skip NVML")
+    top.add_argument("--fake-gpu-from", metavar="URL", help="GPUs from a simulator's /sim/gpu")
+    top.set_defaults(func=run)
+
+
+def parse_slo_args(items: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in SIGNALS:
+            raise ValueError(f"--slo {item!r}: expected one of {', '.join(SIGNALS)} =VALUE")
+        try:
+            out[key] = float(raw)
+        except ValueError:
+            raise ValueError(f"--slo {item!r}: {raw!r} is not a number") from None
+    return out
+
+
+def dashboard_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Config file + command line for the dashboard; ValueError with the reason."""
+    settings = config.load(args.config)
+    config.apply_cli(settings, {"theme": args.theme, "read_only": args.read_only})
+    settings["slo"].update(parse_slo_args(args.slo))
+    # 0 switches a signal off (TOML has no null).
+    settings["slo"] = {k: (v or None) for k, v in settings["slo"].items()}
+    return settings
+
+
+async def probe_local() -> list[str]:
+    """The localhost /metrics endpoints that answer with serving metrics."""
+    from gpuwatch.httpclient import async_client
+    from gpuwatch.sources.scrape import scrape
+
+    urls = [f"http://127.0.0.1:{port}/metrics" for port in PROBE_PORTS]
+    async with async_client(connect_timeout_s=0.3, timeout_s=1.0) as client:
+        results = await asyncio.gather(*(scrape(client, url, total_timeout_s=1.0) for url in urls))
+    return [r.source for r in results if not r.error]
+
+
+def gpu_reader(fake_gpu_from: str | None, no_gpu: bool) -> Any:
+    """NVML, the GPUs of a simulator (``--fake-gpu-from``), or None (``--no-gpu``)."""
+    from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
+
+    if fake_gpu_from:
+        return NvmlReader(FakeNvml(SimGpuSource(fake_gpu_from)))
+    return None if no_gpu else NvmlReader()
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+
+    try:
+        settings = dashboard_settings(args)
+        config.apply_cli(
+            settings, {"metrics": args.metrics, "no_gpu": args.no_gpu, "admin": args.admin}
+        )
+        token = read_token(args.admin_token_file)
+    except ValueError as exc:
+        return fail("gpuwatch", str(exc))
+    urls = list(settings["metrics"])
+    hint = None
+    if not urls:
+        urls = asyncio.run(probe_local())
+        if not urls:
+            ports = ", ".join(map(str, PROBE_PORTS))
+            hint = (
+                f"no serving endpoint answered on localhost ports {ports}: "
+                "point gpuwatch at one with --metrics URL, or try `gpuwatch demo`"
+            )
+    options = DashboardOptions(
+        urls=urls,
+        interval_s=args.interval or settings["interval_s"],
+        admin_url=settings["admin"] or None,
+        admin_token=token,
+        theme=settings["theme"],
+        slo=settings["slo"],
+        nvml=gpu_reader(args.fake_gpu_from, settings["no_gpu"]),
+        hint=hint,
+        read_only=settings["read_only"],
+    )
+    GpuwatchApp(options).run()
+    return EXIT_OK

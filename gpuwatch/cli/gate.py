@@ -1,0 +1,83 @@
+"""``gpuwatch gate``: the admission-control proxy with its admin API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.admintoken import read_token
+from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, TOKEN_HELP, fail, use_uvloop
+
+PROG = "gpuwatch gate"
+
+
+def register(sub: Any) -> None:
+    gate = sub.add_parser(
+        "gate",
+        help="admission-control proxy in front of an OpenAI-compatible server, with an admin API",
+        description="Bound work in flight, queue fairly, refuse the rest clearly; change it live.",
+    )
+    gate.add_argument("--upstream", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000")
+    gate.add_argument("--listen", default="127.0.0.1:9000", metavar="HOST:PORT")
+    gate.add_argument("--config", type=Path, metavar="FILE", help="lanes and limits (TOML)")
+    gate.add_argument("--state-file", type=Path, metavar="FILE", help="persisted limits + audit")
+    gate.add_argument("--admin-token-file", type=Path, metavar="FILE", help=TOKEN_HELP)
+    gate.set_defaults(func=run)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuwatch.aioserve import parse_listen, run_until_signalled
+    from gpuwatch.gate.config import load_gate_config
+    from gpuwatch.gate.server import start_gate
+    from gpuwatch.gate.state import StateError
+
+    try:
+        host, port = parse_listen(args.listen, 9000)
+        token = read_token(args.admin_token_file)
+    except ValueError as exc:
+        return fail(PROG, str(exc))
+    if token is None and not is_loopback(host):
+        return fail(
+            PROG,
+            f"refusing to listen on {host} without an admin token: anyone who can reach it "
+            "could change the limits. Set --admin-token-file or GPUWATCH_ADMIN_TOKEN.",
+        )
+    gate_config = load_gate_config(args.config)
+
+    async def serve() -> int:
+        try:
+            gate, served = await start_gate(
+                args.upstream, gate_config, host, port, token=token, state_file=args.state_file
+            )
+        except StateError as exc:
+            return fail(
+                PROG, f"{exc}; fix or remove it (limits are never reset silently)", EXIT_FAILED
+            )
+        except OSError as exc:
+            return fail(PROG, f"cannot listen on {host}:{port}: {exc.strerror}", EXIT_FAILED)
+        lanes = ", ".join(
+            f"{n} {lane.limits.max_inflight}/{lane.limits.max_queue}"
+            for n, lane in gate.lanes.items()
+        )
+        print(
+            f"{PROG}: {served.url} -> {args.upstream} (lanes in-flight/queue: {lanes}; "
+            f"state {gate.state.path}; admin {'token required' if token else 'open on loopback'})",
+            flush=True,
+        )
+        await run_until_signalled(served)
+        return EXIT_OK
+
+    use_uvloop()
+    return asyncio.run(serve())

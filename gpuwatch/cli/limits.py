@@ -1,0 +1,122 @@
+"""``gpuwatch limits``: read and change a gate's limits through its admin API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.admintoken import read_token
+from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, TOKEN_HELP, fail, positive_int
+
+PROG = "gpuwatch limits"
+
+
+def register(sub: Any) -> None:
+    limits = sub.add_parser(
+        "limits",
+        help="a gate's limits: get | set LANE.KEY=VALUE ... | pause | resume | audit | status",
+        description="Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason.",
+    )
+    limits.add_argument(
+        "action",
+        nargs="?",
+        default="get",
+        choices=["get", "set", "pause", "resume", "audit", "status"],
+    )
+    limits.add_argument("assignments", nargs="*", metavar="LANE.KEY=VALUE")
+    limits.add_argument(
+        "--admin", required=True, metavar="URL", help="the gate, e.g. http://127.0.0.1:9000"
+    )
+    limits.add_argument("--admin-token-file", type=Path, metavar="FILE", help=TOKEN_HELP)
+    limits.add_argument(
+        "--if-match", type=int, metavar="VERSION", help="refuse if the version moved"
+    )
+    limits.add_argument("--limit", type=positive_int, default=20, help="audit entries to show")
+    limits.add_argument("--read-only", action="store_true", help="refuse every change")
+    limits.add_argument("--json", action="store_true", help="print the gate's JSON")
+    limits.set_defaults(func=run)
+
+
+def parse_assignment(text: str) -> tuple[str, str, Any]:
+    """``chat.max_inflight=6`` -> ("chat", "max_inflight", 6); ValueError naming the problem."""
+    target, sep, raw = text.partition("=")
+    lane, dot, key = target.partition(".")
+    if not sep or not dot or not lane or not key:
+        raise ValueError(f"expected LANE.KEY=VALUE, got {text!r}")
+    value: Any
+    if raw.lower() in ("null", "none", ""):
+        value = None
+    elif raw.lower() in ("true", "false"):
+        value = raw.lower() == "true"
+    else:
+        try:
+            value = int(raw)
+        except ValueError:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = raw
+    return lane, key, value
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuwatch.control.gate import GateClient, GateError
+    from gpuwatch.control.guard import Guard, ReadOnlyError
+
+    try:
+        token = read_token(args.admin_token_file)
+        assignments = [parse_assignment(a) for a in args.assignments]
+    except ValueError as exc:
+        return fail(PROG, str(exc))
+    if args.action == "set" and not assignments:
+        return fail(PROG, "set needs at least one LANE.KEY=VALUE")
+    if args.action != "set" and assignments:
+        return fail(PROG, f"{args.action} takes no LANE.KEY=VALUE")
+
+    async def call() -> Any:
+        async with GateClient(args.admin, token, Guard(read_only=args.read_only)) as client:
+            if args.action == "get":
+                return await client.limits()
+            if args.action == "status":
+                return await client.status()
+            if args.action == "audit":
+                return await client.audit(args.limit)
+            if args.action in ("pause", "resume"):
+                return await client.patch({"paused": args.action == "pause"}, args.if_match)
+            lanes: dict[str, dict[str, Any]] = {}
+            for lane, key, value in assignments:
+                lanes.setdefault(lane, {})[key] = value
+            return await client.patch({"lanes": lanes}, args.if_match)
+
+    try:
+        result = asyncio.run(call())
+    except (GateError, ReadOnlyError) as exc:
+        return fail(PROG, str(exc), EXIT_FAILED)
+    if args.json or args.action in ("status", "audit"):
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_limits(result)
+    return EXIT_OK
+
+
+def _show(value: Any) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def print_limits(limits: dict[str, Any]) -> None:
+    print(f"version {limits['version']}  paused {str(limits['paused']).lower()}")
+    print(
+        f"{'lane':<10}{'inflight':>9}{'queue':>7}{'timeout':>9}{'prompt':>8}{'output':>8}  policy"
+    )
+    for name, lane in limits["lanes"].items():
+        print(
+            f"{name:<10}{lane['max_inflight']:>9}{lane['max_queue']:>7}"
+            f"{_show(lane['queue_timeout_s']):>9}"
+            f"{_show(lane['max_prompt_tokens']):>8}{_show(lane['max_output_tokens']):>8}"
+            f"  {lane['output_tokens_policy']}"
+        )

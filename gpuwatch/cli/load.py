@@ -1,0 +1,77 @@
+"""``gpuwatch load``: bursty load that measures what users feel."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.cli.common import DIST_HELP, fail, positive_float, positive_int, use_uvloop
+
+
+def register(sub: Any) -> None:
+    load = sub.add_parser(
+        "load",
+        help="bursty load generator: TTFT, TPOT, ITL, E2E, goodput",
+        description="Send bursty traffic (gamma arrivals) and report what users feel.",
+    )
+    load.add_argument(
+        "--url", required=True, help="server or gate base URL, e.g. http://127.0.0.1:9000"
+    )
+    load.add_argument("--model", help="default: the first id of GET /v1/models")
+    load.add_argument("--api", choices=["chat", "completions"], default="chat")
+    stop = load.add_mutually_exclusive_group(required=True)
+    stop.add_argument("--duration", type=positive_float, metavar="S")
+    stop.add_argument("--requests", type=positive_int, metavar="N")
+    load.add_argument("--rate", type=positive_float, required=True, metavar="R", help="requests/s")
+    load.add_argument(
+        "--burstiness",
+        type=positive_float,
+        default=1.0,
+        metavar="B",
+        help="gamma shape: 1 = Poisson, below 1 = burstier",
+    )
+    load.add_argument(
+        "--pattern", default="steady", help="steady | spike:period=60,duty=0.2,factor=5"
+    )
+    load.add_argument("--max-concurrency", type=positive_int, metavar="C")
+    load.add_argument("--prompt-tokens", default="512", metavar="DIST", help=DIST_HELP)
+    load.add_argument("--output-tokens", default="128", metavar="DIST", help=DIST_HELP)
+    load.add_argument("--lane-mix", default="chat=1", metavar="chat=W,embed=W")
+    load.add_argument(
+        "--slo",
+        default="",
+        metavar="ttft=S,tpot=S,e2e=S",
+        help="seconds; goodput counts requests meeting all",
+    )
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--json", type=Path, metavar="FILE", help="write the report as JSON")
+    load.add_argument("--quiet", action="store_true", help="no progress bar")
+    load.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuwatch.load import progress
+    from gpuwatch.load.spec import Dist, LoadSpec, Pattern, SpecError, parse_lane_mix, parse_slo
+
+    try:
+        spec = LoadSpec(
+            url=args.url.rstrip("/"),
+            rate=args.rate,
+            model=args.model,
+            api=args.api,
+            duration_s=args.duration,
+            requests=args.requests,
+            burstiness=args.burstiness,
+            pattern=Pattern.parse(args.pattern),
+            max_concurrency=args.max_concurrency,
+            prompt_tokens=Dist.parse(args.prompt_tokens, "--prompt-tokens"),
+            output_tokens=Dist.parse(args.output_tokens, "--output-tokens"),
+            lane_mix=parse_lane_mix(args.lane_mix),
+            slo=parse_slo(args.slo),
+            seed=args.seed,
+        )
+    except SpecError as exc:
+        return fail("gpuwatch load", str(exc))
+    use_uvloop()
+    return progress.run_cli(spec, quiet=args.quiet, json_path=args.json)

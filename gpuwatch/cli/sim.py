@@ -1,0 +1,69 @@
+"""``gpuwatch sim``: a simulated GPU inference node on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail, positive_float, positive_int
+
+
+def register(sub: Any) -> None:
+    sim = sub.add_parser(
+        "sim",
+        help="a simulated GPU inference node (OpenAI API, vLLM /metrics, virtual GPU)",
+        description="Serve a simulated vLLM-like node: continuous batching, paged KV cache.",
+    )
+    sim.add_argument("--profile", default=None, help="GPU + model profile (see --list-profiles)")
+    sim.add_argument("--list-profiles", action="store_true", help="print profiles and exit")
+    sim.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT")
+    sim.add_argument("--engines", type=positive_int, default=1, help="data-parallel engines")
+    sim.add_argument(
+        "--time-scale", type=positive_float, default=1.0, metavar="X", help="run X times faster"
+    )
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--served-model-name", metavar="NAME")
+    sim.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuwatch.aioserve import parse_listen, run_until_signalled
+    from gpuwatch.sim.profiles import DEFAULT_PROFILE, PROFILES, ProfileError, get_profile
+    from gpuwatch.sim.server import start_sim
+
+    if args.list_profiles:
+        for profile in PROFILES.values():
+            print(profile.describe())
+        return EXIT_OK
+    try:
+        profile = get_profile(args.profile or DEFAULT_PROFILE)
+        host, port = parse_listen(args.listen, 8000)
+    except (ProfileError, ValueError) as exc:
+        return fail("gpuwatch sim", str(exc))
+
+    async def serve() -> int:
+        try:
+            node, served = await start_sim(
+                profile,
+                host,
+                port,
+                engines=args.engines,
+                time_scale=args.time_scale,
+                seed=args.seed,
+                model_name=args.served_model_name,
+            )
+        except OSError as exc:
+            return fail(
+                "gpuwatch sim", f"cannot listen on {host}:{port}: {exc.strerror}", EXIT_FAILED
+            )
+        print(
+            f"gpuwatch sim: {node.model_name} on {served.url} ({profile.name}, "
+            f"{args.engines} engine(s), {profile.kv_tokens:,} KV tokens each, "
+            f"time x{args.time_scale:g})",
+            flush=True,
+        )
+        await run_until_signalled(served)
+        return EXIT_OK
+
+    return asyncio.run(serve())

@@ -1,0 +1,86 @@
+"""``gpuwatch snapshot``: read every source once; a table or the JSON contract."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from gpuwatch import config
+from gpuwatch.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_config_arg,
+    positive_float,
+    positive_int,
+)
+from gpuwatch.cli.dashboard import gpu_reader
+
+
+def register(sub: Any) -> None:
+    snap = sub.add_parser(
+        "snapshot",
+        help="read GPUs, host and /metrics endpoints once; print a table or JSON",
+        description="Read every source once. Exit 0 when all answered, 1 when any failed.",
+    )
+    add_config_arg(snap)
+    snap.add_argument(
+        "--metrics", action="append", metavar="URL", help="a /metrics URL (repeatable)"
+    )
+    snap.add_argument(
+        "--metrics-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a saved /metrics page, - for stdin (repeatable)",
+    )
+    snap.add_argument("--no-gpu", action="store_true", default=None, help="skip NVML")
+    snap.add_argument(
+        "--fake-gpu-from",
+        metavar="URL",
+        help="read GPUs from a simulator's /sim/gpu instead of NVML",
+    )
+    snap.add_argument("--json", action="store_true", help="print the JSON contract (docs)")
+    snap.add_argument("--pid", type=positive_int, help="also report this serving process")
+    snap.add_argument("--connect-timeout", type=positive_float, metavar="S")
+    snap.add_argument("--timeout", type=positive_float, metavar="S", help="total per scrape")
+    snap.add_argument("--max-bytes", type=positive_int, metavar="N", help="body size cap")
+    snap.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuwatch import snapshot
+
+    settings = config.apply_cli(
+        config.load(args.config),
+        {
+            "metrics": args.metrics,
+            "no_gpu": args.no_gpu,
+            "scrape.connect_timeout_s": args.connect_timeout,
+            "scrape.timeout_s": args.timeout,
+            "scrape.max_bytes": args.max_bytes,
+        },
+    )
+    nvml = gpu_reader(args.fake_gpu_from, settings["no_gpu"])
+    scrape_cfg = settings["scrape"]
+    snap = asyncio.run(
+        snapshot.collect(
+            settings["metrics"],
+            args.metrics_file,
+            nvml=nvml,
+            pid=args.pid,
+            connect_timeout_s=scrape_cfg["connect_timeout_s"],
+            timeout_s=scrape_cfg["timeout_s"],
+            max_bytes=scrape_cfg["max_bytes"],
+        )
+    )
+    if nvml:
+        nvml.close()
+    if args.json:
+        json.dump(snapshot.to_json(snap), sys.stdout, indent=2, allow_nan=False, default=str)
+        sys.stdout.write("\n")
+    else:
+        snapshot.render_text(snap, sys.stdout)
+    return EXIT_OK if snap.ok else EXIT_FAILED

@@ -1,0 +1,351 @@
+"""Steering a gate's admission limits, safely: the state machine behind the dashboard's keys.
+
+No UI here. Every change goes through the one ``Guard`` (read-only refuses there, and nothing
+is sent); keys pressed within ``COALESCE_S`` of each other become one PATCH; a change that
+pauses or cuts a lane by more than half waits for the operator's confirmation; every PATCH
+carries ``If-Match`` with the version it was made from (a 409 says who changed the limits first
+and nothing is overwritten); and the limits shown are what the gate answered, never an
+optimistic local value. Whoever shows it (the TUI) implements ``SteeringView``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from gpuwatch.control.gate import GateClient, GateConflict, GateError
+from gpuwatch.control.guard import Guard, ReadOnlyError, confirmation_reason
+
+Severity = Literal["information", "warning", "error"]
+EventLevel = Literal["info", "warn", "bad", "ok"]
+Limits = dict[str, Any]
+
+# `o` lowers the output cap to the next step below the current value, `O` raises it to the
+# next step above; above the top step there is no cap (None).
+OUTPUT_STEPS: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
+QUEUE_STEP = 8
+# Keys pressed within this long of each other become one PATCH.
+COALESCE_S = 0.4
+
+# (lane, or "" for the gate-wide flag; key; the new value computed from the old one)
+Op = tuple[str, str, Callable[[Any], Any]]
+
+
+def step_output(current: int | None, down: bool) -> int | None:
+    """The next output cap from ``current`` in the direction asked, by value.
+
+    A cap set elsewhere (700, 3000, 100) moves to the nearest step beyond it in that direction;
+    lowering below the smallest step, or raising "no cap", leaves it as it is.
+    """
+    if down:
+        if current is None:
+            return OUTPUT_STEPS[-1]
+        below = [s for s in OUTPUT_STEPS if s < current]
+        return below[-1] if below else current
+    if current is None:
+        return None
+    above = [s for s in OUTPUT_STEPS if s > current]
+    return above[0] if above else None
+
+
+def show_value(value: Any) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def describe(before: Limits, patch: Limits) -> list[str]:
+    """``chat.max_inflight 16 -> 8`` lines for a patch against the limits it applies to."""
+    lines = []
+    if "paused" in patch:
+        lines.append(f"paused {str(before['paused']).lower()} -> {str(patch['paused']).lower()}")
+    for lane, changes in patch.get("lanes", {}).items():
+        for key, value in changes.items():
+            old = before["lanes"][lane][key]
+            lines.append(f"{lane}.{key} {show_value(old)} -> {show_value(value)}")
+    return lines
+
+
+def patch_from(base: Limits, ops: list[Op]) -> Limits:
+    """The PATCH that ``ops``, applied in order to ``base``, amount to (only what changed)."""
+    paused = base["paused"]
+    lanes = {name: dict(lane) for name, lane in base["lanes"].items()}
+    for lane, key, compute in ops:
+        if key == "paused":
+            paused = compute(paused)
+        elif lane in lanes:
+            lanes[lane][key] = compute(lanes[lane][key])
+    patch: Limits = {}
+    if paused != base["paused"]:
+        patch["paused"] = paused
+    for name, lane in lanes.items():
+        changed = {k: v for k, v in lane.items() if base["lanes"][name][k] != v}
+        if changed:
+            patch.setdefault("lanes", {})[name] = changed
+    return patch
+
+
+def revert_of(before: Limits, patch: Limits) -> Limits:
+    """The PATCH that puts back what ``patch`` changed in ``before``."""
+    revert: Limits = {}
+    if "paused" in patch:
+        revert["paused"] = before["paused"]
+    for lane, changes in patch.get("lanes", {}).items():
+        revert.setdefault("lanes", {})[lane] = {k: before["lanes"][lane][k] for k in changes}
+    return revert
+
+
+class SteeringView(Protocol):
+    """What the control needs from whoever shows it."""
+
+    def limits(self) -> Limits | None:
+        """The gate's limits as last answered, or None while there is no gate."""
+
+    def gate_reason(self) -> str | None:
+        """Why there is no gate to steer (its last error), if any."""
+
+    def show_limits(self, limits: Limits) -> None:
+        """The gate answered with these limits (a change's result or a 409's current ones)."""
+
+    def event(self, level: EventLevel, text: str) -> None: ...
+
+    def notify(self, text: str, severity: Severity = "information") -> None: ...
+
+    async def confirm(self, title: str, details: list[str]) -> bool:
+        """Ask the operator; True to go ahead."""
+
+    async def edit_form(self, lane: str, limits: Limits) -> dict[str, Any] | None:
+        """The operator's changes to ``lane`` from a form, or None when cancelled."""
+
+    def changed(self) -> None:
+        """Pending changes or the selection moved: show them."""
+
+
+@dataclass
+class Change:
+    """One change this operator made, for undo: the limits it was made on and the patch."""
+
+    before: Limits
+    patch: Limits
+
+
+class Steering:
+    def __init__(
+        self, guard: Guard, view: SteeringView, gate_url: str, coalesce_s: float = COALESCE_S
+    ) -> None:
+        self.guard = guard
+        self.view = view
+        self.gate_url = gate_url
+        self.coalesce_s = coalesce_s
+        self.client: GateClient | None = None
+        self.selected_lane = "chat"
+        self.history: list[Change] = []
+        self._ops: list[Op] = []
+        self._base: Limits | None = None  # the limits on screen when the first pending key came
+        self._timer: asyncio.TimerHandle | None = None
+        self._own_versions: set[int] = set()
+        self._lock = asyncio.Lock()  # one change at a time, in the order the keys came
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def can_steer(self) -> bool:
+        """Whether the control keys do anything now (greyed in the footer otherwise)."""
+        return not self.guard.read_only and self.view.limits() is not None
+
+    @property
+    def idle(self) -> bool:
+        """No key waits to be sent and no change is in flight or awaiting confirmation."""
+        return not self._ops and self._timer is None and not self._tasks
+
+    def lanes(self) -> list[str]:
+        limits = self.view.limits()
+        return list(limits["lanes"]) if limits else []
+
+    def pending_lines(self) -> list[str]:
+        if self._base is None or not self._ops:
+            return []
+        return describe(self._base, patch_from(self._base, self._ops))
+
+    def allowed(self, what: str) -> bool:
+        """The guard's answer, and a gate to steer; the operator is told why not."""
+        try:
+            self.guard.check(what)
+        except ReadOnlyError as exc:
+            self.view.notify(str(exc), "warning")
+            return False
+        if self.view.limits() is None or self.client is None:
+            reason = self.view.gate_reason() or "start gpuwatch with --admin URL"
+            self.view.notify(f"no gate to steer: {reason}", "warning")
+            return False
+        return True
+
+    # -- lane selection -------------------------------------------------------------------
+
+    def select_lane(self, index: int) -> None:
+        lanes = self.lanes()
+        if 0 <= index < len(lanes):
+            self.selected_lane = lanes[index]
+            self.view.changed()
+
+    def next_lane(self) -> None:
+        lanes = self.lanes()
+        if lanes:
+            i = lanes.index(self.selected_lane) if self.selected_lane in lanes else -1
+            self.selected_lane = lanes[(i + 1) % len(lanes)]
+            self.view.changed()
+
+    # -- the keys -------------------------------------------------------------------------
+
+    def inflight(self, delta: int) -> None:
+        self.propose("max_inflight", lambda v: max(0, v + delta))
+
+    def scale_inflight(self, factor: float) -> None:
+        self.propose("max_inflight", lambda v: max(0, round(v * factor)) if v else int(factor > 1))
+
+    def queue(self, delta: int) -> None:
+        self.propose("max_queue", lambda v: max(0, v + delta))
+
+    def output(self, down: bool) -> None:
+        self.propose("max_output_tokens", lambda v: step_output(v, down))
+
+    def pause(self) -> None:
+        self.propose("paused", lambda v: not v, lane="")
+
+    def propose(self, key: str, compute: Callable[[Any], Any], lane: str | None = None) -> None:
+        """Queue one key's change; it is sent with the keys that follow within coalesce_s."""
+        lane = self.selected_lane if lane is None else lane
+        if not self.allowed(f"change of {lane + '.' if lane else ''}{key}"):
+            return
+        if self._base is None:
+            self._base = copy.deepcopy(self.view.limits())
+        self._ops.append((lane, key, compute))
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(self.coalesce_s, self.flush)
+        self.view.changed()
+
+    def flush(self) -> None:
+        """Send what the pending keys amount to now (the coalescing timer calls this)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        ops, base = self._ops, self._base
+        self._ops, self._base = [], None
+        if ops and base is not None:
+            self._spawn(self._commit(ops, base))
+
+    async def _commit(self, ops: list[Op], base: Limits) -> None:
+        async with self._lock:
+            current = self.view.limits() or base
+            newer = range(base["version"] + 1, current["version"] + 1)
+            if newer and all(v in self._own_versions for v in newer):
+                base = copy.deepcopy(current)  # only our own changes came between: build on them
+            patch = patch_from(base, ops)
+            if patch:
+                await self._apply(patch, base)
+            self.view.changed()
+
+    async def _apply(self, patch: Limits, base: Limits, undo: bool = False) -> None:
+        """Confirm if it can hurt, then send it with If-Match on the version it was made from."""
+        lines = describe(base, patch)
+        reason = confirmation_reason(base, patch)
+        if reason:
+            details = [f"gate   {self.gate_url}", f"why    {reason}", "", *lines]
+            if not await self.view.confirm("Apply this change?", details):
+                self.view.event("info", f"change cancelled: {'; '.join(lines)}")
+                return
+        await self._send(patch, base, lines, undo)
+
+    async def _send(self, patch: Limits, base: Limits, lines: list[str], undo: bool) -> None:
+        assert self.client is not None
+        try:
+            after = await self.client.patch(patch, if_match=base["version"])
+        except ReadOnlyError as exc:
+            self.view.notify(str(exc), "warning")
+            return
+        except GateConflict as exc:
+            actor = exc.actor or "someone else"
+            self.view.notify(
+                f"limits changed by {actor}: refreshed, nothing overwritten", "warning"
+            )
+            self.view.event(
+                "warn", f"change refused: limits changed by {actor} (v{base['version']} is old)"
+            )
+            if exc.limits:
+                self.view.show_limits(exc.limits)
+            return
+        except GateError as exc:
+            self.view.notify(f"change refused: {exc}", "error")
+            self.view.event("bad", f"change refused: {exc}")
+            return
+        self._own_versions.add(after["version"])
+        self.view.show_limits(after)
+        self.view.event(
+            "info", f"{'undone' if undo else 'limits'} v{after['version']}: {'; '.join(lines)}"
+        )
+        if not undo:
+            self.history.append(Change(base, patch))
+
+    # -- undo and the form ----------------------------------------------------------------
+
+    def undo(self) -> None:
+        """Put back what this operator's last change changed (itself a change, audited)."""
+        if not self.allowed("undo"):
+            return
+        if not self.history:
+            self.view.notify("nothing to undo from this screen")
+            return
+        change = self.history.pop()
+        self._spawn(self._undo(revert_of(change.before, change.patch)))
+
+    async def _undo(self, revert: Limits) -> None:
+        async with self._lock:
+            current = copy.deepcopy(self.view.limits())
+            if current is not None:
+                await self._apply(revert, current, undo=True)
+            self.view.changed()
+
+    def edit(self) -> None:
+        """Every limit of the selected lane in a form; Apply sends one change."""
+        if not self.allowed("edit"):
+            return
+        self._spawn(self._edit(self.selected_lane, copy.deepcopy(self.view.limits() or {})))
+
+    async def _edit(self, lane: str, limits: Limits) -> None:
+        changes = await self.view.edit_form(lane, limits)
+        if changes:
+            async with self._lock:
+                await self._apply({"lanes": {lane: changes}}, limits)
+            self.view.changed()
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self.view.event("bad", f"control: {type(exc).__name__}: {exc}")
+        self.view.changed()
+
+    async def settle(self) -> None:
+        """Send what is pending now and wait until every change has been answered."""
+        self.flush()
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def close(self) -> None:
+        """Drop pending keys and stop changes in flight (the screen is going away)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._ops, self._base = [], None
+        for task in self._tasks:
+            task.cancel()

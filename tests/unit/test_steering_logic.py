@@ -1,0 +1,74 @@
+"""The pure parts of steering: output-cap steps, patches from keys, descriptions, reverts."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwatch.control.steering import describe, patch_from, revert_of, step_output
+
+LIMITS = {
+    "version": 3,
+    "paused": False,
+    "lanes": {
+        "chat": {"max_inflight": 16, "max_queue": 64, "max_output_tokens": None},
+        "embed": {"max_inflight": 32, "max_queue": 256, "max_output_tokens": None},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("current", "down", "expected"),
+    [
+        (None, True, 4096),
+        (None, False, None),
+        (4096, True, 2048),
+        (4096, False, None),
+        (128, True, 128),  # nothing below the last step: stays
+        (128, False, 256),
+        # Caps set elsewhere (the CLI, the form) step by value in the direction asked.
+        (700, False, 1024),
+        (700, True, 512),
+        (3000, False, 4096),
+        (3000, True, 2048),
+        (100, True, 100),  # "lower" never raises
+        (100, False, 128),
+        (9000, False, None),
+        (9000, True, 4096),
+    ],
+)
+def test_step_output_moves_by_value_in_the_direction_asked(
+    current: int | None, down: bool, expected: int | None
+) -> None:
+    assert step_output(current, down) == expected
+
+
+def test_step_output_never_moves_against_the_direction() -> None:
+    for current in [None, *range(1, 10000, 37)]:
+        lower, higher = step_output(current, True), step_output(current, False)
+        if current is not None:
+            assert lower is not None and lower <= current
+            assert higher is None or higher >= current
+
+
+def test_keys_fold_into_one_patch_with_only_what_changed() -> None:
+    ops = [
+        ("chat", "max_inflight", lambda v: v + 1),
+        ("chat", "max_inflight", lambda v: v + 1),
+        ("chat", "max_queue", lambda v: v - 8),
+        ("chat", "max_queue", lambda v: v + 8),  # back where it was: not in the patch
+        ("", "paused", lambda v: not v),
+    ]
+    assert patch_from(LIMITS, ops) == {"paused": True, "lanes": {"chat": {"max_inflight": 18}}}
+
+
+def test_describe_and_revert() -> None:
+    patch = {"paused": True, "lanes": {"chat": {"max_inflight": 8, "max_output_tokens": 512}}}
+    assert describe(LIMITS, patch) == [
+        "paused false -> true",
+        "chat.max_inflight 16 -> 8",
+        "chat.max_output_tokens none -> 512",
+    ]
+    assert revert_of(LIMITS, patch) == {
+        "paused": False,
+        "lanes": {"chat": {"max_inflight": 16, "max_output_tokens": None}},
+    }
