@@ -1,7 +1,7 @@
 """Write the README's screenshots (SVG) from deterministic data: the simulator's engine
-fast-forwarded under a seeded load and scraped through the real data layer (gpuwatch.scenario).
+fast-forwarded under a seeded load and scraped through the real data layer (scripts.scenario).
 
-Run: python scripts/screenshots.py [--out screenshots]
+Run from the repository's root: python -m scripts.screenshots [--out screenshots]
 """
 
 from __future__ import annotations
@@ -10,24 +10,16 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from gpuwatch import scenario
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from scripts import scenario
 
 SIZES = {"160x48": (160, 48), "80x24": (80, 24)}
 TZ_NOTE = "times are UTC"
 
 
-def app_for(sc: scenario.Scenario) -> GpuwatchApp:
-    options = DashboardOptions(
-        urls=[], admin_url=scenario.GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
-    )
-    return GpuwatchApp(options, monitor=sc.monitor)
-
-
 async def shoot(
     sc: scenario.Scenario, size: tuple[int, int], path: Path, keys: list[str] | None = None
 ) -> None:
-    app = app_for(sc)
+    app = scenario.app_for(sc)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         app.paint()

@@ -9,7 +9,6 @@ from typing import Any
 
 from gpuwatch import config
 from gpuwatch.admintoken import read_token
-from gpuwatch.alerts import SIGNALS
 from gpuwatch.cli.common import (
     EXIT_OK,
     TOKEN_HELP,
@@ -17,6 +16,7 @@ from gpuwatch.cli.common import (
     fail,
     positive_float,
 )
+from gpuwatch.monitor.health import SIGNALS
 
 PROBE_PORTS = (8000, 30000, 8080, 3000, 9000)
 

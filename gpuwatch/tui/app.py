@@ -28,7 +28,7 @@ from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import QUEUE_STEP, Steering
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.httpclient import async_client
-from gpuwatch.monitor import Monitor
+from gpuwatch.monitor.state import Monitor
 from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.sources.scrape import scrape

@@ -1,4 +1,4 @@
-"""SVG snapshots of the dashboard from deterministic data (gpuwatch.scenario: the simulator's
+"""SVG snapshots of the dashboard from deterministic data (scripts.scenario: the simulator's
 engine fast-forwarded under a seeded load, scraped through the real data layer).
 
 Update after an intended change: pytest tests/snapshots --snapshot-update
@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from gpuwatch import scenario
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from scripts import scenario
 
 
 @pytest.fixture(autouse=True)
@@ -24,13 +23,6 @@ def utc(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     time.tzset()
 
 
-def app_for(sc: scenario.Scenario) -> GpuwatchApp:
-    options = DashboardOptions(
-        urls=[], admin_url=scenario.GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
-    )
-    return GpuwatchApp(options, monitor=sc.monitor)
-
-
 async def _paint(pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.pause()
     pilot.app.paint()
@@ -39,14 +31,16 @@ async def _paint(pilot) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("size", [(160, 48), (80, 24)])
 def test_normal(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
-    assert snap_compare(app_for(scenario.build(seconds=150)), terminal_size=size, run_before=_paint)
+    assert snap_compare(
+        scenario.app_for(scenario.build(seconds=150)), terminal_size=size, run_before=_paint
+    )
 
 
 @pytest.mark.parametrize("size", [(160, 48), (80, 24)])
 def test_overloaded(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
     sc = scenario.build(seconds=150, spike_at=110)
     assert sc.monitor.verdict.level == "OVERLOADED"
-    assert snap_compare(app_for(sc), terminal_size=size, run_before=_paint)
+    assert snap_compare(scenario.app_for(sc), terminal_size=size, run_before=_paint)
 
 
 def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
@@ -55,7 +49,7 @@ def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
         await pilot.press("question_mark")
 
     assert snap_compare(
-        app_for(scenario.build(seconds=20)), terminal_size=(100, 40), run_before=run_before
+        scenario.app_for(scenario.build(seconds=20)), terminal_size=(100, 40), run_before=run_before
     )
 
 
@@ -66,5 +60,5 @@ def test_ansi_theme(snap_compare) -> None:  # type: ignore[no-untyped-def]
 
     assert os.environ["TZ"] == "UTC"
     assert snap_compare(
-        app_for(scenario.build(seconds=60)), terminal_size=(120, 36), run_before=run_before
+        scenario.app_for(scenario.build(seconds=60)), terminal_size=(120, 36), run_before=run_before
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuwatch.model import EngineSnapshot, GpuReading, GpuSample, ScrapeResult
-from gpuwatch.monitor import Monitor
+from gpuwatch.monitor.state import Monitor
 
 URL = "http://127.0.0.1:8000/metrics"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from gpuwatch.gate.limits import REASONS
-from gpuwatch.monitor import GateView
+from gpuwatch.monitor.state import GateView
 from gpuwatch.tui.widgets.panel import Panel
 
 SHORT = {

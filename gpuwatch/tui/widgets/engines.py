@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from gpuwatch.fmt import NA, num, pct, seconds
-from gpuwatch.monitor import Endpoint, EngineView
+from gpuwatch.monitor.state import Endpoint, EngineView
 from gpuwatch.tui.widgets.bars import gauge, level_color
 from gpuwatch.tui.widgets.panel import Panel, flow
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from rich.markup import escape
 
-from gpuwatch.monitor import Event
+from gpuwatch.monitor.state import Event
 from gpuwatch.tui.widgets.panel import Panel
 
 COLORS = {"info": "$foreground", "ok": "$ok", "warn": "$warn", "bad": "$bad"}

@@ -7,7 +7,7 @@ import time
 
 from rich.markup import escape
 
-from gpuwatch.alerts import Verdict
+from gpuwatch.monitor.health import Verdict
 from gpuwatch.tui.widgets.panel import Panel
 
 BADGE = {"OK": "$ok", "TIGHT": "$warn", "OVERLOADED": "$bad"}

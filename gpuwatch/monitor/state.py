@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwatch.alerts import DEFAULT_SLO, HealthTracker, Verdict
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
+from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Verdict
 from gpuwatch.series import CounterRate, EngineHistory, RingSeries
 
 STALE_AFTER_INTERVALS = 3

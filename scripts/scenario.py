@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from prometheus_client import generate_latest
 
 from gpuwatch.load.spec import Dist
-from gpuwatch.monitor import Monitor
+from gpuwatch.monitor.state import Monitor
 from gpuwatch.sim.engine import Engine, Request
 from gpuwatch.sim.gpu import VirtualGpu
 from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
 from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader
 from gpuwatch.sources.scrape import map_page
+from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 
 SIM_URL = "http://127.0.0.1:8000/metrics"
 GATE_URL = "http://127.0.0.1:9000"
@@ -163,3 +164,11 @@ def build(
             next_scrape += 1.0
     clock.now = seconds
     return Scenario(monitor, engine)
+
+
+def app_for(sc: Scenario) -> GpuwatchApp:
+    """The dashboard showing a scenario as a node named gpu-node-1 would see it."""
+    options = DashboardOptions(
+        urls=[], admin_url=GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
+    )
+    return GpuwatchApp(options, monitor=sc.monitor)

@@ -1,0 +1,1 @@
+"""Maintainer scripts, run from the repository's root as ``python -m scripts.NAME``."""
