@@ -42,8 +42,7 @@ async def serve(app: web.Application, host: str, port: int) -> Served:
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    server = site._server  # aiohttp exposes no public accessor for the bound port
-    bound = server.sockets[0].getsockname()[1] if server and server.sockets else port
+    bound = runner.addresses[0][1] if runner.addresses else port  # the port 0 picked
     return Served(runner, host, bound)
 
 

@@ -1,12 +1,20 @@
-"""TOML configuration: XDG path, a typed schema, precedence CLI > file > defaults."""
+"""TOML configuration: XDG path, typed settings, precedence CLI > file > defaults.
+
+The settings are dataclasses and each default is written once, on its field (the SLO's in
+``monitor.health.Slo``, the scrape bounds beside the scraper). The file is checked against the
+fields' types: an unknown key or a wrong type is one line naming the file and the key.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+import typing
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -14,37 +22,29 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from gpuwatch.httpclient import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from gpuwatch.monitor.health import Slo
+from gpuwatch.sources.scrape import DEFAULT_MAX_BYTES
 
-# key -> (accepted types, default[, list item type]). Sections are nested dicts of the same shape.
-SCHEMA: dict[str, Any] = {
-    "metrics": ((list,), [], str),
-    "interval_s": ((int, float), 1.0),
-    "no_gpu": ((bool,), False),
-    "admin": ((str,), ""),
-    "theme": ((str,), "gpuwatch-dark"),
-    "read_only": ((bool,), False),
-    "scrape": {
-        "connect_timeout_s": ((int, float), DEFAULT_CONNECT_TIMEOUT_S),
-        "timeout_s": ((int, float), DEFAULT_TIMEOUT_S),
-        "max_bytes": ((int,), 16 * 1024 * 1024),
-    },
-    # The boring zone (see gpuwatch/alerts.py); 0 switches a signal off.
-    "slo": {
-        "ttft_p99_s": ((int, float), 2.0),
-        "itl_p99_s": ((int, float), 0.0),
-        "kv_usage_high": ((int, float), 0.95),
-        "waiting_high": ((int, float), 0.0),
-        "preemptions_per_min": ((int, float), 1.0),
-    },
-}
+DEFAULT_THEME = "gpuwatch-dark"
 
-_TYPE_NAMES = {
-    int: "an integer",
-    float: "a number",
-    bool: "true or false",
-    list: "a list",
-    str: "a string",
-}
+
+@dataclass
+class ScrapeSettings:
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    timeout_s: float = DEFAULT_TIMEOUT_S  # the whole request, body included
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+
+@dataclass
+class Settings:
+    metrics: list[str] = field(default_factory=list)  # used when --metrics is not given
+    interval_s: float = 1.0
+    no_gpu: bool = False
+    admin: str = ""  # a gpuwatch gate, for the admission panel
+    theme: str = DEFAULT_THEME
+    read_only: bool = False
+    scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
+    slo: Slo = field(default_factory=Slo)
 
 
 class ConfigError(Exception):
@@ -56,77 +56,77 @@ def default_path() -> Path:
     return Path(base) / "gpuwatch" / "config.toml"
 
 
-def defaults(schema: Mapping[str, Any] = SCHEMA) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, spec in schema.items():
-        out[key] = defaults(spec) if isinstance(spec, dict) else _copy(spec[1])
-    return out
-
-
-def _copy(value: Any) -> Any:
-    return list(value) if isinstance(value, list) else value
-
-
-def _check(data: Mapping[str, Any], schema: Mapping[str, Any], path: Path, prefix: str) -> None:
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        if key not in schema:
-            raise ConfigError(f"{path}: unknown key '{dotted}'")
-        spec = schema[key]
-        if isinstance(spec, dict):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{path}: '{dotted}' must be a table ([{dotted}])")
-            _check(value, spec, path, f"{dotted}.")
-            continue
-        types = spec[0]
-        # bool is an int in Python; a number key must not accept `true`.
-        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-            want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
-            raise ConfigError(f"{path}: key '{dotted}' must be {want}, got {value!r}")
-        if isinstance(value, list) and len(spec) > 2:
-            for item in value:
-                if not isinstance(item, spec[2]):
-                    raise ConfigError(
-                        f"{path}: key '{dotted}' must be a list of {spec[2].__name__}, got {item!r}"
-                    )
-
-
-def load(path: Path | None = None) -> dict[str, Any]:
+def load(path: Path | None = None) -> Settings:
     """Defaults overlaid with the file at ``path`` (or the XDG default, if it exists)."""
     explicit = path is not None
     path = path or default_path()
-    settings = defaults()
     if not path.exists():
         if explicit:
             raise ConfigError(f"{path}: no such file")
-        return settings
+        return Settings()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from exc
-    _check(data, SCHEMA, path, "")
-    _merge(settings, data)
-    return settings
+    return _build(Settings, data, path, "")
 
 
-def _merge(into: dict[str, Any], data: Mapping[str, Any]) -> None:
+T = TypeVar("T")
+
+
+def _build(cls: type[T], data: Mapping[str, Any], path: Path, prefix: str) -> T:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
     for key, value in data.items():
-        if isinstance(value, dict):
-            _merge(into[key], value)
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(f"{path}: unknown key '{dotted}'")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: '{dotted}' must be a table ([{dotted}])")
+            values[key] = _build(hint, value, path, f"{dotted}.")  # type: ignore[arg-type]
         else:
-            into[key] = value
+            values[key] = _checked(hint, value, path, dotted)
+    return cls(**values)
 
 
-def apply_cli(settings: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def _checked(hint: Any, value: Any, path: Path, dotted: str) -> Any:
+    if typing.get_origin(hint) is list:
+        (item_type,) = typing.get_args(hint)
+        if not isinstance(value, list) or not all(_is(item_type, v) for v in value):
+            raise ConfigError(f"{path}: key '{dotted}' must be a list of {item_type.__name__}")
+        return list(value)
+    if not _is(hint, value):
+        raise ConfigError(f"{path}: key '{dotted}' must be {_NAMES[hint]}, got {value!r}")
+    return float(value) if hint is float else value
+
+
+def _is(hint: Any, value: Any) -> bool:
+    # bool is an int in Python, and a number key must not accept `true`; an int is a float.
+    if isinstance(value, bool):
+        return hint is bool
+    if hint is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, hint)
+
+
+def apply_cli(settings: Settings, overrides: Mapping[str, Any]) -> Settings:
     """Overlay dotted CLI values that were given (None means "not on the command line")."""
     for dotted, value in overrides.items():
         if value is None:
             continue
-        node = settings
+        node: Any = settings
         *parents, leaf = dotted.split(".")
         for part in parents:
-            node = node[part]
-        node[leaf] = value
+            node = getattr(node, part)
+        if not hasattr(node, leaf):
+            raise KeyError(dotted)  # a bug in a caller, not user input
+        setattr(node, leaf, value)
     return settings

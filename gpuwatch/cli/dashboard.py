@@ -68,14 +68,11 @@ def parse_slo_args(items: list[str]) -> dict[str, float]:
     return out
 
 
-def dashboard_settings(args: argparse.Namespace) -> dict[str, Any]:
+def dashboard_settings(args: argparse.Namespace) -> config.Settings:
     """Config file + command line for the dashboard; ValueError with the reason."""
     settings = config.load(args.config)
-    config.apply_cli(settings, {"theme": args.theme, "read_only": args.read_only})
-    settings["slo"].update(parse_slo_args(args.slo))
-    # 0 switches a signal off (TOML has no null).
-    settings["slo"] = {k: (v or None) for k, v in settings["slo"].items()}
-    return settings
+    slo = {f"slo.{key}": value for key, value in parse_slo_args(args.slo).items()}
+    return config.apply_cli(settings, {"theme": args.theme, "read_only": args.read_only, **slo})
 
 
 async def probe_local() -> list[str]:
@@ -109,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         token = read_token(args.admin_token_file)
     except ValueError as exc:
         return fail("gpuwatch", str(exc))
-    urls = list(settings["metrics"])
+    urls = list(settings.metrics)
     hint = None
     if not urls:
         urls = asyncio.run(probe_local())
@@ -121,14 +118,14 @@ def run(args: argparse.Namespace) -> int:
             )
     options = DashboardOptions(
         urls=urls,
-        interval_s=args.interval or settings["interval_s"],
-        admin_url=settings["admin"] or None,
+        interval_s=args.interval or settings.interval_s,
+        admin_url=settings.admin or None,
         admin_token=token,
-        theme=settings["theme"],
-        slo=settings["slo"],
-        nvml=gpu_reader(args.fake_gpu_from, settings["no_gpu"]),
+        theme=settings.theme,
+        slo=settings.slo.thresholds(),
+        nvml=gpu_reader(args.fake_gpu_from, settings.no_gpu),
         hint=hint,
-        read_only=settings["read_only"],
+        read_only=settings.read_only,
     )
     GpuwatchApp(options).run()
     return EXIT_OK

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         args.profile,
         args.rate,
         args.burstiness,
-        settings["theme"],
-        settings["read_only"],
-        settings["slo"],
+        settings.theme,
+        settings.read_only,
+        settings.slo.thresholds(),
     )

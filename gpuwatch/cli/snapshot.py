@@ -63,17 +63,17 @@ def run(args: argparse.Namespace) -> int:
             "scrape.max_bytes": args.max_bytes,
         },
     )
-    nvml = gpu_reader(args.fake_gpu_from, settings["no_gpu"])
-    scrape_cfg = settings["scrape"]
+    nvml = gpu_reader(args.fake_gpu_from, settings.no_gpu)
+    scrape_cfg = settings.scrape
     snap = asyncio.run(
         snapshot.collect(
-            settings["metrics"],
+            settings.metrics,
             args.metrics_file,
             nvml=nvml,
             pid=args.pid,
-            connect_timeout_s=scrape_cfg["connect_timeout_s"],
-            timeout_s=scrape_cfg["timeout_s"],
-            max_bytes=scrape_cfg["max_bytes"],
+            connect_timeout_s=scrape_cfg.connect_timeout_s,
+            timeout_s=scrape_cfg.timeout_s,
+            max_bytes=scrape_cfg.max_bytes,
         )
     )
     if nvml:

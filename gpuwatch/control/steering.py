@@ -18,9 +18,9 @@ from typing import Any, Literal, Protocol
 
 from gpuwatch.control.gate import GateClient, GateConflict, GateError
 from gpuwatch.control.guard import Guard, ReadOnlyError, confirmation_reason
+from gpuwatch.monitor.state import EventLevel
 
 Severity = Literal["information", "warning", "error"]
-EventLevel = Literal["info", "warn", "bad", "ok"]
 Limits = dict[str, Any]
 
 # `o` lowers the output cap to the next step below the current value, `O` raises it to the
@@ -79,8 +79,8 @@ def patch_from(base: Limits, ops: list[Op]) -> Limits:
     patch: Limits = {}
     if paused != base["paused"]:
         patch["paused"] = paused
-    for name, lane in lanes.items():
-        changed = {k: v for k, v in lane.items() if base["lanes"][name][k] != v}
+    for name, values in lanes.items():
+        changed = {k: v for k, v in values.items() if base["lanes"][name][k] != v}
         if changed:
             patch.setdefault("lanes", {})[name] = changed
     return patch

@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,7 +20,7 @@ from gpuwatch.load.spec import LoadSpec
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 
-def _status(run: LoadRun) -> dict[str, str]:
+def _status(run: LoadRun) -> dict[str, Any]:
     results = run.results
     now = time.perf_counter() - run.started if run.started else 0.0
     recent = sum(1 for r in results if r.sent and r.sent > now - 5)

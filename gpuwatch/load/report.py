@@ -44,7 +44,7 @@ def _summary(values: list[float]) -> dict[str, float | None]:
 
 def meets(r: Result, slo: dict[str, float]) -> bool:
     checks = {"ttft": r.ttft, "tpot": r.tpot, "e2e": r.e2e, "itl": max(r.itl) if r.itl else None}
-    return all(checks[k] is not None and checks[k] <= limit for k, limit in slo.items())
+    return all((v := checks[k]) is not None and v <= limit for k, limit in slo.items())
 
 
 def build(

@@ -8,11 +8,13 @@ has held for ``hold_s`` (10 s), so one slow scrape does not flap it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Literal
 
 from gpuwatch.fmt import pct, seconds
 
-LEVELS = ("OK", "TIGHT", "OVERLOADED")
+Level = Literal["OK", "TIGHT", "OVERLOADED"]
+LEVELS: tuple[Level, ...] = ("OK", "TIGHT", "OVERLOADED")
 TIGHT_AT = 0.8
 
 # key -> (label, formatter); the keys are the [slo] config keys.
@@ -23,18 +25,29 @@ SIGNALS = {
     "waiting_high": ("waiting", lambda v: f"{v:.0f}"),
     "preemptions_per_min": ("preemptions", lambda v: f"{v:.1f}/min"),
 }
-DEFAULT_SLO: dict[str, float | None] = {
-    "ttft_p99_s": 2.0,
-    "itl_p99_s": None,
-    "kv_usage_high": 0.95,
-    "waiting_high": None,
-    "preemptions_per_min": 1.0,
-}
+
+
+@dataclass
+class Slo:
+    """The boring zone's thresholds, the ``[slo]`` table of the config; 0 switches one off."""
+
+    ttft_p99_s: float = 2.0
+    itl_p99_s: float = 0.0
+    kv_usage_high: float = 0.95
+    waiting_high: float = 0.0
+    preemptions_per_min: float = 1.0
+
+    def thresholds(self) -> dict[str, float | None]:
+        """Signal key -> threshold, None where switched off (what ``judge`` takes)."""
+        return {key: (value or None) for key, value in asdict(self).items()}
+
+
+DEFAULT_SLO = Slo().thresholds()
 
 
 @dataclass(frozen=True)
 class Verdict:
-    level: str
+    level: Level
     reason: str
 
 
@@ -66,7 +79,7 @@ class HealthTracker:
         self.slo = dict(slo)
         self.hold_s = hold_s
         self.shown = Verdict("OK", "starting")
-        self._candidate: str | None = None
+        self._candidate: Level | None = None
         self._since = 0.0
 
     def update(self, now: float, signals: Mapping[str, float | None]) -> tuple[Verdict, bool]:
@@ -83,7 +96,7 @@ class HealthTracker:
             return self.shown, True
         return self.shown, False
 
-    def pending(self, now: float) -> tuple[str, float] | None:
+    def pending(self, now: float) -> tuple[Level, float] | None:
         """A level waiting out its hold, and how long is left."""
         if self._candidate is None:
             return None

@@ -10,19 +10,24 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
-from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Verdict
+from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict
 from gpuwatch.series import CounterRate, EngineHistory, RingSeries
 
+EventLevel = Literal["info", "warn", "bad", "ok"]
+SourceState = Literal["WAITING", "UP", "DOWN", "STALE"]
+
 STALE_AFTER_INTERVALS = 3
+# The event a change of the badge writes.
+BADGE_EVENT: dict[Level, EventLevel] = {"OK": "ok", "TIGHT": "warn", "OVERLOADED": "bad"}
 
 
 @dataclass
 class Event:
     time: float  # wall clock (time.time())
-    level: str  # "info" | "warn" | "bad" | "ok"
+    level: EventLevel
     text: str
 
 
@@ -30,7 +35,7 @@ class Event:
 class SourceStatus:
     """UP, DOWN (no answer at all), STALE (no good answer for 3 intervals), or WAITING."""
 
-    state: str = "WAITING"
+    state: SourceState = "WAITING"
     reason: str | None = None
     last_ok: float | None = None
     last_error: str | None = None
@@ -90,11 +95,13 @@ class Monitor:
 
     # -- events ---------------------------------------------------------------------------
 
-    def event(self, level: str, text: str) -> None:
+    def event(self, level: EventLevel, text: str) -> None:
         self.events.append(Event(self.wall(), level, text))
         self.version += 1
 
-    def _transition(self, status: SourceStatus, state: str, reason: str | None, name: str) -> None:
+    def _transition(
+        self, status: SourceStatus, state: SourceState, reason: str | None, name: str
+    ) -> None:
         if status.state == state:
             status.reason = reason
             return
@@ -104,8 +111,7 @@ class Monitor:
             if before != "WAITING":
                 self.event("ok", f"{name} UP again")
         else:
-            level = "bad" if state == "DOWN" else "warn"
-            self.event(level, f"{name} {state}: {reason}")
+            self.event("bad" if state == "DOWN" else "warn", f"{name} {state}: {reason}")
 
     # -- readings in ----------------------------------------------------------------------
 
@@ -220,7 +226,7 @@ class Monitor:
     def evaluate(self) -> Verdict:
         verdict, changed = self.health.update(self.clock(), self.signals())
         if changed:
-            level = {"OK": "ok", "TIGHT": "warn", "OVERLOADED": "bad"}[verdict.level]
+            level = BADGE_EVENT[verdict.level]
             what = "SLO recovered" if verdict.level == "OK" else f"SLO {verdict.level}"
             self.event(level, f"{what}: {verdict.reason}")
         if verdict != self.verdict:

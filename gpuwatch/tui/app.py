@@ -23,6 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import get_current_worker
 
+from gpuwatch.config import DEFAULT_THEME
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import QUEUE_STEP, Steering
@@ -36,7 +37,7 @@ from gpuwatch.tui.control import CONTROL_ACTIONS, DashboardControl
 from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
-from gpuwatch.tui.themes import DEFAULT_THEME, SEMANTIC_DEFAULTS, load_themes
+from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
 from gpuwatch.tui.widgets.admission import AdmissionPanel
 from gpuwatch.tui.widgets.chart import Chart, Line
 from gpuwatch.tui.widgets.engines import EnginePanel, short_url

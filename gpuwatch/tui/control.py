@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gpuwatch.control.steering import EventLevel, Limits, Severity, Steering
+from gpuwatch.control.steering import Limits, Severity, Steering
+from gpuwatch.monitor.state import EventLevel
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
 

@@ -22,7 +22,6 @@ from gpuwatch import config
 # Installed as the package gpuwatch.themes (see setup.py); pip installs onto a file system, so
 # the resource folder is a real directory.
 BUILTIN_DIR = Path(str(importlib.resources.files("gpuwatch.themes")))
-DEFAULT_THEME = "gpuwatch-dark"
 SEMANTIC = ("ok", "warn", "bad", "kv", "queue", "ttft")
 COLOR_KEYS = (
     "primary",

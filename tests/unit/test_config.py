@@ -17,19 +17,19 @@ def test_defaults_when_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     assert config.default_path() == tmp_path / "gpuwatch" / "config.toml"
     settings = config.load()
-    assert settings["scrape"]["timeout_s"] == 3.0
-    assert settings["scrape"]["connect_timeout_s"] == 1.0
-    assert settings["scrape"]["max_bytes"] == 16 * 1024 * 1024
+    assert settings.scrape.timeout_s == 3.0
+    assert settings.scrape.connect_timeout_s == 1.0
+    assert settings.scrape.max_bytes == 16 * 1024 * 1024
 
 
 def test_precedence_cli_over_file_over_defaults(tmp_path: Path) -> None:
     path = write(tmp_path, 'metrics = ["http://a/metrics"]\n[scrape]\ntimeout_s = 5\n')
     settings = config.load(path)
-    assert settings["scrape"]["timeout_s"] == 5
-    assert settings["scrape"]["connect_timeout_s"] == 1.0
+    assert settings.scrape.timeout_s == 5
+    assert settings.scrape.connect_timeout_s == 1.0
     config.apply_cli(settings, {"scrape.timeout_s": 9.0, "metrics": None})
-    assert settings["scrape"]["timeout_s"] == 9.0
-    assert settings["metrics"] == ["http://a/metrics"]
+    assert settings.scrape.timeout_s == 9.0
+    assert settings.metrics == ["http://a/metrics"]
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_precedence_cli_over_file_over_defaults(tmp_path: Path) -> None:
     [
         ("bogus = 1\n", "unknown key 'bogus'"),
         ("[scrape]\nfoo = 1\n", "unknown key 'scrape.foo'"),
-        ('[scrape]\ntimeout_s = "fast"\n', "key 'scrape.timeout_s' must be an integer or a number"),
+        ('[scrape]\ntimeout_s = "fast"\n', "key 'scrape.timeout_s' must be a number"),
         ("no_gpu = 1\n", "key 'no_gpu' must be true or false"),
         ("[scrape]\nmax_bytes = true\n", "key 'scrape.max_bytes' must be an integer"),
         ("metrics = [1]\n", "key 'metrics' must be a list of str"),
@@ -54,3 +54,18 @@ def test_bad_config_is_one_line_naming_file_and_key(
     assert str(info.value).startswith(f"{path}: ")
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_slo_table_is_typed_and_zero_switches_a_signal_off(tmp_path: Path) -> None:
+    settings = config.load(write(tmp_path, "[slo]\nttft_p99_s = 1\npreemptions_per_min = 0\n"))
+    assert settings.slo.ttft_p99_s == 1.0 and isinstance(settings.slo.ttft_p99_s, float)
+    thresholds = settings.slo.thresholds()
+    assert thresholds["ttft_p99_s"] == 1.0
+    assert thresholds["preemptions_per_min"] is None
+    assert thresholds["kv_usage_high"] == 0.95  # the default, written once on the field
+
+
+def test_every_slo_key_is_a_signal_the_badge_knows() -> None:
+    from gpuwatch.monitor.health import SIGNALS, Slo
+
+    assert set(Slo().thresholds()) == set(SIGNALS)

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.validation import Function, Integer, Number, ValidationResult
+from textual.validation import Function, Integer, Number, ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Select, Static
 
 from gpuwatch.gate.limits import POLICIES
@@ -28,7 +28,7 @@ def _optional_int(text: str) -> bool:
     return text.strip() == "" or (text.strip().isdigit() and int(text) >= 1)
 
 
-VALIDATORS = {
+VALIDATORS: dict[str, list[Validator]] = {
     "max_inflight": [Integer(minimum=0, failure_description="a whole number >= 0")],
     "max_queue": [Integer(minimum=0, failure_description="a whole number >= 0")],
     "queue_timeout_s": [Number(minimum=0.001, failure_description="a number of seconds > 0")],

@@ -3,6 +3,8 @@ RSS, command), as nvitop shows them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,6 +14,9 @@ from textual.widgets import DataTable, Footer, Static
 
 from gpuwatch.fmt import NA, gib, pct, unit
 from gpuwatch.model import GpuReading
+
+if TYPE_CHECKING:
+    from gpuwatch.tui.app import GpuwatchApp
 
 
 class GpuScreen(Screen[None]):
@@ -49,7 +54,7 @@ class GpuScreen(Screen[None]):
         procs.add_columns(
             "GPU", "PID", "user", "name", "GPU mem", "CPU %", "RSS", "threads", "command"
         )
-        self.show(self.app.monitor.gpus)
+        self.show(cast("GpuwatchApp", self.app).monitor.gpus)
 
     def show(self, reading: GpuReading | None) -> None:
         gpus = self.query_one("#gpus", DataTable)
@@ -57,7 +62,7 @@ class GpuScreen(Screen[None]):
         gpus.clear()
         procs.clear()
         if reading is None or reading.error:
-            gpus.add_row("-", Text(reading.error if reading else "reading…"), *[""] * 11)
+            gpus.add_row("-", Text(reading.error or "" if reading else "reading…"), *[""] * 11)
             return
         for g in reading.gpus:
             if g.error:

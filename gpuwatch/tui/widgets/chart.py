@@ -186,7 +186,7 @@ class Chart(Widget):
             label = self.fmt(top) if r == 0 else ("0" if r == rows - 1 else "")
             segments = [Segment(f"{label:>{_LABEL_W - 1}} ", dim)]
             # One segment per colour change, not per cell.
-            run_color, run = "", []
+            run_color, run = "", list[str]()
             for bits, owner in row:
                 color = owner if bits else ""
                 if color != run_color and run:
