@@ -1,8 +1,8 @@
 """TOML configuration: XDG path, typed settings, precedence CLI > file > defaults.
 
-The settings are dataclasses and each default is written once, on its field (the SLO's in
-``monitor.health.Slo``, the scrape bounds beside the scraper). The file is checked against the
-fields' types: an unknown key or a wrong type is one line naming the file and the key.
+The settings are dataclasses and each default is written once, on its field (the scrape bounds
+beside the scraper). The file is checked against the fields' types: an unknown key or a wrong
+type is one line naming the file and the key.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import sys
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,10 +22,24 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from gpuwatch.httpclient import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from gpuwatch.monitor.health import Slo
 from gpuwatch.sources.scrape import DEFAULT_MAX_BYTES
 
 DEFAULT_THEME = "gpuwatch-dark"
+
+
+@dataclass
+class Slo:
+    """The boring zone's thresholds, the ``[slo]`` table of the config; 0 switches one off."""
+
+    ttft_p99_s: float = 2.0
+    itl_p99_s: float = 0.0
+    kv_usage_high: float = 0.95
+    waiting_high: float = 0.0
+    preemptions_per_min: float = 1.0
+
+    def thresholds(self) -> dict[str, float | None]:
+        """Signal key -> threshold, None where switched off (what ``judge`` takes)."""
+        return {key: (value or None) for key, value in asdict(self).items()}
 
 
 @dataclass

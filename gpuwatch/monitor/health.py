@@ -8,9 +8,10 @@ has held for ``hold_s`` (10 s), so one slow scrape does not flap it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
+from gpuwatch.config import Slo
 from gpuwatch.fmt import pct, seconds
 
 Level = Literal["OK", "TIGHT", "OVERLOADED"]
@@ -25,21 +26,6 @@ SIGNALS = {
     "waiting_high": ("waiting", lambda v: f"{v:.0f}"),
     "preemptions_per_min": ("preemptions", lambda v: f"{v:.1f}/min"),
 }
-
-
-@dataclass
-class Slo:
-    """The boring zone's thresholds, the ``[slo]`` table of the config; 0 switches one off."""
-
-    ttft_p99_s: float = 2.0
-    itl_p99_s: float = 0.0
-    kv_usage_high: float = 0.95
-    waiting_high: float = 0.0
-    preemptions_per_min: float = 1.0
-
-    def thresholds(self) -> dict[str, float | None]:
-        """Signal key -> threshold, None where switched off (what ``judge`` takes)."""
-        return {key: (value or None) for key, value in asdict(self).items()}
 
 
 DEFAULT_SLO = Slo().thresholds()

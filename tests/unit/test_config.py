@@ -66,6 +66,7 @@ def test_slo_table_is_typed_and_zero_switches_a_signal_off(tmp_path: Path) -> No
 
 
 def test_every_slo_key_is_a_signal_the_badge_knows() -> None:
-    from gpuwatch.monitor.health import SIGNALS, Slo
+    from gpuwatch.config import Slo
+    from gpuwatch.monitor.health import SIGNALS
 
     assert set(Slo().thresholds()) == set(SIGNALS)

@@ -1,0 +1,1 @@
+"""The Textual dashboard: the app, its widgets, screens and styles."""

@@ -1,0 +1,1 @@
+"""Full screens and modals pushed over the dashboard."""
