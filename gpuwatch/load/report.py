@@ -1,4 +1,6 @@
-"""The end-of-run report: a table for people, JSON with ``vllm bench serve``'s field names.
+"""The end-of-run report: a table for people, JSON with ``vllm bench serve``'s field names
+(summary keys, the run's ``date``/``backend``/``model_id``/``num_prompts``/``request_rate``/
+``max_concurrency``, and the per-request arrays), so notebooks written for vllm bench read it.
 
 Percentiles over raw samples come from the standard library (``statistics.quantiles``, the
 inclusive method: numpy's linear interpolation, as vllm bench reports them).
@@ -9,12 +11,15 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from typing import IO, Any
 
 from gpuwatch.load.runner import Result
 from gpuwatch.load.spec import LoadSpec
 
 PERCENTILES = (90, 99)
+# vllm bench serve's backend names for the two APIs gpuwatch load speaks.
+BACKENDS = {"chat": "openai-chat", "completions": "openai"}
 METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E"))
 
 
@@ -62,6 +67,15 @@ def build(
     out_tokens = sum(r.output_tokens for r in done)
     in_tokens = sum(r.prompt_tokens for r in done)
     report: dict[str, Any] = {
+        # The run, as `vllm bench serve --save-result` names it.
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "backend": BACKENDS[spec.api],
+        "endpoint_type": BACKENDS[spec.api],
+        "model_id": spec.model,
+        "num_prompts": len(results),
+        "request_rate": spec.rate,
+        "burstiness": spec.burstiness,
+        "max_concurrency": spec.max_concurrency,
         "completed": len(done),
         "failed": len(failed),
         "duration": duration,
@@ -75,9 +89,16 @@ def build(
             sorted(Counter(str(r.status or "cancelled") for r in failed).items())
         ),
         "slo": spec.slo or None,
-        "rate": spec.rate,
-        "burstiness": spec.burstiness,
-        "model": spec.model,
+        # Per request, in the order sent, as vllm bench's --save-detailed arrays: seconds; a
+        # failed request has ttft 0, no itls, output length 0 and its error (else "").
+        "input_lens": [r.prompt_tokens for r in results],
+        "output_lens": [r.output_tokens if r.ok else 0 for r in results],
+        "ttfts": [r.ttft if r.ok and r.ttft is not None else 0.0 for r in results],
+        "itls": [list(r.itl) if r.ok else [] for r in results],
+        "errors": ["" if r.ok else error_text(r) for r in results],
+        # gpuwatch's own, beside them.
+        "start_times": [r.sent for r in results],
+        "lanes": [r.lane for r in results],
     }
     for key, _ in METRICS:
         s = _summary(samples[key])
@@ -88,6 +109,11 @@ def build(
     if send_errors:
         report["send_error_p99_ms"] = percentile(send_errors, 99) * 1000
     return report
+
+
+def error_text(r: Result) -> str:
+    status = r.status if r.status is not None else "cancelled"
+    return f"HTTP {status}" if isinstance(status, int) else str(status)
 
 
 def send_errors(results: list[Result]) -> list[float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
 from gpuwatch.load import LoadRun, LoadSpec, build_report
+from gpuwatch.load.report import percentile
 from gpuwatch.load.spec import Dist
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
@@ -96,10 +98,22 @@ def test_cli_json_report(sim_process: str, tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert report["completed"] == 20 and report["failed"] == 0
     assert report["request_goodput"] > 0
-    assert report["model"] == "meta-llama/Llama-3.1-8B-Instruct-AWQ"  # from GET /v1/models
+    assert report["model_id"] == "meta-llama/Llama-3.1-8B-Instruct-AWQ"  # from GET /v1/models
     for key in ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms",
                 "p99_e2el_ms", "request_throughput", "output_throughput", "duration", "failures_by_status"):  # fmt: skip
         assert report[key] is not None, key
+    # vllm bench serve's own keys, so notebooks written for it read this unchanged.
+    assert report["backend"] == "openai" and report["num_prompts"] == 20
+    assert report["request_rate"] == 20 and report["max_concurrency"] is None
+    assert re.fullmatch(r"\d{8}-\d{6}", report["date"])
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "errors"):
+        assert len(report[key]) == 20, key
+    assert report["errors"] == [""] * 20
+    assert all(32 <= n <= 256 for n in report["input_lens"])
+    assert sum(report["output_lens"]) == report["total_output_tokens"]
+    pairs = zip(report["itls"], report["output_lens"], strict=True)
+    assert all(len(gaps) == n - 1 for gaps, n in pairs)
+    assert percentile(report["ttfts"], 99) * 1000 == pytest.approx(report["p99_ttft_ms"])
 
 
 def test_cli_nothing_listening_is_one_line_and_exit_1() -> None:
