@@ -1,7 +1,9 @@
 """History: ring buffers, counter rates and windowed histogram quantiles.
 
 ``histogram_quantile`` is the only quantile function in gpuwatch; it follows Prometheus'
-``histogram_quantile`` (promql/quantile.go) so the numbers here match a Grafana panel.
+``histogram_quantile`` (promql/quantile.go), and the windows follow PromQL's range vectors
+(``rate``/``increase`` over the samples inside ``(t - w, t]``, extrapolated as Prometheus
+does), so a number here equals the same query in a Grafana panel on the same scrapes.
 """
 
 from __future__ import annotations
@@ -120,8 +122,49 @@ class RingSeries:
         return self.fine[-1] if self.fine else None
 
 
+def extrapolated_increase(
+    samples: Sequence[tuple[float, float]], start: float, end: float
+) -> float | None:
+    """What PromQL's ``increase()`` gives for counter ``samples`` over the range (start, end].
+
+    Prometheus' ``extrapolatedRate`` (promql/functions.go) without the division by the range:
+    the increase from the first to the last sample (a value lower than the one before it is a
+    counter reset and adds that value back), extrapolated towards the range's ends by up to
+    the time to each end, where that is under 1.1 average sample intervals (else half an
+    interval), and at the start never past where the counter would have been zero.
+    ``samples`` are (time, value) inside the range, oldest first; None with fewer than two.
+    """
+    if len(samples) < 2:
+        return None
+    (first_t, first_v), (last_t, last_v) = samples[0], samples[-1]
+    sampled = last_t - first_t
+    if sampled <= 0:
+        return None
+    result = last_v - first_v
+    previous = first_v
+    for _, value in samples[1:]:
+        if value < previous:
+            result += previous
+        previous = value
+    average = sampled / (len(samples) - 1)
+    threshold = average * 1.1
+    to_start, to_end = first_t - start, end - last_t
+    if to_start >= threshold:
+        to_start = average / 2
+    if result > 0 and first_v >= 0:
+        to_start = min(to_start, sampled * (first_v / result))
+    if to_end >= threshold:
+        to_end = average / 2
+    return result * (sampled + to_start + to_end) / sampled
+
+
 class CounterRate:
-    """Per-second rate of a counter over a sliding window; a decrease restarts the window."""
+    """A counter's rate over a sliding window: exactly PromQL's ``rate(x[window])`` evaluated
+    at the newest sample (or at ``at``), from the samples inside ``(at - window, at]``.
+
+    A value lower than the one before is a counter reset (a server restart): ``update`` says so,
+    and the rate counts across it as Prometheus does.
+    """
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
@@ -130,40 +173,36 @@ class CounterRate:
     def update(self, t: float, value: float) -> bool:
         """Record a sample; return True when the counter went backwards (a server restart)."""
         reset = bool(self._points) and value < self._points[-1].v
-        if reset:
-            self._points.clear()
         self._points.append(Point(t, value))
-        while len(self._points) > 2 and self._points[1].t <= t - self.window_s:
+        while self._points and self._points[0].t <= t - self.window_s:
             self._points.popleft()
         return reset
 
     def last(self) -> float | None:
         return self._points[-1].v if self._points else None
 
-    def reset(self, t: float, value: float | None) -> None:
-        self._points.clear()
-        if value is not None:
-            self._points.append(Point(t, value))
+    def _inside(self, at: float | None) -> tuple[list[tuple[float, float]], float]:
+        if not self._points:
+            return [], 0.0
+        end = self._points[-1].t if at is None else at
+        start = end - self.window_s
+        return [(p.t, p.v) for p in self._points if start < p.t <= end], end
 
-    def rate(self) -> float | None:
-        if len(self._points) < 2:
-            return None
-        first, last = self._points[0], self._points[-1]
-        if last.t <= first.t:
-            return None
-        return (last.v - first.v) / (last.t - first.t)
+    def increase(self, at: float | None = None) -> float | None:
+        """``increase(x[window])`` at ``at`` (default: the newest sample)."""
+        samples, end = self._inside(at)
+        return extrapolated_increase(samples, end - self.window_s, end)
 
-    def increase(self) -> float | None:
-        if len(self._points) < 2:
-            return None
-        return self._points[-1].v - self._points[0].v
+    def rate(self, at: float | None = None) -> float | None:
+        """``rate(x[window])`` at ``at`` (default: the newest sample), per second."""
+        increase = self.increase(at)
+        return None if increase is None else increase / self.window_s
 
 
 class HistogramWindow:
-    """Quantiles over a sliding window from bucket deltas between scrapes.
-
-    Equivalent to ``histogram_quantile(q, rate(x_bucket[window]))``: the rate's divisor cancels.
-    """
+    """Quantiles over a sliding window: exactly ``histogram_quantile(q, rate(x_bucket[window]))``
+    evaluated at the newest scrape (or at ``at``), each bucket's rate taken as PromQL takes it
+    from the scrapes inside ``(at - window, at]``."""
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
@@ -172,41 +211,35 @@ class HistogramWindow:
     def update(self, t: float, hist: Histogram) -> bool:
         """Record a scrape; return True when a bucket went backwards (a server restart)."""
         current = dict(hist.buckets)
-        reset = False
-        if self._snaps:
-            previous = self._snaps[-1][1]
-            reset = any(current.get(le, 0.0) < count for le, count in previous.items())
-            if reset:
-                self._snaps.clear()
+        reset = bool(self._snaps) and any(
+            current.get(le, 0.0) < count for le, count in self._snaps[-1][1].items()
+        )
         self._snaps.append((t, current))
-        while len(self._snaps) > 2 and self._snaps[1][0] <= t - self.window_s:
+        while self._snaps and self._snaps[0][0] <= t - self.window_s:
             self._snaps.popleft()
         return reset
 
-    def reset(self, t: float, hist: Histogram) -> None:
-        self._snaps.clear()
-        self._snaps.append((t, dict(hist.buckets)))
-
-    def delta(self) -> list[tuple[float, float]] | None:
+    def rates(self, at: float | None = None) -> list[tuple[float, float]] | None:
+        """Per bucket bound, its ``rate(x_bucket[window])``; None with under two scrapes."""
         if not self._snaps:
             return None
-        newest = self._snaps[-1][1]
-        if len(self._snaps) == 1:
+        end = self._snaps[-1][0] if at is None else at
+        start = end - self.window_s
+        inside = [(t, b) for t, b in self._snaps if start < t <= end]
+        if len(inside) < 2:
             return None
-        oldest = self._snaps[0][1]
-        return sorted((le, count - oldest.get(le, 0.0)) for le, count in newest.items())
+        out = []
+        for le in inside[-1][1]:
+            increase = extrapolated_increase([(t, b[le]) for t, b in inside if le in b], start, end)
+            if increase is not None:
+                out.append((le, increase / self.window_s))
+        return sorted(out) or None
 
-    def quantile(self, q: float) -> float | None:
-        delta = self.delta()
-        if delta is None:
+    def quantile(self, q: float, at: float | None = None) -> float | None:
+        rates = self.rates(at)
+        if rates is None:
             return None
-        return histogram_quantile(q, delta)
-
-    def observations(self) -> float | None:
-        delta = self.delta()
-        if not delta:
-            return None
-        return max(count for _, count in delta)
+        return histogram_quantile(q, rates)
 
 
 COUNTER_FIELDS = (
@@ -225,7 +258,8 @@ class EngineHistory:
     """Live history of one engine: series over time, counter rates, windowed quantiles.
 
     ``update`` returns one-line events; a counter or histogram that goes backwards means the
-    server restarted, so every window restarts and the event says so.
+    server restarted (the event says so); rates and quantiles count across the reset as
+    PromQL does.
     """
 
     def __init__(self, window_s: float = 60.0, capacity: int = 3600) -> None:
@@ -248,17 +282,12 @@ class EngineHistory:
             if counter.update(t, value):
                 events.append(
                     f"{snap.source}: {name} went backwards ({before:g} -> {value:g}):"
-                    " server restarted, windows reset"
+                    " server restarted"
                 )
         for kind, hist in snap.histograms.items():
             window = self.latency.setdefault(kind, HistogramWindow(self.window_s))
             if window.update(t, hist):
-                events.append(
-                    f"{snap.source}: {kind} histogram went backwards: server restarted,"
-                    " windows reset"
-                )
-        if events:
-            self._restart(t, snap)
+                events.append(f"{snap.source}: {kind} histogram went backwards: server restarted")
         for name, recent in self._recent.items():
             value = getattr(snap, name)
             if value is not None:
@@ -279,13 +308,6 @@ class EngineHistory:
         for name, value in derived.items():
             if value is not None:
                 self.series[name].append(t, value)
-
-    def _restart(self, t: float, snap: EngineSnapshot) -> None:
-        for name, counter in [*self.counters.items(), *self._recent.items()]:
-            counter.reset(t, getattr(snap, name))
-        for kind, window in self.latency.items():
-            if kind in snap.histograms:
-                window.reset(t, snap.histograms[kind])
 
     def rate(self, name: str) -> float | None:
         recent = self._recent.get(name)

@@ -58,20 +58,33 @@ def test_window_uses_deltas_between_scrapes() -> None:
     assert w.quantile(0.5) == pytest.approx(0.55)
 
 
-def test_window_slides_and_drops_old_scrapes() -> None:
+def test_window_holds_only_the_scrapes_inside_it() -> None:
     w = HistogramWindow(window_s=60)
     w.update(0, _h((1.0, 0), (2.0, 0), (INF, 0)))
     w.update(30, _h((1.0, 10), (2.0, 10), (INF, 10)))
-    w.update(100, _h((1.0, 10), (2.0, 20), (INF, 20)))
-    # The t=0 scrape is outside the window; the delta is from t=30: 10 obs in (1, 2].
+    w.update(60, _h((1.0, 10), (2.0, 15), (INF, 15)))
+    w.update(90, _h((1.0, 10), (2.0, 20), (INF, 20)))
+    # (30, 90]: the scrapes at 60 and 90 (30 is on the open edge), as rate(x[60s]) takes them:
+    # 5 new observations, all in (1, 2].
     assert w.quantile(0.5) == pytest.approx(1.5)
+    assert dict(w.rates() or []) == pytest.approx({1.0: 0.0, 2.0: 10 / 60, INF: 10 / 60})
 
 
-def test_window_reset_between_scrapes_restarts() -> None:
+def test_window_with_one_scrape_inside_has_no_answer() -> None:
+    w = HistogramWindow(window_s=60)
+    w.update(0, _h((1.0, 0), (INF, 0)))
+    w.update(100, _h((1.0, 10), (INF, 10)))
+    assert w.quantile(0.5) is None  # as PromQL: rate() needs two samples in the range
+
+
+def test_window_counts_across_a_reset_as_promql_does() -> None:
     w = HistogramWindow(window_s=60)
     w.update(0, _h((1.0, 50), (INF, 50)))
-    assert w.update(5, _h((1.0, 2), (INF, 4))) is True  # counts went down: restart
-    assert w.quantile(0.5) is None  # one scrape since the restart: no delta yet
-    w.update(10, _h((1.0, 4), (INF, 8)))
-    # delta: 2 obs <= 1, 4 total; p50 rank 2 -> first bucket upper bound 1.0
+    assert w.update(5, _h((1.0, 2), (INF, 4))) is True  # counts went down: a restart
+    # Bucket 1.0: 2 - 50 + 50 = 2; +Inf: 4 - 50 + 50 = 4; both extrapolated alike, so the
+    # median's rank (2 of 4) lands on the first bucket's upper bound.
     assert w.quantile(0.5) == pytest.approx(1.0)
+    w.update(10, _h((1.0, 4), (INF, 8)))
+    assert w.quantile(0.5) == pytest.approx(1.0)
+    # Rank 6 of 8 falls in +Inf: the largest finite bound, as histogram_quantile answers.
+    assert w.quantile(0.75) == pytest.approx(1.0)

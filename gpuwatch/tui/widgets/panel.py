@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 
 class Panel(Static):
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._shown: str | None = None
 
