@@ -242,6 +242,18 @@ class HistogramWindow:
         return histogram_quantile(q, rates)
 
 
+def window_label(seconds: float) -> str:
+    """60 -> "1m", 10 -> "10s", 3600 -> "1h": how a window is written on screen and in JSON."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
+
+
+# Token rates are shown over a short window, so the number moves with the load you see.
+RECENT_RATE_WINDOW_S = 10.0
+
 COUNTER_FIELDS = (
     "prompt_tokens_total",
     "generation_tokens_total",
@@ -269,7 +281,8 @@ class EngineHistory:
         self.latency: dict[str, HistogramWindow] = {}
         # Rates and quantiles over a short window: what the panel and the charts show "now".
         self._recent = {
-            name: CounterRate(10.0) for name in ("generation_tokens_total", "prompt_tokens_total")
+            name: CounterRate(RECENT_RATE_WINDOW_S)
+            for name in ("generation_tokens_total", "prompt_tokens_total")
         }
 
     def update(self, t: float, snap: EngineSnapshot) -> list[str]:

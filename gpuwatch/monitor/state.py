@@ -14,12 +14,14 @@ from typing import Any, Literal
 
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
 from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict
-from gpuwatch.series import CounterRate, EngineHistory, RingSeries
+from gpuwatch.series import CounterRate, EngineHistory, RingSeries, window_label
 
 EventLevel = Literal["info", "warn", "bad", "ok"]
 SourceState = Literal["WAITING", "UP", "DOWN", "STALE"]
 
 STALE_AFTER_INTERVALS = 3
+# The gate's refusals per second are a rate over this window (shown with it).
+REFUSAL_WINDOW_S = 10.0
 # The event a change of the badge writes.
 BADGE_EVENT: dict[Level, EventLevel] = {"OK": "ok", "TIGHT": "warn", "OVERLOADED": "bad"}
 
@@ -63,6 +65,10 @@ class GateView:
     lanes: dict[str, Any] = field(default_factory=dict)
     refusals: dict[tuple[str, str], CounterRate] = field(default_factory=dict)
     queued: RingSeries = field(default_factory=RingSeries)
+
+    @property
+    def refusal_window(self) -> str:
+        return window_label(REFUSAL_WINDOW_S)
 
     def refusal_rate(self, lane: str, reason: str) -> float:
         counter = self.refusals.get((lane, reason))
@@ -179,7 +185,9 @@ class Monitor:
             for lane, data in gate.lanes.items():
                 queued += data["queued"]
                 for reason, total in data["rejected_total"].items():
-                    counter = gate.refusals.setdefault((lane, reason), CounterRate(10.0))
+                    counter = gate.refusals.setdefault(
+                        (lane, reason), CounterRate(REFUSAL_WINDOW_S)
+                    )
                     counter.update(now, total)
             gate.queued.append(now, queued)
         self.version += 1

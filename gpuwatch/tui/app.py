@@ -15,24 +15,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer
-from textual.worker import get_current_worker
 
+from gpuwatch import polling
 from gpuwatch.config import DEFAULT_THEME
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import QUEUE_STEP, Steering
 from gpuwatch.fmt import pct, seconds
-from gpuwatch.httpclient import async_client
 from gpuwatch.monitor.state import Monitor
-from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
-from gpuwatch.sources.scrape import scrape
 from gpuwatch.tui.control import CONTROL_ACTIONS, DashboardControl
 from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
@@ -50,7 +46,6 @@ WINDOWS = ((60, "1m"), (300, "5m"), (900, "15m"), (3600, "1h"))
 # second wide, so redrawing them every third second moves them three columns at a time and
 # cuts their cost by two thirds (bench/tui.py: 2.1% of a core at 1 s, 1.8% at 3 s).
 CHART_EVERY_S = 3.0
-HOST_INTERVAL_S = 2.0
 
 
 @dataclass
@@ -187,11 +182,16 @@ class GpuwatchApp(App[None]):
         self.theme = wanted
         self.push_screen(Dashboard())
         if self.polling:
+            m, interval = self.monitor, self.options.interval_s
             for url in self.options.urls:
-                self.run_worker(self._poll_endpoint(url), group="poll", name=f"scrape {url}")
+                self.run_worker(
+                    polling.poll_endpoint(m, url, interval), group="poll", name=f"scrape {url}"
+                )
             if self.options.nvml is not None:
-                self._poll_gpus()
-            self.run_worker(self._poll_host(), group="poll", name="host")
+                self.run_worker(
+                    polling.poll_gpus(m, self.options.nvml, interval), group="poll", name="nvml"
+                )
+            self.run_worker(polling.poll_host(m), group="poll", name="host")
             if self.options.admin_url:
                 self.run_worker(self._poll_gate(), group="poll", name="gate")
         for job in self._background:
@@ -210,17 +210,6 @@ class GpuwatchApp(App[None]):
 
     # -- polling (no overlap: the next poll is scheduled when the last ends) --------------
 
-    async def _every(self, interval: float, poll: Callable[[], Any], name: str) -> None:
-        while True:
-            started = time.monotonic()
-            try:
-                await poll()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug in one source must not take the dashboard down
-                self.monitor.event("bad", f"{name}: {type(exc).__name__}: {exc}")
-            await asyncio.sleep(max(0.05, interval - (time.monotonic() - started)))
-
     async def _contained(self, job: Callable[[], Any]) -> None:
         try:
             await job()
@@ -229,55 +218,13 @@ class GpuwatchApp(App[None]):
         except Exception as exc:
             self.monitor.event("bad", f"background job stopped: {type(exc).__name__}: {exc}")
 
-    async def _poll_endpoint(self, url: str) -> None:
-        async with async_client() as client:
-
-            async def once() -> None:
-                self.monitor.apply_scrape(await scrape(client, url))
-
-            await self._every(self.options.interval_s, once, url)
-
-    async def _poll_host(self) -> None:
-        host_source.prime_cpu()
-
-        async def once() -> None:
-            self.monitor.apply_host(await asyncio.to_thread(host_source.read_host))
-
-        await self._every(HOST_INTERVAL_S, once, "host")
-
-    @work(thread=True, group="poll", name="nvml", exit_on_error=False)
-    def _poll_gpus(self) -> None:
-        worker = get_current_worker()
-        reader = self.options.nvml
-        assert reader is not None
-        while not worker.is_cancelled:
-            started = time.monotonic()
-            try:
-                reading = reader.read()
-            except Exception as exc:  # never let NVML end the app
-                self.call_from_thread(
-                    self.monitor.event, "bad", f"NVML: {type(exc).__name__}: {exc}"
-                )
-            else:
-                self.call_from_thread(self.monitor.apply_gpus, reading)
-            time.sleep(max(0.05, self.options.interval_s - (time.monotonic() - started)))
-
     async def _poll_gate(self) -> None:
         assert self.options.admin_url
         async with GateClient(
             self.options.admin_url, self.options.admin_token, self.guard
         ) as client:
             self.steering.client = client
-
-            async def once() -> None:
-                try:
-                    limits, status = await asyncio.gather(client.limits(), client.status())
-                except GateError as exc:
-                    self.monitor.apply_gate(None, None, str(exc))
-                else:
-                    self.monitor.apply_gate(limits, status)
-
-            await self._every(self.options.interval_s, once, "gate")
+            await polling.poll_gate(self.monitor, client, self.options.interval_s)
 
     # -- painting -------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from rich.markup import escape
 
 from gpuwatch.fmt import NA, num, pct, seconds
-from gpuwatch.monitor.state import Endpoint, EngineView
+from gpuwatch.monitor.figures import EngineFigures, engine_figures
+from gpuwatch.monitor.state import Endpoint
 from gpuwatch.tui.widgets.bars import gauge, level_color
 from gpuwatch.tui.widgets.panel import Panel, flow
 
@@ -17,53 +18,46 @@ def short_url(url: str) -> str:
     return url.split("://", 1)[-1].removesuffix("/metrics")
 
 
-def kv_text(view: EngineView) -> str:
-    s = view.snap
+def kv_text(f: EngineFigures) -> str:
     tokens = ""
-    if s.kv_tokens_total:
-        tokens = f" {num(s.kv_tokens_used)}/{num(s.kv_tokens_total)} tok"
-    elif s.kv_blocks_total:
-        tokens = f" {num(s.kv_blocks_used)}/{num(s.kv_blocks_total)} blk"
-    usage = s.kv_cache_usage
+    if f.kv_tokens_total:
+        tokens = f" {num(f.kv_tokens_used)}/{num(f.kv_tokens_total)} tok"
+    usage = f.kv_cache_usage
     return f"KV {gauge(usage, 8, '$kv')} [{level_color(usage)}]{pct(usage)}[/]{tokens}"
 
 
-def gate_segments(view: EngineView, ttft_slo: float | None) -> list[str]:
+def _p99_color(p99: float | None, slo: float | None) -> str:
+    return level_color(p99 / slo if p99 is not None and slo else None, 0.8, 1.0)
+
+
+def gate_segments(f: EngineFigures, ttft_slo: float | None) -> list[str]:
     """The gate's own view: what users feel, queue wait included."""
-    s, h = view.snap, view.history
-    p50, p99 = h.quantile("ttft", 0.5), h.quantile("ttft", 0.99)
-    p99_color = level_color(p99 / ttft_slo if p99 is not None and ttft_slo else None, 0.8, 1.0)
     return [
-        f"in-flight [b]{num(s.running)}[/]",
-        f"queued [$queue][b]{num(s.waiting)}[/][/]",
-        f"user TTFT p50 {seconds(p50)} p99 [{p99_color}][b]{seconds(p99)}[/][/]",
-        f"queue wait p99 {seconds(h.quantile('queue', 0.99))}",
+        f"in-flight [b]{num(f.running)}[/]",
+        f"queued [$queue][b]{num(f.waiting)}[/][/]",
+        f"user TTFT [dim]{f.window}[/] p50 {seconds(f.ttft_p50)} "
+        f"p99 [{_p99_color(f.ttft_p99, ttft_slo)}][b]{seconds(f.ttft_p99)}[/][/]",
+        f"queue wait p99 {seconds(f.queue_p99)} [dim]{f.window}[/]",
     ]
 
 
-def engine_segments(view: EngineView, ttft_slo: float | None) -> list[str]:
-    s, h = view.snap, view.history
-    if s.dialect == "gate":
-        return gate_segments(view, ttft_slo)
-    p50, p99 = h.quantile("ttft", 0.5), h.quantile("ttft", 0.99)
-    itl = h.quantile("itl", 0.99)
-    p99_color = level_color(p99 / ttft_slo if p99 is not None and ttft_slo else None, 0.8, 1.0)
-    preempt = h.per_minute("preemptions_total")
-    hit = h.prefix_hit_rate()
-    if hit is None:
-        hit = s.prefix_cache_hit_rate
-    waiting_color = "$queue" if (s.waiting or 0) > 0 else "$foreground"
+def engine_segments(f: EngineFigures, ttft_slo: float | None) -> list[str]:
+    if f.dialect == "gate":
+        return gate_segments(f, ttft_slo)
+    waiting_color = "$queue" if (f.waiting or 0) > 0 else "$foreground"
+    preempt = f.preemptions_per_min
     preempt_color = "$bad" if preempt else "$foreground"
+    shown_preempt = num(preempt, 1) if preempt is not None else NA
     return [
-        f"run [b]{num(s.running)}[/]",
-        f"wait [{waiting_color}][b]{num(s.waiting)}[/][/]",
-        kv_text(view),
-        f"prefix {pct(hit)}",
-        f"preempt [{preempt_color}]{num(preempt, 1) if preempt is not None else NA}/min[/]",
-        f"prompt {num(h.rate('prompt_tokens_total'))} tok/s",
-        f"gen [b]{num(h.rate('generation_tokens_total'))}[/] tok/s",
-        f"TTFT p50 {seconds(p50)} p99 [{p99_color}][b]{seconds(p99)}[/][/]",
-        f"ITL p99 {seconds(itl)}",
+        f"run [b]{num(f.running)}[/]",
+        f"wait [{waiting_color}][b]{num(f.waiting)}[/][/]",
+        kv_text(f),
+        f"prefix {pct(f.prefix_hit_rate)} [dim]{f.window}[/]",
+        f"preempt [{preempt_color}]{shown_preempt}/min[/] [dim]{f.window}[/]",
+        f"tok/s [dim]{f.rate_window}[/] prompt {num(f.prompt_tps)} gen [b]{num(f.gen_tps)}[/]",
+        f"TTFT [dim]{f.window}[/] p50 {seconds(f.ttft_p50)} "
+        f"p99 [{_p99_color(f.ttft_p99, ttft_slo)}][b]{seconds(f.ttft_p99)}[/][/]",
+        f"ITL p99 {seconds(f.itl_p99)} [dim]{f.window}[/]",
     ]
 
 
@@ -94,5 +88,5 @@ class EnginePanel(Panel):
                     f"[dim]@ {escape(short_url(ep.url))}[/]"
                     f" [{color}]{ep.status.state}[/]{reason}"
                 )
-                out.extend(flow(engine_segments(view, ttft_slo), width))
+                out.extend(flow(engine_segments(engine_figures(ep, view), ttft_slo), width))
         self.show("\n".join(out))

@@ -1,0 +1,196 @@
+"""``gpuwatch watch``: the dashboard's numbers without the screen, like ``vmstat 1``.
+
+Polls the same sources with the same code as the dashboard (``gpuwatch.polling`` into a
+``Monitor``) and prints, once per interval, one line per engine (a table) or one JSON object per
+interval (``--json``), with the same windowed values the dashboard shows, each named with its
+window. For scripts and monitoring checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from gpuwatch import polling
+from gpuwatch.control.gate import GateClient
+from gpuwatch.control.guard import Guard
+from gpuwatch.fmt import num, pct, seconds
+from gpuwatch.monitor.figures import EngineFigures, engine_figures
+from gpuwatch.monitor.state import Monitor
+from gpuwatch.sources.nvml import NvmlReader
+
+HEADER_EVERY = 20  # the table's header comes back every so many lines, as vmstat's does
+
+
+@dataclass
+class WatchOptions:
+    urls: list[str]
+    interval_s: float = 1.0
+    count: int | None = None  # None: until interrupted
+    as_json: bool = False
+    admin_url: str | None = None
+    admin_token: str | None = None
+    slo: dict[str, float | None] = field(default_factory=dict)
+    nvml: NvmlReader | None = None
+
+
+def frame(monitor: Monitor) -> dict[str, Any]:
+    """One interval's state: the badge, each engine's figures, the GPUs, the gate's lanes."""
+    engines = [
+        engine_figures(ep, view).to_json()
+        for ep in monitor.endpoints.values()
+        for view in ep.engines.values()
+    ]
+    down = [
+        {"source": ep.url, "state": ep.status.state, "reason": ep.status.reason}
+        for ep in monitor.endpoints.values()
+        if ep.status.state != "UP"
+    ]
+    gate = monitor.gate
+    lanes = None
+    if gate is not None and gate.limits is not None:
+        lanes = {
+            name: {
+                "inflight": gate.lanes.get(name, {}).get("inflight"),
+                "queued": gate.lanes.get(name, {}).get("queued"),
+                "max_inflight": lane["max_inflight"],
+                "max_queue": lane["max_queue"],
+                f"refused_per_s_{gate.refusal_window}": {
+                    reason: round(gate.refusal_rate(name, reason), 6)
+                    for (lane_name, reason) in gate.refusals
+                    if lane_name == name
+                },
+            }
+            for name, lane in gate.limits["lanes"].items()
+        }
+    gpus = None
+    if monitor.gpus is not None:
+        gpus = [
+            {
+                "index": g.index,
+                "utilization_gpu": g.utilization_gpu,
+                "memory_used_bytes": g.memory_used_bytes,
+                "memory_total_bytes": g.memory_total_bytes,
+                "power_w": g.power_w,
+                "temperature_c": g.temperature_c,
+            }
+            for g in monitor.gpus.gpus
+        ]
+    return {
+        "time": monitor.wall(),
+        "health": {"level": monitor.verdict.level, "reason": monitor.verdict.reason},
+        "engines": engines,
+        "unavailable": down,
+        "gate": None if gate is None else {"url": gate.url, "state": gate.status.state,
+                                            "lanes": lanes},
+        "gpus": gpus,
+    }  # fmt: skip
+
+
+COLUMNS = (
+    ("engine", 28),
+    ("state", 6),
+    ("run", 5),
+    ("wait", 5),
+    ("kv", 5),
+    ("ttft50", 7),
+    ("ttft99", 7),
+    ("itl99", 7),
+    ("gen/s", 7),
+    ("health", 10),
+)
+
+
+def header(f: EngineFigures | None) -> str:
+    window = f"latency over {f.window}, gen/s over {f.rate_window}" if f else ""
+    cells = " ".join(f"{name:>{width}}" if i else f"{name:<{width}}" for i, (name, width)
+                     in enumerate(COLUMNS))  # fmt: skip
+    return f"{cells}   {window}".rstrip()
+
+
+def row(f: EngineFigures, health: str) -> str:
+    name = f"{f.dialect}/{(f.model or '-').rsplit('/', 1)[-1]}"
+    values = (
+        name[:28],
+        f.state,
+        num(f.running),
+        num(f.waiting),
+        pct(f.kv_cache_usage),
+        seconds(f.ttft_p50),
+        seconds(f.ttft_p99),
+        seconds(f.itl_p99),
+        num(f.gen_tps),
+        health,
+    )
+    return " ".join(
+        f"{v:>{w}}" if i else f"{v:<{w}}"
+        for i, (v, (_, w)) in enumerate(zip(values, COLUMNS, strict=True))
+    )
+
+
+class Watch:
+    def __init__(self, options: WatchOptions, out: IO[str] = sys.stdout) -> None:
+        self.options = options
+        self.out = out
+        self.monitor = Monitor(options.urls, options.interval_s, options.slo, options.admin_url)
+        self.lines = 0
+
+    def emit(self) -> None:
+        m = self.monitor
+        m.check_stale()
+        m.evaluate()
+        if self.options.as_json:
+            self.out.write(json.dumps(frame(m), allow_nan=False) + "\n")
+        else:
+            figures = [
+                engine_figures(ep, view)
+                for ep in m.endpoints.values()
+                for view in ep.engines.values()
+            ]
+            if self.lines % HEADER_EVERY == 0:
+                self.out.write(header(figures[0] if figures else None) + "\n")
+            for f in figures:
+                self.out.write(row(f, m.verdict.level) + "\n")
+            for ep in m.endpoints.values():
+                if not ep.engines:
+                    self.out.write(f"{ep.url} {ep.status.state} {ep.status.reason or ''}\n")
+            self.lines += 1
+        self.out.flush()
+
+    def ok(self) -> bool:
+        """Every source answered at the last interval (the exit status, like snapshot's)."""
+        m = self.monitor
+        sources_ok = all(ep.status.state == "UP" for ep in m.endpoints.values())
+        gate_ok = m.gate is None or m.gate.status.state == "UP"
+        return sources_ok and gate_ok
+
+    async def run(self) -> bool:
+        o, m = self.options, self.monitor
+        jobs: list[Coroutine[Any, Any, None]] = [
+            polling.poll_endpoint(m, url, o.interval_s) for url in o.urls
+        ]
+        if o.nvml is not None:
+            jobs.append(polling.poll_gpus(m, o.nvml, o.interval_s))
+        client = None
+        if o.admin_url:
+            # Read-only: watch never changes anything, and says so to the one guard.
+            client = GateClient(o.admin_url, o.admin_token, Guard(read_only=True))
+            jobs.append(polling.poll_gate(m, client, o.interval_s))
+        tasks = [asyncio.create_task(job) for job in jobs]
+        try:
+            printed = 0
+            while o.count is None or printed < o.count:
+                await asyncio.sleep(o.interval_s)
+                self.emit()
+                printed += 1
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if client is not None:
+                await client.close()
+        return self.ok()
