@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--connect-timeout", type=_positive_float, metavar="S")
     snap.add_argument("--timeout", type=_positive_float, metavar="S", help="total per scrape")
     snap.add_argument("--max-bytes", type=_positive_int, metavar="N", help="body size cap")
+    snap.add_argument(
+        "--max-engines", type=_positive_int, metavar="N", help="engines shown per source (256)"
+    )
 
     sim = sub.add_parser(
         "sim",
@@ -342,6 +345,7 @@ def _settings(args: argparse.Namespace) -> dict:
             "scrape.connect_timeout_s": args.connect_timeout,
             "scrape.timeout_s": args.timeout,
             "scrape.max_bytes": args.max_bytes,
+            "scrape.max_engines": args.max_engines,
         },
     )
 
@@ -366,13 +370,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             connect_timeout_s=scrape_cfg["connect_timeout_s"],
             timeout_s=scrape_cfg["timeout_s"],
             max_bytes=scrape_cfg["max_bytes"],
+            max_engines=scrape_cfg["max_engines"],
         )
     )
     if nvml:
         nvml.close()
     if args.json:
-        json.dump(snapshot.to_json(snap), sys.stdout, indent=2, allow_nan=False, default=str)
-        sys.stdout.write("\n")
+        sys.stdout.write(snapshot.dumps_json(snap) + "\n")
     else:
         snapshot.render_text(snap, sys.stdout)
     return EXIT_OK if snap.ok else EXIT_FAILED

@@ -27,6 +27,8 @@ SCHEMA: dict[str, Any] = {
         "connect_timeout_s": ((int, float), DEFAULT_CONNECT_TIMEOUT_S),
         "timeout_s": ((int, float), DEFAULT_TIMEOUT_S),
         "max_bytes": ((int,), 16 * 1024 * 1024),
+        # Engines (model label values) shown per source; more is a warning, like sample_limit.
+        "max_engines": ((int,), 256),
     },
     # The boring zone (see gpuwatch/alerts.py); 0 switches a signal off.
     "slo": {

@@ -36,7 +36,7 @@ def test_mapping_is_identical_with_and_without_prefilter(name: str) -> None:
 
 def test_prefilter_drops_unused_families() -> None:
     text = fixture_text("vllm-1.prom")
-    kept = prefilter(text)
+    kept = prefilter(text).text
     assert "python_gc_objects_collected_total" not in kept
     assert "vllm:request_params_best_of" not in kept
     assert "vllm:time_to_first_token_seconds_bucket" in kept
