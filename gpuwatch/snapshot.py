@@ -30,8 +30,10 @@ from gpuwatch.series import HistogramError, histogram_quantile
 from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.sources.scrape import (
+    DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ENGINES,
     ScrapeError,
+    body_too_big,
     decode_body,
     map_page,
     scrape,
@@ -62,15 +64,21 @@ class Snapshot:
 
 
 def read_metrics_file(
-    name: str, stdin: IO[bytes] | None = None, max_engines: int = DEFAULT_MAX_ENGINES
+    name: str,
+    stdin: IO[bytes] | None = None,
+    max_engines: int = DEFAULT_MAX_ENGINES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> ScrapeResult:
+    """A saved page, bounded like a scraped one: a file is no more trusted than an endpoint."""
     source = "stdin" if name == "-" else name
     try:
         if name == "-":
-            body = (stdin or sys.stdin.buffer).read()
+            body = (stdin or sys.stdin.buffer).read(max_bytes + 1)
         else:
             with open(name, "rb") as fh:
-                body = fh.read()
+                body = fh.read(max_bytes + 1)
+        if len(body) > max_bytes:
+            raise ScrapeError(body_too_big(max_bytes))
         text = decode_body(body)
     except OSError as exc:
         return ScrapeResult(source, error=clip(f"cannot read: {exc.strerror or exc}"))
@@ -94,7 +102,7 @@ async def collect(
     pid: int | None = None,
     connect_timeout_s: float = 1.0,
     timeout_s: float = 3.0,
-    max_bytes: int = 16 * 1024 * 1024,
+    max_bytes: int = DEFAULT_MAX_BYTES,
     max_engines: int = DEFAULT_MAX_ENGINES,
 ) -> Snapshot:
     started = time.monotonic()
@@ -104,7 +112,8 @@ async def collect(
         scraped = await asyncio.gather(
             *(scrape(client, url, max_bytes, timeout_s, max_engines) for url in urls)
         )
-    results = [read_metrics_file(name, max_engines=max_engines) for name in files] + list(scraped)
+    results = [read_metrics_file(name, None, max_engines, max_bytes) for name in files]
+    results += scraped
     gpus = await gpu_task if gpu_task else None
     table = nvml.processes if nvml else host_source.ProcessTable()
     processes = {}

@@ -193,7 +193,7 @@ async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MA
             async for chunk in response.aiter_bytes():
                 size += len(chunk)
                 if size > max_bytes:
-                    raise ScrapeError(f"body exceeds the {_mib(max_bytes)}")
+                    raise ScrapeError(body_too_big(max_bytes))
                 chunks.append(chunk)
     except httpx.ConnectTimeout as exc:
         raise ScrapeError(f"connect timed out ({_host(url)})", unreachable=True) from exc
@@ -225,6 +225,10 @@ async def scrape(
         return ScrapeResult(url, error=str(exc), unreachable=exc.unreachable)
     # Parsing is CPU work (milliseconds for a big page): keep it off the caller's event loop.
     return await asyncio.to_thread(map_page, url, text, max_engines)
+
+
+def body_too_big(max_bytes: int) -> str:
+    return f"body exceeds the {_mib(max_bytes)}"
 
 
 def _mib(n: int) -> str:

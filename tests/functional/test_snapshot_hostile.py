@@ -199,3 +199,16 @@ def test_under_the_cap_nothing_is_dropped_or_warned(server) -> None:
     _, data, _ = snapshot_json("--metrics", server.url("/many"), "--max-engines", str(MANY))
     assert len(data["engines"]) == MANY and data["warnings"] == []
     assert math.fsum(e["running"] for e in data["engines"]) == sum(range(MANY))
+
+
+def test_a_saved_page_is_bounded_like_a_scraped_one(tmp_path: Path) -> None:
+    page = tmp_path / "big.prom"
+    page.write_text(many_models(100))
+    for args, stdin in (
+        (["--metrics-file", str(page)], None),
+        (["--metrics-file", "-"], page.read_bytes()),
+    ):
+        proc = run("snapshot", "--no-gpu", "--json", "--max-bytes", "1000", *args, stdin=stdin)
+        assert proc.returncode == 1
+        [error] = strict_json(proc.stdout)["errors"]
+        assert error["error"] == "body exceeds the 0.000953674 MiB limit"
