@@ -24,7 +24,8 @@ FINISH_REASONS = ("stop", "length", "abort", "error")
 
 def buckets_1_2_5(limit: int) -> list[int]:
     """vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to ``limit``."""
-    out, exponent = [], 0
+    out: list[int] = []
+    exponent = 0
     while True:
         for m in (1, 2, 5):
             value = m * 10**exponent

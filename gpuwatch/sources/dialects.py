@@ -350,7 +350,7 @@ class MapResult:
 
 
 def detect(index: Mapping[str, list[Sample]]) -> list[Dialect]:
-    found = []
+    found: list[Dialect] = []
     for dialect in DIALECTS:
         names = {sel.name for sel in dialect.selectors()}
         for hist in dialect.histogram_names():

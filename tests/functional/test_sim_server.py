@@ -7,26 +7,18 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.sim.profiles import get_profile
-from gpuwatch.sim.server import SimNode, start_sim
+from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
 from gpuwatch.sources.scrape import map_page
 from tests.conftest import fixture_text
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[tuple[SimNode, str]]:
-    node, served = await start_sim(PROFILE, time_scale=10.0, seed=1, model_name="sim-model")
-    yield node, served.url
-    await served.close()
 
 
 async def metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
