@@ -123,6 +123,15 @@ FAMILIES: dict[str, tuple[str, str, str, str | None]] = {
         "Histogram of inter-token latency in seconds.",
         "itl",
     ),
+    # Deprecated in V1 but still exported, with the same per-token gaps as inter_token_latency
+    # (vllm/v1/metrics/loggers.py), and it is what vLLM's Grafana dashboard plots as TPOT.
+    "tpot_token": (
+        "histogram",
+        "vllm:time_per_output_token_seconds",
+        "Histogram of time per output token in seconds. "
+        "DEPRECATED: Use vllm:inter_token_latency_seconds instead.",
+        "itl",
+    ),
     "tpot": (
         "histogram",
         "vllm:request_time_per_output_token_seconds",
@@ -252,7 +261,9 @@ class EngineRecorder:
                     self.m["prompt_tokens"].inc(req.prompt_len)
                     self.m["ttft"].observe(self._wall(ev.time - req.arrival))
                 else:
-                    self.m["itl"].observe(self._wall(ev.gap))
+                    gap = self._wall(ev.gap)
+                    self.m["itl"].observe(gap)
+                    self.m["tpot_token"].observe(gap)
             elif ev.kind == "scheduled":
                 self.m["queue"].observe(self._wall(ev.time - req.arrival))
             elif ev.kind == "finished":
