@@ -314,7 +314,9 @@ def _collapse(
     grouped: dict[tuple, dict[tuple, float]] = defaultdict(dict)
     for s in samples:
         replica = tuple(sorted((k, v) for k, v in s.labels.items() if k in REPLICA_LABELS))
-        key = (_model_of(s.labels), _engine_key(s.labels, skip), s.labels.get("le", ""))
+        # Only a bucket's ``le`` is its bound; on any other sample it is an ordinary label.
+        extra = s.labels.get("le", "") if "le" in skip else ""
+        key = (_model_of(s.labels), _engine_key(s.labels, skip), extra)
         grouped[key][replica] = s.value
     out: dict[str | None, dict[str, float]] = defaultdict(dict)
     for (model, _engine, extra), replicas in grouped.items():

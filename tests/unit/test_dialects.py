@@ -257,3 +257,13 @@ def test_the_same_problem_on_every_model_is_one_warning() -> None:
     result = map_page("page", page)
     assert len(result.engines) == 5
     assert result.warnings == ["vllm:num_requests_waiting is nan: shown as unknown"]
+
+
+def test_an_le_label_on_a_gauge_is_an_ordinary_label() -> None:
+    """Only buckets have bounds: a gauge with le="..." once raised KeyError in the mapping."""
+    page = (
+        'vllm:num_requests_running{model_name="m",le="x"} 2\n'
+        'vllm:num_requests_running{model_name="m",le="y"} 3\n'
+    )
+    result = map_page("page", page)
+    assert result.error is None and result.engines[0].running == 5
