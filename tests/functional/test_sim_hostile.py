@@ -168,3 +168,11 @@ async def test_unknown_paths_and_methods_answer_in_the_openai_error_shape(sim) -
         async with s.get(url + "/v1/completions") as resp:
             assert resp.status == 405 and resp.content_type == "application/json"
             assert (await resp.json())["error"]["code"] == 405
+
+
+async def test_a_body_over_the_size_limit_is_a_413_in_the_error_shape(sim) -> None:
+    _, url = sim
+    body = json.dumps({"prompt": "x" * (2 * 1024 * 1024)}).encode()
+    status, data = await post(url, COMPLETIONS, body)
+    assert "Maximum request body size" in assert_openai_error(status, data, 413)
+    await still_serves(url)
