@@ -49,6 +49,10 @@ class Slot:
 
 
 class SimNode:
+    """Engines with their metrics recorders and virtual GPUs, each engine stepped in real time
+    (scaled by ``time_scale``) by its own task; requests come in as jobs, events go out to
+    per-request slots."""
+
     def __init__(
         self,
         profile: Profile,
