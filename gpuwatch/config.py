@@ -22,7 +22,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from gpuwatch.httpclient import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from gpuwatch.sources.scrape import DEFAULT_MAX_BYTES
+from gpuwatch.sources.scrape import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES
 
 DEFAULT_THEME = "gpuwatch-dark"
 
@@ -42,17 +42,24 @@ class Slo:
         return {key: (value or None) for key, value in asdict(self).items()}
 
 
+def positive(default: Any) -> Any:
+    """A field whose value must be above 0 (checked when the file is read)."""
+    return field(default=default, metadata={"positive": True})
+
+
 @dataclass
 class ScrapeSettings:
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
-    timeout_s: float = DEFAULT_TIMEOUT_S  # the whole request, body included
-    max_bytes: int = DEFAULT_MAX_BYTES
+    connect_timeout_s: float = positive(DEFAULT_CONNECT_TIMEOUT_S)
+    timeout_s: float = positive(DEFAULT_TIMEOUT_S)  # the whole request, body included
+    max_bytes: int = positive(DEFAULT_MAX_BYTES)
+    # Engines (model label values) shown per source; more is a warning, like sample_limit.
+    max_engines: int = positive(DEFAULT_MAX_ENGINES)
 
 
 @dataclass
 class Settings:
     metrics: list[str] = field(default_factory=list)  # used when --metrics is not given
-    interval_s: float = 1.0
+    interval_s: float = positive(1.0)
     no_gpu: bool = False
     admin: str = ""  # a gpuwatch gate, for the admission panel
     theme: str = DEFAULT_THEME
@@ -92,11 +99,11 @@ T = TypeVar("T")
 
 def _build(cls: type[T], data: Mapping[str, Any], path: Path, prefix: str) -> T:
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     values: dict[str, Any] = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
-        if key not in names:
+        if key not in fields:
             raise ConfigError(f"{path}: unknown key '{dotted}'")
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
@@ -105,6 +112,8 @@ def _build(cls: type[T], data: Mapping[str, Any], path: Path, prefix: str) -> T:
             values[key] = _build(hint, value, path, f"{dotted}.")  # type: ignore[arg-type]
         else:
             values[key] = _checked(hint, value, path, dotted)
+            if fields[key].metadata.get("positive") and not values[key] > 0:
+                raise ConfigError(f"{path}: key '{dotted}' must be above 0, got {value!r}")
     return cls(**values)
 
 

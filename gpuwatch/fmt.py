@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import math
+from typing import TypeGuard
+
 NA = "N/A"
 
 
+def _known(v: float | None) -> TypeGuard[float]:
+    # NaN and infinities are as unknown as None: "inf%" or "nanG" in a table helps nobody.
+    return v is not None and math.isfinite(v)
+
+
 def gib(n: float | None) -> str:
-    return NA if n is None else f"{n / 2**30:.1f}G"
+    return f"{n / 2**30:.1f}G" if _known(n) else NA
 
 
 def pct(ratio: float | None) -> str:
-    return NA if ratio is None else f"{ratio * 100:.0f}%"
+    return f"{ratio * 100:.0f}%" if _known(ratio) else NA
 
 
 def num(v: float | None, digits: int = 0) -> str:
-    if v is None:
+    if not _known(v):
         return NA
     if abs(v) >= 1e6:
         return f"{v / 1e6:.1f}M"
@@ -24,12 +32,33 @@ def num(v: float | None, digits: int = 0) -> str:
 
 
 def seconds(v: float | None) -> str:
-    if v is None:
+    if not _known(v):
         return NA
-    if v < 1:
-        return f"{v * 1000:.0f}ms"
-    return f"{v:.2f}s"
+    return f"{v * 1000:.0f}ms" if v < 1 else f"{v:.2f}s"
 
 
 def unit(v: float | None, suffix: str, digits: int = 0) -> str:
-    return NA if v is None else f"{v:.{digits}f}{suffix}"
+    return f"{v:.{digits}f}{suffix}" if _known(v) else NA
+
+
+# A line that quotes foreign text (a metric name, a label value, an exception message, an HTTP
+# body) is at most this long: an 8 MB metric name must not become an 8 MB error line.
+LINE_LIMIT = 200
+_ELLIPSIS = "..."  # ASCII: a terminal in a non-UTF-8 locale must still print it
+
+
+def clip(text: object, limit: int = LINE_LIMIT) -> str:
+    """``text`` as one printable line of at most ``limit`` characters, cut with an ellipsis.
+
+    Whitespace runs (newlines included) become one space and other control characters are
+    escaped, so nothing foreign can break the one-line-per-problem rule or drive the terminal.
+    """
+    raw = str(text)
+    # Only a bounded head is ever looked at: the cost is the same for 200 bytes and 8 MB.
+    head = raw[: 4 * limit + 1]
+    line = " ".join(head.split())
+    if not line.isprintable():
+        line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    if len(line) > limit or len(head) < len(raw):
+        return line[: max(0, limit - len(_ELLIPSIS))] + _ELLIPSIS
+    return line

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -13,7 +15,7 @@ from typing import IO, Any
 
 import httpx
 
-from gpuwatch.fmt import NA, gib, num, pct, seconds, unit
+from gpuwatch.fmt import NA, clip, gib, num, pct, seconds, unit
 from gpuwatch.httpclient import async_client
 from gpuwatch.model import (
     LATENCY_KINDS,
@@ -27,7 +29,15 @@ from gpuwatch.model import (
 from gpuwatch.series import HistogramError, histogram_quantile
 from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
-from gpuwatch.sources.scrape import ScrapeError, decode_body, map_page, scrape
+from gpuwatch.sources.scrape import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENGINES,
+    ScrapeError,
+    body_too_big,
+    decode_body,
+    map_page,
+    scrape,
+)
 
 SCHEMA_VERSION = 1
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
@@ -53,20 +63,28 @@ class Snapshot:
         return not (self.gpus.error or any(g.error for g in self.gpus.gpus))
 
 
-def read_metrics_file(name: str, stdin: IO[bytes] | None = None) -> ScrapeResult:
+def read_metrics_file(
+    name: str,
+    stdin: IO[bytes] | None = None,
+    max_engines: int = DEFAULT_MAX_ENGINES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ScrapeResult:
+    """A saved page, bounded like a scraped one: a file is no more trusted than an endpoint."""
     source = "stdin" if name == "-" else name
     try:
         if name == "-":
-            body = (stdin or sys.stdin.buffer).read()
+            body = (stdin or sys.stdin.buffer).read(max_bytes + 1)
         else:
             with open(name, "rb") as fh:
-                body = fh.read()
+                body = fh.read(max_bytes + 1)
+        if len(body) > max_bytes:
+            raise ScrapeError(body_too_big(max_bytes))
         text = decode_body(body)
     except OSError as exc:
-        return ScrapeResult(source, error=f"cannot read: {exc.strerror or exc}")
+        return ScrapeResult(source, error=clip(f"cannot read: {exc.strerror or exc}"))
     except ScrapeError as exc:
         return ScrapeResult(source, error=str(exc))
-    return map_page(source, text)
+    return map_page(source, text, max_engines)
 
 
 def _local_port(url: str) -> int | None:
@@ -84,14 +102,18 @@ async def collect(
     pid: int | None = None,
     connect_timeout_s: float = 1.0,
     timeout_s: float = 3.0,
-    max_bytes: int = 16 * 1024 * 1024,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_engines: int = DEFAULT_MAX_ENGINES,
 ) -> Snapshot:
     started = time.monotonic()
     host_source.prime_cpu()
     gpu_task = asyncio.create_task(asyncio.to_thread(nvml.read)) if nvml else None
     async with async_client(connect_timeout_s, timeout_s) as client:
-        scraped = await asyncio.gather(*(scrape(client, url, max_bytes, timeout_s) for url in urls))
-    results = [read_metrics_file(name) for name in files] + list(scraped)
+        scraped = await asyncio.gather(
+            *(scrape(client, url, max_bytes, timeout_s, max_engines) for url in urls)
+        )
+    results = [read_metrics_file(name, None, max_engines, max_bytes) for name in files]
+    results += scraped
     gpus = await gpu_task if gpu_task else None
     table = nvml.processes if nvml else host_source.ProcessTable()
     processes = {}
@@ -158,24 +180,63 @@ def to_json(snap: Snapshot) -> dict[str, Any]:
     }
 
 
+def _nulled(value: Any, path: str, found: list[str]) -> Any:
+    """``value`` with every NaN and infinity replaced by None; their paths go to ``found``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        found.append(f"{path} is {value}")
+        return None
+    if isinstance(value, dict):
+        return {k: _nulled(v, f"{path}.{k}" if path else k, found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nulled(v, f"{path}[{i}]", found) for i, v in enumerate(value)]
+    return value
+
+
+def dumps_json(snap: Snapshot) -> str:
+    """The whole JSON document as one string, so stdout gets all of it or nothing.
+
+    JSON has no NaN or Infinity: any left after the sources cleaned theirs (a derived value,
+    a reading from a new source) becomes null with a warning instead of an invalid document.
+    """
+    doc = to_json(snap)
+
+    def finite(value: Any, path: str, source: str) -> Any:
+        found: list[str] = []
+        value = _nulled(value, path, found)
+        doc["warnings"] += [{"source": source, "warning": f"{p}: shown as null"} for p in found]
+        return value
+
+    doc["gpus"] = finite(doc["gpus"], "gpus", "nvml")
+    doc["host"] = finite(doc["host"], "host", "host")
+    doc["engines"] = [finite(e, f"engines[{i}]", e["source"]) for i, e in enumerate(doc["engines"])]
+    return json.dumps(doc, indent=2, allow_nan=False, default=str)
+
+
 def render_text(snap: Snapshot, out: IO[str]) -> None:
     """The human table: GPUs, host, engines, then every error in one line each."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    def safe(text: object, limit: int = 200) -> str:
+        # Foreign text (model names, error messages) must not be read as Rich markup: a model
+        # called "[/]" would otherwise be a MarkupError traceback.
+        return escape(clip(text, limit))
 
     console = Console(file=out, highlight=False, width=max(100, Console(file=out).width))
     if snap.gpus is not None:
         if snap.gpus.error:
-            console.print(f"GPUs: {snap.gpus.error}")
+            console.print(f"GPUs: {safe(snap.gpus.error)}")
         else:
             table = Table("GPU", "name", "memory", "util", "temp", "power", "procs", box=None)
             for g in snap.gpus.gpus:
                 if g.error:
-                    table.add_row(str(g.index), g.name or NA, f"[red]{g.error}[/]", "", "", "", "")
+                    name, error = safe(g.name or NA, 40), safe(g.error)
+                    table.add_row(str(g.index), name, f"[red]{error}[/]", "", "", "", "")
                     continue
                 table.add_row(
                     str(g.index),
-                    g.name or NA,
+                    safe(g.name or NA, 40),
                     f"{gib(g.memory_used_bytes)} / {gib(g.memory_total_bytes)}",
                     pct(g.utilization_gpu),
                     unit(g.temperature_c, "C"),
@@ -208,9 +269,9 @@ def render_text(snap: Snapshot, out: IO[str]) -> None:
             ttft = latency_summary(e.histograms["ttft"]) if "ttft" in e.histograms else {}
             itl = latency_summary(e.histograms["itl"]) if "itl" in e.histograms else {}
             table.add_row(
-                result.source,
+                safe(result.source, 80),
                 e.dialect,
-                e.model or NA,
+                safe(e.model or NA, 60),
                 num(e.running),
                 num(e.waiting),
                 pct(e.kv_cache_usage),
@@ -225,6 +286,8 @@ def render_text(snap: Snapshot, out: IO[str]) -> None:
         console.print(table)
     for result in snap.results:
         for warning in result.warnings:
-            console.print(f"warning: {result.source}: {warning}")
+            console.print(f"warning: {safe(result.source)}: {safe(warning)}", soft_wrap=True)
         if result.error:
-            console.print(f"[red]error:[/] {result.source}: {result.error}")
+            console.print(
+                f"[red]error:[/] {safe(result.source)}: {safe(result.error)}", soft_wrap=True
+            )

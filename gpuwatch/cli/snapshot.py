@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from typing import Any
 
@@ -47,6 +46,9 @@ def register(sub: Any) -> None:
     snap.add_argument("--connect-timeout", type=positive_float, metavar="S")
     snap.add_argument("--timeout", type=positive_float, metavar="S", help="total per scrape")
     snap.add_argument("--max-bytes", type=positive_int, metavar="N", help="body size cap")
+    snap.add_argument(
+        "--max-engines", type=positive_int, metavar="N", help="engines shown per source (256)"
+    )
     snap.set_defaults(func=run)
 
 
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             "scrape.connect_timeout_s": args.connect_timeout,
             "scrape.timeout_s": args.timeout,
             "scrape.max_bytes": args.max_bytes,
+            "scrape.max_engines": args.max_engines,
         },
     )
     nvml = gpu_reader(args.fake_gpu_from, settings.no_gpu)
@@ -74,13 +77,13 @@ def run(args: argparse.Namespace) -> int:
             connect_timeout_s=scrape_cfg.connect_timeout_s,
             timeout_s=scrape_cfg.timeout_s,
             max_bytes=scrape_cfg.max_bytes,
+            max_engines=scrape_cfg.max_engines,
         )
     )
     if nvml:
         nvml.close()
     if args.json:
-        json.dump(snapshot.to_json(snap), sys.stdout, indent=2, allow_nan=False, default=str)
-        sys.stdout.write("\n")
+        sys.stdout.write(snapshot.dumps_json(snap) + "\n")
     else:
         snapshot.render_text(snap, sys.stdout)
     return EXIT_OK if snap.ok else EXIT_FAILED

@@ -24,7 +24,8 @@ FINISH_REASONS = ("stop", "length", "abort", "error")
 
 def buckets_1_2_5(limit: int) -> list[int]:
     """vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to ``limit``."""
-    out, exponent = [], 0
+    out: list[int] = []
+    exponent = 0
     while True:
         for m in (1, 2, 5):
             value = m * 10**exponent
@@ -120,6 +121,15 @@ FAMILIES: dict[str, tuple[str, str, str, str | None]] = {
         "histogram",
         "vllm:inter_token_latency_seconds",
         "Histogram of inter-token latency in seconds.",
+        "itl",
+    ),
+    # Deprecated in V1 but still exported, with the same per-token gaps as inter_token_latency
+    # (vllm/v1/metrics/loggers.py), and it is what vLLM's Grafana dashboard plots as TPOT.
+    "tpot_token": (
+        "histogram",
+        "vllm:time_per_output_token_seconds",
+        "Histogram of time per output token in seconds. "
+        "DEPRECATED: Use vllm:inter_token_latency_seconds instead.",
         "itl",
     ),
     "tpot": (
@@ -251,7 +261,9 @@ class EngineRecorder:
                     self.m["prompt_tokens"].inc(req.prompt_len)
                     self.m["ttft"].observe(self._wall(ev.time - req.arrival))
                 else:
-                    self.m["itl"].observe(self._wall(ev.gap))
+                    gap = self._wall(ev.gap)
+                    self.m["itl"].observe(gap)
+                    self.m["tpot_token"].observe(gap)
             elif ev.kind == "scheduled":
                 self.m["queue"].observe(self._wall(ev.time - req.arrival))
             elif ev.kind == "finished":

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 
 from prometheus_client.samples import Sample
 
+from gpuwatch.fmt import clip
 from gpuwatch.model import LATENCY_KINDS, EngineSnapshot, Histogram
 
 REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank"})
@@ -313,7 +314,9 @@ def _collapse(
     grouped: dict[tuple, dict[tuple, float]] = defaultdict(dict)
     for s in samples:
         replica = tuple(sorted((k, v) for k, v in s.labels.items() if k in REPLICA_LABELS))
-        key = (_model_of(s.labels), _engine_key(s.labels, skip), s.labels.get("le", ""))
+        # Only a bucket's ``le`` is its bound; on any other sample it is an ordinary label.
+        extra = s.labels.get("le", "") if "le" in skip else ""
+        key = (_model_of(s.labels), _engine_key(s.labels, skip), extra)
         grouped[key][replica] = s.value
     out: dict[str | None, dict[str, float]] = defaultdict(dict)
     for (model, _engine, extra), replicas in grouped.items():
@@ -327,8 +330,19 @@ def _collapse(
     return out
 
 
+class BadBucket(ValueError):
+    """A bucket bound that is not a number: the whole histogram family is unusable."""
+
+
 def _parse_le(text: str) -> float:
-    return math.inf if text in {"+Inf", "Inf", "+inf", "inf"} else float(text)
+    """A bucket's upper bound: a finite number or +Inf (NaN and -Inf order nothing)."""
+    try:
+        bound = math.inf if text in {"+Inf", "Inf", "+inf", "inf"} else float(text)
+    except ValueError:
+        bound = math.nan
+    if math.isnan(bound) or bound == -math.inf:
+        raise BadBucket(f'le="{clip(text, 40)}"')
+    return bound
 
 
 @dataclass
@@ -338,7 +352,7 @@ class MapResult:
 
 
 def detect(index: Mapping[str, list[Sample]]) -> list[Dialect]:
-    found = []
+    found: list[Dialect] = []
     for dialect in DIALECTS:
         names = {sel.name for sel in dialect.selectors()}
         for hist in dialect.histogram_names():
@@ -362,8 +376,9 @@ def _scalar(
 
 
 def _histogram(
-    names: tuple[str, ...], index: Mapping[str, list[Sample]]
+    names: tuple[str, ...], index: Mapping[str, list[Sample]], warnings: list[str]
 ) -> tuple[str | None, dict[str | None, Histogram]]:
+    """The first of ``names`` present and usable; a family with a bad bound is skipped."""
     for name in names:
         buckets = index.get(f"{name}_bucket")
         counts = index.get(f"{name}_count")
@@ -373,20 +388,51 @@ def _histogram(
         sums = _collapse(index.get(f"{name}_sum", ()), [], ratio=False)
         cnts = _collapse(counts or (), [], ratio=False)
         out: dict[str | None, Histogram] = {}
-        for model in {*by_model, *cnts}:
-            pairs = tuple(sorted((_parse_le(le), v) for le, v in by_model.get(model, {}).items()))
-            out[model] = Histogram(pairs, sums.get(model, {}).get(""), cnts.get(model, {}).get(""))
+        try:
+            for model in {*by_model, *cnts}:
+                by_le = by_model.get(model, {}).items()
+                pairs = tuple(sorted((_parse_le(le), v) for le, v in by_le))
+                hist_sum = sums.get(model, {}).get("")
+                hist_count = cnts.get(model, {}).get("")
+                out[model] = _clean_histogram(name, pairs, hist_sum, hist_count, warnings)
+        except BadBucket as exc:
+            warnings.append(f"{name} has a bucket bound {exc} that is not a number: skipped")
+            continue
         return name, out
     return None, {}
 
 
-def _label_value(samples: Iterable[Sample], label: str) -> dict[str | None, float]:
+def _clean_histogram(
+    name: str,
+    pairs: tuple[tuple[float, float], ...],
+    hist_sum: float | None,
+    hist_count: float | None,
+    warnings: list[str],
+) -> Histogram:
+    """Non-finite sum and count become unknown; a non-finite bucket count voids the buckets."""
+    bad = next((v for _, v in pairs if not math.isfinite(v)), None)
+    if bad is not None:
+        warnings.append(f"{name}_bucket has a count of {bad}: quantiles unknown")
+        pairs = ()
+    if hist_sum is not None:
+        hist_sum = _clean(f"{name}_sum", hist_sum, False, warnings)
+    if hist_count is not None:
+        hist_count = _clean(f"{name}_count", hist_count, False, warnings)
+    return Histogram(pairs, hist_sum, hist_count)
+
+
+def _label_value(
+    samples: Iterable[Sample], label: str, warnings: list[str]
+) -> dict[str | None, float]:
     """A numeric label value per model, summed over engines (each engine has its own pool)."""
     out: dict[str | None, dict[tuple, float]] = defaultdict(dict)
     for s in samples:
         try:
             value = float(s.labels[label])
         except (KeyError, ValueError):
+            continue
+        if not math.isfinite(value):
+            warnings.append(f'{s.name}{{{label}="{clip(s.labels[label], 20)}"}}: shown as unknown')
             continue
         replica = tuple(sorted((k, v) for k, v in s.labels.items() if k in REPLICA_LABELS))
         if any(v != "0" for _, v in replica):
@@ -416,7 +462,8 @@ def map_samples(source: str, index: Mapping[str, list[Sample]]) -> MapResult:
     warnings: list[str] = []
     for dialect in detect(index):
         engines += _map_dialect(source, dialect, index, warnings)
-    return MapResult(engines, warnings)
+    # The same problem on every model's series is one warning, not one per model.
+    return MapResult(engines, list(dict.fromkeys(warnings)))
 
 
 def _map_dialect(
@@ -435,10 +482,10 @@ def _map_dialect(
             cleaned = _clean(name or field_name, value, field_name in RATIO_FIELDS, warnings)
             setattr(engine(model), field_name, cleaned)
     for field_name, (sample, label) in dialect.label_values.items():
-        for model, value in _label_value(index.get(sample, ()), label).items():
+        for model, value in _label_value(index.get(sample, ()), label, warnings).items():
             setattr(engine(model), field_name, value)
     for kind in LATENCY_KINDS:
-        name, hists = _histogram(dialect.histograms.get(kind, ()), index)
+        name, hists = _histogram(dialect.histograms.get(kind, ()), index, warnings)
         for model, hist in hists.items():
             if hist.buckets and not math.isinf(hist.buckets[-1][0]):
                 warnings.append(f"{name} has no +Inf bucket: {kind} quantiles unknown")
@@ -454,7 +501,17 @@ def _map_dialect(
                         setattr(snap, name, getattr(extras, name))
     for snap in per_model.values():
         _derive(dialect, snap)
+        _unknown_if_not_finite(snap, warnings)
     return list(per_model.values())
+
+
+def _unknown_if_not_finite(snap: EngineSnapshot, warnings: list[str]) -> None:
+    """Derived values can overflow (1e308 blocks times a block size): unknown, never inf."""
+    for name in SCALAR_FIELDS:
+        value = getattr(snap, name)
+        if value is not None and not math.isfinite(value):
+            warnings.append(f"{name} is {value}: shown as unknown")
+            setattr(snap, name, None)
 
 
 def _derive(dialect: Dialect, snap: EngineSnapshot) -> None:

@@ -12,6 +12,7 @@ from gpuwatch.model import HostSample, ProcessInfo
 def read_host() -> HostSample:
     """One reading; CPU percentages are since the previous call (the first primes them)."""
     per_core = psutil.cpu_percent(percpu=True)
+    load: tuple[float | None, float | None, float | None]
     try:
         load = os.getloadavg()
     except OSError:
@@ -84,7 +85,7 @@ class ProcessTable:
         return info
 
 
-def _safe(fn):  # type: ignore[no-untyped-def]
+def _safe(fn):
     try:
         return fn()
     except (psutil.AccessDenied, psutil.ZombieProcess, KeyError):

@@ -9,6 +9,7 @@ can take tens of milliseconds on a busy driver), so callers run it in a thread.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -18,7 +19,9 @@ from typing import Any
 import httpx
 import pynvml
 
+from gpuwatch.fmt import clip
 from gpuwatch.model import GpuReading, GpuSample, ProcessInfo
+from gpuwatch.safejson import BadJSON, loads_bounded
 from gpuwatch.sources.host import ProcessTable
 
 _INIT_REASONS: Mapping[type, str] = {
@@ -208,6 +211,68 @@ _FAKE_ERRORS: Mapping[str, int] = {
 class GpuSourceError(Exception):
     """A fake backend's live source (the simulator's /sim/gpu) could not be read."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(clip(message))
+
+
+# Fields FakeNvml does arithmetic on; bounded so that watts * 1000 stays a finite int.
+_NUMERIC_FIELDS = (
+    "memory_total", "memory_used", "memory_reserved", "utilization_gpu", "utilization_memory",
+    "temperature_c", "power_w", "power_limit_w", "clock_sm_mhz", "clock_mem_mhz",
+    "fan_percent", "throttle_mask",
+)  # fmt: skip
+_MAX_READING = 1e15
+
+
+def _is_reading(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) < _MAX_READING
+    )
+
+
+def _check_gpu(i: int, gpu: Any) -> None:
+    if not isinstance(gpu, dict):
+        raise GpuSourceError(f"gpus[{i}] is not an object")
+    for key in ("memory_total", "memory_used"):
+        if key not in gpu:
+            raise GpuSourceError(f"gpus[{i}] has no {key}")
+    for key in _NUMERIC_FIELDS:
+        if key in gpu and not _is_reading(gpu[key]):
+            raise GpuSourceError(f"gpus[{i}].{key} is not a number")
+    if gpu.get("error") is not None and gpu["error"] not in _FAKE_ERRORS:
+        raise GpuSourceError(f"gpus[{i}].error is not a known NVML error")
+    for key in ("name", "uuid"):
+        if key in gpu and not isinstance(gpu[key], str):
+            raise GpuSourceError(f"gpus[{i}].{key} is not a string")
+    unsupported = gpu.get("unsupported", [])
+    if not isinstance(unsupported, list) or not all(isinstance(u, str) for u in unsupported):
+        raise GpuSourceError(f"gpus[{i}].unsupported is not a list of names")
+    processes = gpu.get("processes", [])
+    if not isinstance(processes, list) or not all(
+        isinstance(p, dict)
+        and isinstance(p.get("pid"), int)
+        and not isinstance(p["pid"], bool)
+        and (p.get("used_memory") is None or _is_reading(p["used_memory"]))
+        for p in processes
+    ):
+        raise GpuSourceError(f"gpus[{i}].processes is not a list of {{pid, used_memory}}")
+
+
+def checked_state(state: Any) -> Mapping[str, Any]:
+    """``state`` if it has the shape FakeNvml reads, else GpuSourceError saying what is wrong:
+    a URL that is not a simulator's /sim/gpu must give one line, not a KeyError traceback."""
+    if not isinstance(state, dict) or not isinstance(state.get("gpus"), list):
+        raise GpuSourceError('not a /sim/gpu answer (want {"gpus": [...]})')
+    for i, gpu in enumerate(state["gpus"]):
+        _check_gpu(i, gpu)
+    return state
+
+
+_MAX_STATE_BYTES = 4 * 1024 * 1024
+
 
 class SimGpuSource:
     """Reads a simulator's ``/sim/gpu`` for FakeNvml; blocking like NVML, so it runs in a thread."""
@@ -225,8 +290,8 @@ class SimGpuSource:
         try:
             response = self._client.get(self.url)
             response.raise_for_status()
-            state = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
+            state = checked_state(loads_bounded(response.content, max_bytes=_MAX_STATE_BYTES))
+        except (httpx.HTTPError, BadJSON, GpuSourceError) as exc:
             raise GpuSourceError(
                 f"fake GPU source {self.url}: {type(exc).__name__}: {exc}"
             ) from exc

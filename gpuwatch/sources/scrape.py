@@ -10,16 +10,21 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import httpx
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuwatch.fmt import clip
 from gpuwatch.httpclient import DEFAULT_TIMEOUT_S
 from gpuwatch.model import ScrapeResult
-from gpuwatch.sources.dialects import index_samples, map_samples, wanted_sample_names
+from gpuwatch.sources.dialects import MODEL_LABELS, index_samples, map_samples, wanted_sample_names
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+# Like Prometheus' sample_limit: a page with 100,000 model label values is a broken exporter
+# (or an attack), and showing all of them costs seconds and megabytes for nobody's benefit.
+DEFAULT_MAX_ENGINES = 256
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created", "_info", "_gcount", "_gsum")
 
 
@@ -27,7 +32,7 @@ class ScrapeError(Exception):
     """A one-line reason why a source gave nothing usable."""
 
     def __init__(self, message: str, unreachable: bool = False) -> None:
-        super().__init__(message)
+        super().__init__(clip(message))
         self.unreachable = unreachable
 
 
@@ -62,26 +67,69 @@ def _line_name(line: str) -> str | None:
     return line[:end]
 
 
-def prefilter(text: str, wanted: frozenset[str] = WANTED) -> str:
+# A model label inside a sample line's label set. Quotes inside a label value are always
+# escaped, so an unescaped `"` right after `=` starts this label's value, not another's.
+_MODEL_LABEL_RES = tuple(
+    re.compile(r"[{,]\s*" + re.escape(key) + r'\s*=\s*"((?:[^"\\\n]|\\.)*)"')
+    for key in MODEL_LABELS
+)
+
+
+def _model_label(line: str) -> str | None:
+    """The (still escaped) model label value of a sample line, with dialects' precedence."""
+    if "model" not in line:
+        return None
+    for pattern in _MODEL_LABEL_RES:
+        found = pattern.search(line)
+        if found:
+            return found.group(1)
+    return None
+
+
+@dataclass
+class Prefiltered:
+    text: str
+    # Distinct model label values among the wanted samples, and how many of them were kept.
+    models_seen: int = 0
+    models_kept: int = 0
+
+
+def prefilter(
+    text: str, wanted: frozenset[str] = WANTED, max_models: int | None = None
+) -> Prefiltered:
     """Keep the lines of wanted families; the parse of the result equals the full parse
-    restricted to those families."""
-    keep = [line for line in text.split("\n") if _line_name(line) in wanted]
+    restricted to those families. With ``max_models``, samples of models after the first
+    ``max_models`` (in page order) are dropped here, before the parse, so that a page with
+    100,000 models costs a line scan, not 100,000 engines' worth of parsing and mapping."""
+    keep: list[str] = []
+    models: dict[str, int] = {}
+    for line in text.split("\n"):
+        if _line_name(line) not in wanted:
+            continue
+        if max_models is not None and line[0] != "#":
+            model = _model_label(line)
+            if model is not None and models.setdefault(model, len(models)) >= max_models:
+                continue
+        keep.append(line)
     keep.append("")
-    return "\n".join(keep)
+    return Prefiltered("\n".join(keep), len(models), min(len(models), max_models or 0))
 
 
 _HTML = re.compile(r"^\s*<(!doctype|html|head|body|\?xml)", re.IGNORECASE)
 
 
-def parse_families(text: str, *, filtered: bool = True) -> list[Metric]:
+def _refuse_html(text: str) -> None:
     if _HTML.match(text):
         raise ScrapeError("not a Prometheus metrics page (got HTML)")
-    body = prefilter(text) if filtered else text
+
+
+def parse_families(text: str, *, filtered: bool = True) -> list[Metric]:
+    _refuse_html(text)
+    body = prefilter(text).text if filtered else text
     try:
         return list(text_string_to_metric_families(body))
     except (ValueError, IndexError, KeyError, TypeError) as exc:
-        detail = " ".join(str(exc).split())
-        raise ScrapeError(f"malformed metrics page: {detail[:160]}") from exc
+        raise ScrapeError(f"malformed metrics page: {exc}") from exc
 
 
 def decode_body(body: bytes) -> str:
@@ -103,18 +151,32 @@ def family_names(text: str, limit: int = 5) -> list[str]:
     return seen
 
 
-def map_page(source: str, text: str) -> ScrapeResult:
+def _too_many(count: int, limit: int) -> str:
+    return f"{count} engines, showing the first {limit} (raise [scrape] max_engines)"
+
+
+def map_page(source: str, text: str, max_engines: int = DEFAULT_MAX_ENGINES) -> ScrapeResult:
     """Parse a page's text and map it to engines; any problem becomes ``error``."""
     try:
-        families = parse_families(text)
+        _refuse_html(text)  # before the prefilter, which would drop every HTML line
+        kept = prefilter(text, max_models=max_engines)
+        families = parse_families(kept.text, filtered=False)
     except ScrapeError as exc:
         return ScrapeResult(source, error=str(exc))
     index = index_samples(s for fam in families for s in fam.samples)
     mapped = map_samples(source, index)
-    if not mapped.engines:
-        shown = ", ".join(family_names(text)) or "empty page"
-        return ScrapeResult(source, error=f"no known serving metrics (first families: {shown})")
-    return ScrapeResult(source, mapped.engines, warnings=mapped.warnings)
+    engines, warnings = mapped.engines, mapped.warnings
+    if not engines:
+        shown = ", ".join(clip(name, 60) for name in family_names(text)) or "empty page"
+        return ScrapeResult(
+            source, error=clip(f"no known serving metrics (first families: {shown})")
+        )
+    if kept.models_seen > kept.models_kept:
+        warnings.insert(0, _too_many(kept.models_seen, max_engines))
+    elif len(engines) > max_engines:  # several dialects on one page, each under the cap
+        warnings.insert(0, _too_many(len(engines), max_engines))
+        engines = engines[:max_engines]
+    return ScrapeResult(source, engines, warnings=warnings)
 
 
 async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
@@ -131,7 +193,7 @@ async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MA
             async for chunk in response.aiter_bytes():
                 size += len(chunk)
                 if size > max_bytes:
-                    raise ScrapeError(f"body exceeds the {_mib(max_bytes)}")
+                    raise ScrapeError(body_too_big(max_bytes))
                 chunks.append(chunk)
     except httpx.ConnectTimeout as exc:
         raise ScrapeError(f"connect timed out ({_host(url)})", unreachable=True) from exc
@@ -151,6 +213,7 @@ async def scrape(
     url: str,
     max_bytes: int = DEFAULT_MAX_BYTES,
     total_timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_engines: int = DEFAULT_MAX_ENGINES,
 ) -> ScrapeResult:
     """Fetch and map one source; never raises for anything the network or the page does."""
     try:
@@ -161,7 +224,11 @@ async def scrape(
     except ScrapeError as exc:
         return ScrapeResult(url, error=str(exc), unreachable=exc.unreachable)
     # Parsing is CPU work (milliseconds for a big page): keep it off the caller's event loop.
-    return await asyncio.to_thread(map_page, url, text)
+    return await asyncio.to_thread(map_page, url, text, max_engines)
+
+
+def body_too_big(max_bytes: int) -> str:
+    return f"body exceeds the {_mib(max_bytes)}"
 
 
 def _mib(n: int) -> str:

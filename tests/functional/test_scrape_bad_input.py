@@ -8,6 +8,7 @@ import time
 import pytest
 from aiohttp import web
 
+from gpuwatch.fmt import LINE_LIMIT
 from gpuwatch.httpclient import async_client
 from gpuwatch.series import EngineHistory
 from gpuwatch.snapshot import collect
@@ -91,6 +92,18 @@ async def trickle(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def huge_name(_: web.Request) -> web.Response:
+    return web.Response(text="x" * (8 * 1024 * 1024) + " 1\n")
+
+
+async def long_reason(_: web.Request) -> web.Response:
+    return web.Response(status=503, reason="Busy " + "y" * 20_000)
+
+
+async def long_garbage(_: web.Request) -> web.Response:
+    return web.Response(text='vllm:num_requests_running{model_name="' + "z" * 100_000 + "\n")
+
+
 ROUTES = {
     "/good": good,
     "/500": error500,
@@ -103,6 +116,9 @@ ROUTES = {
     "/noinf": no_inf,
     "/slow": slow,
     "/trickle": trickle,
+    "/huge-name": huge_name,
+    "/long-reason": long_reason,
+    "/long-garbage": long_garbage,
 }
 
 
@@ -180,3 +196,18 @@ async def test_counter_going_backwards_between_scrapes_is_an_event() -> None:
                 events += history.update(t, result.engines[0])
     assert len(events) == 1
     assert "generation_tokens_total went backwards (600 -> 5)" in events[0]
+
+
+@pytest.mark.parametrize(
+    ("path", "start"),
+    [
+        ("/huge-name", "no known serving metrics (first families: xxx"),
+        ("/long-reason", "HTTP 503 Busy yyy"),
+        ("/long-garbage", "malformed metrics page: "),
+    ],
+)
+async def test_foreign_text_in_an_error_is_one_bounded_line(server, path: str, start: str) -> None:
+    async with async_client() as client:
+        result = await scrape(client, server.url(path))
+    assert result.error is not None and result.error.startswith(start), result.error
+    assert len(result.error) <= LINE_LIMIT and "..." in result.error

@@ -7,26 +7,18 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.sim.profiles import get_profile
-from gpuwatch.sim.server import SimNode, start_sim
+from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
 from gpuwatch.sources.scrape import map_page
 from tests.conftest import fixture_text
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[tuple[SimNode, str]]:
-    node, served = await start_sim(PROFILE, time_scale=10.0, seed=1, model_name="sim-model")
-    yield node, served.url
-    await served.close()
 
 
 async def metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -131,6 +123,21 @@ async def test_streaming_completion_and_the_data_layer_reads_it_as_vllm(sim) -> 
     assert engine.histograms["ttft"].count == 1
     assert engine.histograms["itl"].count == 11
     assert engine.histograms["e2e"].count == 1 and engine.running == 0
+    # V1's deprecated TPOT family (what vLLM's Grafana dashboard reads): the same 11 gaps, in
+    # the inter-token latency buckets of a real V1 page.
+    real_itl_bounds = families(fixture_text("vllm-3.prom"))["vllm:inter_token_latency_seconds"][2]
+    assert families(page)["vllm:time_per_output_token_seconds"] == (
+        "histogram",
+        ("engine", "model_name"),
+        real_itl_bounds,
+    )
+    samples = {
+        s.name: s.value
+        for f in text_string_to_metric_families(page)
+        for s in f.samples
+        if s.name.startswith("vllm:time_per_output_token_seconds")
+    }
+    assert samples["vllm:time_per_output_token_seconds_count"] == 11
 
 
 async def test_chat_non_streaming(sim) -> None:

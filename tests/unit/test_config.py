@@ -43,6 +43,8 @@ def test_precedence_cli_over_file_over_defaults(tmp_path: Path) -> None:
         ("metrics = [1]\n", "key 'metrics' must be a list of str"),
         ("scrape = 3\n", "'scrape' must be a table"),
         ("x = \n", "invalid TOML"),
+        ("[scrape]\nmax_engines = 0\n", "key 'scrape.max_engines' must be above 0"),
+        ("interval_s = -1\n", "key 'interval_s' must be above 0"),
     ],
 )
 def test_bad_config_is_one_line_naming_file_and_key(

@@ -239,3 +239,31 @@ def test_nan_and_inf_values_become_unknown_with_a_warning() -> None:
         "vllm:num_requests_running is nan: shown as unknown",
         "vllm:num_requests_waiting is inf: shown as unknown",
     ]
+
+
+def test_a_derived_value_that_overflows_is_unknown_with_a_warning() -> None:
+    page = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="1e308"} 1\n'
+    )
+    result = map_page("page", page)
+    [engine] = result.engines
+    assert engine.kv_blocks_total == 1e308 and engine.kv_tokens_total is None
+    assert result.warnings == ["kv_tokens_total is inf: shown as unknown"]
+
+
+def test_the_same_problem_on_every_model_is_one_warning() -> None:
+    page = "".join(f'vllm:num_requests_waiting{{model_name="m{i}"}} NaN\n' for i in range(5))
+    result = map_page("page", page)
+    assert len(result.engines) == 5
+    assert result.warnings == ["vllm:num_requests_waiting is nan: shown as unknown"]
+
+
+def test_an_le_label_on_a_gauge_is_an_ordinary_label() -> None:
+    """Only buckets have bounds: a gauge with le="..." once raised KeyError in the mapping."""
+    page = (
+        'vllm:num_requests_running{model_name="m",le="x"} 2\n'
+        'vllm:num_requests_running{model_name="m",le="y"} 3\n'
+    )
+    result = map_page("page", page)
+    assert result.error is None and result.engines[0].running == 5

@@ -36,8 +36,41 @@ def test_mapping_is_identical_with_and_without_prefilter(name: str) -> None:
 
 def test_prefilter_drops_unused_families() -> None:
     text = fixture_text("vllm-1.prom")
-    kept = prefilter(text)
+    kept = prefilter(text).text
     assert "python_gc_objects_collected_total" not in kept
     assert "vllm:request_params_best_of" not in kept
     assert "vllm:time_to_first_token_seconds_bucket" in kept
     assert len(kept) < len(text) / 2
+
+
+def test_model_cap_keeps_the_first_models_in_page_order_and_counts_all() -> None:
+    page = "".join(
+        f'vllm:num_requests_running{{model_name="{m}"}} 1\n'
+        f'vllm:num_requests_waiting{{model_name="{m}"}} 2\n'
+        for m in ("c", "a", 'q\\"uote', "b", "a")
+    )
+    kept = prefilter(page, max_models=2)
+    assert (kept.models_seen, kept.models_kept) == (4, 2)
+    assert kept.text.count('model_name="c"') == 2 and kept.text.count('model_name="a"') == 4
+    assert "uote" not in kept.text and 'model_name="b"' not in kept.text
+    # Metadata and unlabelled series are never dropped by the cap.
+    page = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n" + page
+    assert prefilter(page, max_models=1).text.startswith(
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
+    )
+
+
+def test_model_label_is_read_like_the_dialects_read_it() -> None:
+    # model_name wins over model; a "model_name=" inside another label's value is not a label.
+    line = 'vllm:num_requests_running{model="x",model_name="y"} 1\n'
+    other = 'vllm:num_requests_running{note="model_name=\\"z\\"",model="w"} 1\n'
+    kept = prefilter(line + other, max_models=1)
+    assert kept.models_seen == 2 and kept.text == line
+    result = map_page("page", line + other, max_engines=1)
+    assert [e.model for e in result.engines] == ["y"]
+    assert result.warnings == ["2 engines, showing the first 1 (raise [scrape] max_engines)"]
+
+
+def test_without_a_cap_nothing_is_dropped() -> None:
+    text = fixture_text("vllm-4.prom")
+    assert prefilter(text).text == prefilter(text, max_models=10**6).text

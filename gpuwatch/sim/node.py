@@ -1,0 +1,194 @@
+"""The simulated node: engines driven in real time, their /metrics, and the virtual GPUs.
+
+Nothing here knows the OpenAI API: a job arrives already validated (``Job``), and the node
+serves only what a node exports (vLLM's /metrics, /sim/gpu, /health). The OpenAI surface
+(gpuwatch/sim/openai.py) is composed with it in gpuwatch/sim/server.py.
+
+Latencies in /metrics are wall-clock seconds (simulated seconds / time scale), so they agree
+with what a client or the gate measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gpuwatch.sim.engine import Engine, Event, Request
+from gpuwatch.sim.gpu import VirtualGpu
+from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
+from gpuwatch.sim.profiles import Profile
+
+# Back-to-back steps keep simulated time continuous (a busy GPU has no gaps) unless the event
+# loop falls this far behind the wall clock.
+_MAX_LAG_S = 0.05
+
+
+@dataclass(frozen=True)
+class Job:
+    """One generation request as the engines see it."""
+
+    prompt_len: int
+    hashes: tuple[int, ...]
+    max_tokens: int
+    ignore_eos: bool
+
+
+@dataclass
+class Slot:
+    """Where an engine's events for one request are delivered."""
+
+    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+
+
+class SimNode:
+    """Engines with their metrics recorders and virtual GPUs, each engine stepped in real time
+    (scaled by ``time_scale``) by its own task; requests come in as jobs, events go out to
+    per-request slots."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        engines: int = 1,
+        time_scale: float = 1.0,
+        seed: int = 0,
+        model_name: str | None = None,
+    ) -> None:
+        profile.validate()
+        self.profile = profile
+        self.model_name = model_name or profile.model.name
+        self.time_scale = time_scale
+        self.rng = random.Random(seed)
+        self.engines = [Engine(profile, seed=seed + i) for i in range(engines)]
+        self.metrics = SimMetrics(profile, self.model_name, engines)
+        self.recorders = [
+            EngineRecorder(self.metrics, i, e, time_scale) for i, e in enumerate(self.engines)
+        ]
+        self.gpus = [VirtualGpu(profile, i, seed) for i in range(engines)]
+        self._wake = [asyncio.Event() for _ in self.engines]
+        self._slots: dict[str, Slot] = {}
+        self._t0 = time.monotonic()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.created = int(time.time())
+
+    # -- time -----------------------------------------------------------------------------
+
+    def sim_now(self) -> float:
+        return (time.monotonic() - self._t0) * self.time_scale
+
+    def _wall_at(self, sim_t: float) -> float:
+        return self._t0 + sim_t / self.time_scale
+
+    # -- engine loops ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._run(i)) for i in range(len(self.engines))]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self, i: int) -> None:
+        engine, recorder, gpu, wake = (
+            self.engines[i],
+            self.recorders[i],
+            self.gpus[i],
+            self._wake[i],
+        )
+        while True:
+            if engine.idle:
+                wake.clear()
+                await wake.wait()
+                # An idle GPU does not work in the past: the next step starts now.
+                engine.now = max(engine.now, self.sim_now())
+            elif self.sim_now() - engine.now > _MAX_LAG_S * self.time_scale:
+                # The CPU fell behind the simulated GPU; skip ahead rather than drift.
+                engine.now = self.sim_now()
+            result = engine.step()
+            if result.duration == 0:
+                wake.clear()
+                await wake.wait()
+                continue
+            end = self._wall_at(engine.now)
+            delay = end - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            gpu.busy(self._wall_at(result.start), end, result.intensity)
+            recorder.step(result)
+            for ev in result.events:
+                slot = self._slots.get(ev.request.rid)
+                if slot is not None:
+                    slot.queue.put_nowait(ev)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def submit(self, job: Job, arrival: float | None = None) -> tuple[int, Request, Slot]:
+        """Queue ``job`` on the least loaded engine; its events arrive in the returned slot."""
+        i = min(
+            range(len(self.engines)),
+            key=lambda k: len(self.engines[k].running) + len(self.engines[k].waiting),
+        )
+        engine = self.engines[i]
+        eos_at = None
+        if not job.ignore_eos:
+            natural = max(1, int(self.rng.lognormvariate(math.log(256), 0.8)))
+            eos_at = natural if natural < job.max_tokens else None
+        req = Request(
+            rid=uuid.uuid4().hex,
+            prompt_len=job.prompt_len,
+            max_output=job.max_tokens,
+            arrival=self.sim_now() if arrival is None else arrival,
+            block_hashes=job.hashes,
+            eos_at=eos_at,
+        )
+        slot = Slot()
+        self._slots[req.rid] = slot
+        engine.add(req)
+        self.recorders[i].gauges()
+        self._wake[i].set()
+        return i, req, slot
+
+    def release(self, i: int, req: Request) -> None:
+        """The client is gone or done: drop the request and its blocks at once."""
+        self._slots.pop(req.rid, None)
+        if self.engines[i].abort(req):
+            self.recorders[i].finished(req, "abort", self.engines[i].now)
+            self.recorders[i].gauges()
+
+    def gpu_state(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {"gpus": [g.state(now) for g in self.gpus]}
+
+
+class NodeRoutes:
+    """The node's own endpoints: what a scraper and the fake NVML backend read."""
+
+    def __init__(self, node: SimNode) -> None:
+        self.node = node
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/health", self.health),
+            web.get("/metrics", self.metrics),
+            web.get("/sim/gpu", self.gpu),
+        ]
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        for recorder in self.node.recorders:
+            recorder.gauges()
+        body = generate_latest(self.node.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def gpu(self, _: web.Request) -> web.Response:
+        return web.json_response(self.node.gpu_state())
