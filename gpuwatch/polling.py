@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpuwatch.config import ScrapeSettings
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.httpclient import async_client
 from gpuwatch.monitor.state import Monitor
@@ -38,11 +39,17 @@ async def every(
         await asyncio.sleep(max(0.05, interval_s - (time.monotonic() - started)))
 
 
-async def poll_endpoint(monitor: Monitor, url: str, interval_s: float) -> None:
-    async with async_client() as client:
+async def poll_endpoint(
+    monitor: Monitor, url: str, interval_s: float, limits: ScrapeSettings | None = None
+) -> None:
+    """One /metrics endpoint, bounded by ``[scrape]``'s timeouts, size and engine count."""
+    bounds = limits or ScrapeSettings()
+    async with async_client(bounds.connect_timeout_s, bounds.timeout_s) as client:
 
         async def once() -> None:
-            monitor.apply_scrape(await scrape(client, url))
+            monitor.apply_scrape(
+                await scrape(client, url, bounds.max_bytes, bounds.timeout_s, bounds.max_engines)
+            )
 
         await every(interval_s, once, url, monitor)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpuwatch import polling
+from gpuwatch.config import ScrapeSettings
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.fmt import num, pct, seconds
@@ -36,6 +37,7 @@ class WatchOptions:
     admin_token: str | None = None
     slo: dict[str, float | None] = field(default_factory=dict)
     nvml: NvmlReader | None = None
+    scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
 
 
 def frame(monitor: Monitor) -> dict[str, Any]:
@@ -171,7 +173,7 @@ class Watch:
     async def run(self) -> bool:
         o, m = self.options, self.monitor
         jobs: list[Coroutine[Any, Any, None]] = [
-            polling.poll_endpoint(m, url, o.interval_s) for url in o.urls
+            polling.poll_endpoint(m, url, o.interval_s, o.scrape) for url in o.urls
         ]
         if o.nvml is not None:
             jobs.append(polling.poll_gpus(m, o.nvml, o.interval_s))

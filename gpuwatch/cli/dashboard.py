@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         nvml=gpu_reader(args.fake_gpu_from, settings.no_gpu),
         hint=hint,
         read_only=settings.read_only,
+        scrape=settings.scrape,
     )
     GpuwatchApp(options).run()
     return EXIT_OK

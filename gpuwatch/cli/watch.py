@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         admin_token=token,
         slo=settings.slo.thresholds(),
         nvml=gpu_reader(args.fake_gpu_from, settings.no_gpu),
+        scrape=settings.scrape,
     )
     ok = asyncio.run(Watch(options).run())
     if options.nvml is not None:

@@ -22,7 +22,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from gpuwatch import polling
-from gpuwatch.config import DEFAULT_THEME
+from gpuwatch.config import DEFAULT_THEME, ScrapeSettings
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import QUEUE_STEP, Steering
@@ -61,6 +61,7 @@ class DashboardOptions:
     read_only: bool = False
     title_endpoint: str | None = None
     hostname: str = field(default_factory=socket.gethostname)
+    scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
 
 
 class Dashboard(Screen[None]):
@@ -185,7 +186,9 @@ class GpuwatchApp(App[None]):
             m, interval = self.monitor, self.options.interval_s
             for url in self.options.urls:
                 self.run_worker(
-                    polling.poll_endpoint(m, url, interval), group="poll", name=f"scrape {url}"
+                    polling.poll_endpoint(m, url, interval, self.options.scrape),
+                    group="poll",
+                    name=f"scrape {url}",
                 )
             if self.options.nvml is not None:
                 self.run_worker(
