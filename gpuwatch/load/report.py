@@ -139,6 +139,35 @@ def render(report: dict[str, Any], out: IO[str]) -> None:
     if report["failures_by_status"]:
         by = ", ".join(f"{k}: {v}" for k, v in report["failures_by_status"].items())
         console.print(f"failures by status: {by}")
+    chart = ttft_chart(report)
+    if chart:
+        out.write(chart)
     if report["request_goodput"] is not None:
         slo = ", ".join(f"{k} <= {v:g} s" for k, v in report["slo"].items())
         console.print(f"goodput: {report['request_goodput']:.2f} req/s meeting every SLO ({slo})")
+
+
+def ttft_chart(report: dict[str, Any], width: int = 78, height: int = 12) -> str | None:
+    """Each completed request's TTFT by when it was sent, with the TTFT SLO as a line: where
+    the bursts broke the tail. Plain text (plotext, no colours), or None with under 2 points."""
+    import plotext as plt
+
+    points = [
+        (sent, ttft)  # sent: seconds since the run started
+        for sent, ttft, error in zip(
+            report["start_times"], report["ttfts"], report["errors"], strict=True
+        )
+        if not error and sent
+    ]
+    if len(points) < 2:
+        return None
+    plt.clf()
+    plt.plotsize(width, height)
+    plt.theme("clear")
+    plt.scatter([x for x, _ in points], [y for _, y in points], marker="braille")
+    slo = (report["slo"] or {}).get("ttft")
+    if slo:
+        plt.hline(slo)
+    plt.title("TTFT (s) of each request by send time" + (f"; SLO {slo:g} s" if slo else ""))
+    plt.xlabel("seconds into the run")
+    return str(plt.uncolorize(plt.build())) + "\n"

@@ -95,6 +95,8 @@ def test_cli_json_report(sim_process: str, tmp_path: Path) -> None:
               "--slo", "ttft=5,tpot=1,e2e=30", "--json", str(out), "--quiet", "--api", "completions")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "TTFT" in proc.stdout and "goodput" in proc.stdout
+    assert "TTFT (s) of each request by send time; SLO 5 s" in proc.stdout  # plotext's chart
+    assert "\x1b[" not in proc.stdout  # plain text: no colour codes in a report
     report = json.loads(out.read_text())
     assert report["completed"] == 20 and report["failed"] == 0
     assert report["request_goodput"] > 0
