@@ -15,6 +15,7 @@ from typing import IO, Any
 
 import httpx
 
+from gpuwatch.config import ScrapeSettings
 from gpuwatch.fmt import NA, clip, gib, num, pct, seconds, unit
 from gpuwatch.httpclient import async_client
 from gpuwatch.model import (
@@ -100,19 +101,18 @@ async def collect(
     *,
     nvml: NvmlReader | None = None,
     pid: int | None = None,
-    connect_timeout_s: float = 1.0,
-    timeout_s: float = 3.0,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_engines: int = DEFAULT_MAX_ENGINES,
+    bounds: ScrapeSettings | None = None,
 ) -> Snapshot:
+    """Every source once, concurrently, each scrape held to ``bounds`` (``[scrape]``)."""
+    b = bounds or ScrapeSettings()
     started = time.monotonic()
     host_source.prime_cpu()
     gpu_task = asyncio.create_task(asyncio.to_thread(nvml.read)) if nvml else None
-    async with async_client(connect_timeout_s, timeout_s) as client:
+    async with async_client(b.connect_timeout_s, b.timeout_s) as client:
         scraped = await asyncio.gather(
-            *(scrape(client, url, max_bytes, timeout_s, max_engines) for url in urls)
+            *(scrape(client, url, b.max_bytes, b.timeout_s, b.max_engines) for url in urls)
         )
-    results = [read_metrics_file(name, None, max_engines, max_bytes) for name in files]
+    results = [read_metrics_file(name, None, b.max_engines, b.max_bytes) for name in files]
     results += scraped
     gpus = await gpu_task if gpu_task else None
     table = nvml.processes if nvml else host_source.ProcessTable()

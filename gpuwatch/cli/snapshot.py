@@ -67,17 +67,13 @@ def run(args: argparse.Namespace) -> int:
         },
     )
     nvml = gpu_reader(args.fake_gpu_from, settings.no_gpu)
-    scrape_cfg = settings.scrape
     snap = asyncio.run(
         snapshot.collect(
             settings.metrics,
             args.metrics_file,
             nvml=nvml,
             pid=args.pid,
-            connect_timeout_s=scrape_cfg.connect_timeout_s,
-            timeout_s=scrape_cfg.timeout_s,
-            max_bytes=scrape_cfg.max_bytes,
-            max_engines=scrape_cfg.max_engines,
+            bounds=settings.scrape,
         )
     )
     if nvml:

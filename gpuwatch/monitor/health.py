@@ -7,26 +7,38 @@ has held for ``hold_s`` (10 s), so one slow scrape does not flap it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from gpuwatch.config import Slo
 from gpuwatch.fmt import pct, seconds
 
-Level = Literal["OK", "TIGHT", "OVERLOADED"]
-LEVELS: tuple[Level, ...] = ("OK", "TIGHT", "OVERLOADED")
+Level = Literal["NO DATA", "OK", "TIGHT", "OVERLOADED"]
+LEVELS: tuple[Level, ...] = ("NO DATA", "OK", "TIGHT", "OVERLOADED")
 TIGHT_AT = 0.8
 
-# key -> (label, formatter); the keys are the [slo] config keys.
-SIGNALS = {
-    "ttft_p99_s": ("p99 TTFT", seconds),
-    "itl_p99_s": ("p99 ITL", seconds),
-    "kv_usage_high": ("KV", pct),
-    "waiting_high": ("waiting", lambda v: f"{v:.0f}"),
-    "preemptions_per_min": ("preemptions", lambda v: f"{v:.1f}/min"),
-}
 
+@dataclass(frozen=True)
+class Signal:
+    """How one signal is judged and shown. ``ceiling`` signals are bad above their threshold;
+    a floor (goodput) is bad below it, judged on the share it is allowed to miss."""
+
+    label: str
+    fmt: Callable[[float], str]
+    windowed: bool = True  # computed over the history's window (shown with it)
+    floor: bool = False
+
+
+# The keys are the [slo] config keys.
+SIGNALS: dict[str, Signal] = {
+    "ttft_p99_s": Signal("p99 TTFT", seconds),
+    "itl_p99_s": Signal("p99 ITL", seconds),
+    "kv_usage_high": Signal("KV", pct, windowed=False),
+    "waiting_high": Signal("waiting", lambda v: f"{v:.0f}", windowed=False),
+    "preemptions_per_min": Signal("preemptions", lambda v: f"{v:.1f}/min"),
+}
 
 DEFAULT_SLO = Slo().thresholds()
 
@@ -37,44 +49,79 @@ class Verdict:
     reason: str
 
 
-def judge(slo: Mapping[str, float | None], signals: Mapping[str, float | None]) -> Verdict:
-    """The level the signals point at right now (no hysteresis), and the worst one's reason."""
+def badness(signal: Signal, value: float, threshold: float) -> float:
+    """1.0 at the threshold, above 1 past it: the one scale every signal is compared on."""
+    if not signal.floor:
+        return value / threshold
+    allowed = 1.0 - threshold  # goodput_min 0.99: 1% may miss
+    missed = max(0.0, 1.0 - value)
+    return missed / allowed if allowed > 0 else (math.inf if missed > 0 else 0.0)
+
+
+def judge(
+    slo: Mapping[str, float | None],
+    signals: Mapping[str, float | None],
+    window: str = "",
+    details: Mapping[str, str] | None = None,
+) -> Verdict:
+    """The level the signals point at right now (no hysteresis), and the worst one's reason.
+
+    No signal at all is NO DATA, never OK. ``window`` labels windowed signals (``p99 TTFT 1m``);
+    ``details`` adds a signal's breakdown to the reason (``goodput 91% < 99%: 6% refused``).
+    """
     worst: tuple[float, str, float, float] | None = None
     for key, threshold in slo.items():
         value = signals.get(key)
         if threshold is None or value is None or threshold <= 0:
             continue
-        ratio = value / threshold
+        ratio = badness(SIGNALS[key], value, threshold)
         if worst is None or ratio > worst[0]:
             worst = (ratio, key, value, threshold)
     if worst is None:
-        return Verdict("OK", "no signals yet")
+        return Verdict("NO DATA", "no SLO signal to judge yet")
     ratio, key, value, threshold = worst
-    label, fmt = SIGNALS[key]
+    signal = SIGNALS[key]
+    label = f"{signal.label} {window}" if signal.windowed and window else signal.label
+    shown, limit = signal.fmt(value), signal.fmt(threshold)
+    extra = f": {details[key]}" if details and details.get(key) else ""
     if ratio > 1:
-        return Verdict("OVERLOADED", f"{label} {fmt(value)} > {fmt(threshold)}")
+        over = "<" if signal.floor else ">"
+        return Verdict("OVERLOADED", f"{label} {shown} {over} {limit}{extra}")
     if ratio >= TIGHT_AT:
-        return Verdict("TIGHT", f"{label} {fmt(value)} ({ratio:.0%} of {fmt(threshold)})")
-    return Verdict("OK", f"{label} {fmt(value)} (of {fmt(threshold)})")
+        near = f"near {limit}" if signal.floor else f"{ratio:.0%} of {limit}"
+        return Verdict("TIGHT", f"{label} {shown} ({near}){extra}")
+    return Verdict("OK", f"{label} {shown} (of {limit})")
 
 
 class HealthTracker:
-    """The badge: the judged level, held for ``hold_s`` before it is shown."""
+    """The badge: the judged level, held for ``hold_s`` before it is shown.
+
+    NO DATA comes and goes at once: it is a fact about the sources, not a judgement of load.
+    """
 
     def __init__(self, slo: Mapping[str, float | None], hold_s: float = 10.0) -> None:
         self.slo = dict(slo)
         self.hold_s = hold_s
-        self.shown = Verdict("OK", "starting")
+        self.shown = Verdict("NO DATA", "waiting for the first answer")
         self._candidate: Level | None = None
         self._since = 0.0
 
-    def update(self, now: float, signals: Mapping[str, float | None]) -> tuple[Verdict, bool]:
+    def update(
+        self,
+        now: float,
+        signals: Mapping[str, float | None],
+        window: str = "",
+        details: Mapping[str, str] | None = None,
+    ) -> tuple[Verdict, bool]:
         """Feed the current signals; return the shown verdict and whether its level changed."""
-        verdict = judge(self.slo, signals)
+        verdict = judge(self.slo, signals, window, details)
         if verdict.level == self.shown.level:
             self._candidate = None
             self.shown = verdict  # same level: the reason may still move
             return self.shown, False
+        if "NO DATA" in (verdict.level, self.shown.level):
+            self.shown, self._candidate = verdict, None
+            return self.shown, True
         if verdict.level != self._candidate:
             self._candidate, self._since = verdict.level, now
         if now - self._since >= self.hold_s:

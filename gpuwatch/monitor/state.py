@@ -23,7 +23,12 @@ STALE_AFTER_INTERVALS = 3
 # The gate's refusals per second are a rate over this window (shown with it).
 REFUSAL_WINDOW_S = 10.0
 # The event a change of the badge writes.
-BADGE_EVENT: dict[Level, EventLevel] = {"OK": "ok", "TIGHT": "warn", "OVERLOADED": "bad"}
+BADGE_EVENT: dict[Level, EventLevel] = {
+    "NO DATA": "warn",
+    "OK": "ok",
+    "TIGHT": "warn",
+    "OVERLOADED": "bad",
+}
 
 
 @dataclass
@@ -55,6 +60,7 @@ class Endpoint:
     interval_s: float
     status: SourceStatus = field(default_factory=SourceStatus)
     engines: dict[tuple[str, str | None], EngineView] = field(default_factory=dict)
+    since: float = 0.0  # when polling began: an endpoint never useful goes STALE from here
 
 
 @dataclass
@@ -89,7 +95,8 @@ class Monitor:
         self.clock, self.wall = clock, wall
         self.interval_s = interval_s
         self.window_s = window_s
-        self.endpoints = {url: Endpoint(url, interval_s) for url in urls}
+        started = clock()
+        self.endpoints = {url: Endpoint(url, interval_s, since=started) for url in urls}
         self.gpus: GpuReading | None = None
         self.gpu_status = SourceStatus()
         self.host: HostSample | None = None
@@ -197,6 +204,11 @@ class Monitor:
     def check_stale(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
         for ep in self.endpoints.values():
+            if ep.status.state == "WAITING" and ep.status.last_error:
+                # It answers, but never usefully (an HTTP error, a page of no known metrics).
+                if now - ep.since > STALE_AFTER_INTERVALS * ep.interval_s:
+                    self._transition(ep.status, "STALE", ep.status.last_error, ep.url)
+                continue
             if ep.status.state != "UP" or ep.status.last_ok is None:
                 continue
             age = now - ep.status.last_ok
@@ -232,11 +244,20 @@ class Monitor:
         return out
 
     def evaluate(self) -> Verdict:
-        verdict, changed = self.health.update(self.clock(), self.signals())
+        before = self.health.shown.level
+        verdict, changed = self.health.update(
+            self.clock(), self.signals(), window_label(self.window_s)
+        )
+        if verdict.level == "NO DATA" and not self.serving_engines():
+            verdict = self.health.shown = Verdict("NO DATA", "no serving engine answers")
         if changed:
-            level = BADGE_EVENT[verdict.level]
-            what = "SLO recovered" if verdict.level == "OK" else f"SLO {verdict.level}"
-            self.event(level, f"{what}: {verdict.reason}")
+            if verdict.level == "NO DATA":
+                what = "no data"
+            elif before == "NO DATA":
+                what = f"health {verdict.level}"
+            else:
+                what = "SLO recovered" if verdict.level == "OK" else f"SLO {verdict.level}"
+            self.event(BADGE_EVENT[verdict.level], f"{what}: {verdict.reason}")
         if verdict != self.verdict:
             self.verdict = verdict
             self.version += 1

@@ -1,7 +1,7 @@
 """The simulator's /metrics: vLLM V1's names, types, labels and bucket bounds, exactly.
 
 Names and buckets follow vllm/v1/metrics/loggers.py (checked against the real V1 scrape in
-shared/fixtures/metrics/vllm-3.prom). prometheus_client writes them, as it does for vLLM.
+tests/fixtures/metrics/vllm-3.prom). prometheus_client writes them, as it does for vLLM.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import time
 import pytest
 from aiohttp import web
 
+from gpuwatch.config import ScrapeSettings
 from gpuwatch.fmt import LINE_LIMIT
 from gpuwatch.httpclient import async_client
 from gpuwatch.series import EngineHistory
@@ -144,7 +145,7 @@ async def test_each_bad_source_has_one_line_reason_and_good_still_reports(server
     refused = f"http://127.0.0.1:{free_port()}/metrics"
     urls = [server.url(p) for p in ["/good", *EXPECTED_ERRORS]] + [refused]
     started = time.monotonic()
-    snap = await collect(urls, timeout_s=1.5)
+    snap = await collect(urls, bounds=ScrapeSettings(timeout_s=1.5))
     elapsed = time.monotonic() - started
     by_source = {r.source: r for r in snap.results}
     good_result = by_source[server.url("/good")]

@@ -1,4 +1,4 @@
-"""Every real scrape in shared/fixtures is detected as its dialect with the values in the file."""
+"""Every real scrape in tests/fixtures/metrics is detected as its dialect with the values in the file."""
 
 from __future__ import annotations
 

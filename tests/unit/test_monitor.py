@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuwatch.model import EngineSnapshot, GpuReading, GpuSample, ScrapeResult
+from gpuwatch.monitor.health import Verdict
 from gpuwatch.monitor.state import Monitor
 
 URL = "http://127.0.0.1:8000/metrics"
@@ -68,3 +69,43 @@ def test_health_ignores_the_gate_and_takes_the_worst_engine() -> None:
     assert m.signals()["waiting_high"] == 9
     m.health.hold_s = 0
     assert m.evaluate().level == "TIGHT" and "waiting 9 (90% of 10)" in m.verdict.reason
+
+
+def test_no_signal_at_all_is_no_data_never_ok() -> None:
+    clock = Clock()
+    m = Monitor([URL], clock=clock, wall=clock)
+    assert m.evaluate().level == "NO DATA"  # nothing has answered yet
+    m.apply_scrape(ScrapeResult(URL, error="connection refused", unreachable=True))
+    assert m.evaluate() == Verdict("NO DATA", "no serving engine answers")
+    m.apply_scrape(ok())
+    assert m.evaluate() == Verdict("NO DATA", "no SLO signal to judge yet")  # up, nothing judged
+    m.apply_scrape(ScrapeResult(URL, [EngineSnapshot(URL, "vllm", "m", kv_cache_usage=0.1)]))
+    # Data comes (and goes) at once; only load levels wait out the hold.
+    assert m.evaluate().level == "OK" and m.events[-1].text.startswith("health OK")
+    clock.t = 1.0
+    m.apply_scrape(ScrapeResult(URL, error="connection refused", unreachable=True))
+    assert m.evaluate().level == "NO DATA" and m.events[-1].text.startswith("no data")
+
+
+def test_windowed_signals_say_their_window_in_the_reason() -> None:
+    from gpuwatch.monitor.health import judge
+
+    v = judge(
+        {"ttft_p99_s": 2.0, "kv_usage_high": 0.95}, {"ttft_p99_s": 3.1, "kv_usage_high": 0.5}, "1m"
+    )
+    assert v == type(v)("OVERLOADED", "p99 TTFT 1m 3.10s > 2.00s")
+    v = judge({"kv_usage_high": 0.95}, {"kv_usage_high": 0.97}, "1m")
+    assert v.reason.startswith("KV 97% > ")  # a gauge: no window
+
+
+def test_an_endpoint_never_useful_goes_stale_with_its_reason() -> None:
+    clock = Clock()
+    m = Monitor([URL], interval_s=1.0, clock=clock, wall=clock)
+    m.apply_scrape(ScrapeResult(URL, error="no known serving metrics (first families: up)"))
+    assert m.endpoints[URL].status.state == "WAITING"  # not yet three intervals
+    clock.t = 3.5
+    m.apply_scrape(ScrapeResult(URL, error="no known serving metrics (first families: up)"))
+    status = m.endpoints[URL].status
+    assert (
+        status.state == "STALE" and status.reason == "no known serving metrics (first families: up)"
+    )

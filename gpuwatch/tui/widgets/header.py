@@ -10,7 +10,7 @@ from rich.markup import escape
 from gpuwatch.monitor.health import Verdict
 from gpuwatch.tui.widgets.panel import Panel
 
-BADGE = {"OK": "$ok", "TIGHT": "$warn", "OVERLOADED": "$bad"}
+BADGE = {"NO DATA": "$foreground", "OK": "$ok", "TIGHT": "$warn", "OVERLOADED": "$bad"}
 
 
 class HeaderBar(Panel):
