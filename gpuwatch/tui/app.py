@@ -13,7 +13,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -28,6 +28,7 @@ from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import QUEUE_STEP, Steering
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.monitor.state import Monitor
+from gpuwatch.series import RECENT_RATE_WINDOW_S, window_label
 from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.tui.control import CONTROL_ACTIONS, DashboardControl
 from gpuwatch.tui.screens.audit import AuditScreen
@@ -108,10 +109,13 @@ class Dashboard(Screen[None]):
                 yield EnginePanel(id="engines", classes="box")
                 yield AdmissionPanel(id="admission", classes="box")
             with Container(id="charts"):
+                # Titles name the windows the plotted values were computed over.
+                window = window_label(cast("GpuwatchApp", self.app).monitor.window_s)
+                rates = window_label(RECENT_RATE_WINDOW_S)
                 yield Chart("requests", id="chart-requests", classes="chart")
-                yield Chart("TTFT", fmt=seconds, id="chart-ttft", classes="chart")
+                yield Chart(f"TTFT {window}", fmt=seconds, id="chart-ttft", classes="chart")
                 yield Chart("KV cache", fmt=pct, id="chart-kv", classes="chart")
-                yield Chart("tokens/s", id="chart-tokens", classes="chart")
+                yield Chart(f"tokens/s {rates}", id="chart-tokens", classes="chart")
         yield EventsPanel(id="events", classes="box")
         yield Footer()
 
@@ -341,8 +345,11 @@ class GpuwatchApp(App[None]):
 
     # The control keys: what they do is decided in ``Steering``.
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in CONTROL_ACTIONS and not self.steering.can_steer:
-            return None  # shown greyed in the footer
+        if action in CONTROL_ACTIONS:
+            if not self.options.admin_url:
+                return False  # no gate to steer: the keys are not offered at all
+            if not self.steering.can_steer:
+                return None  # read-only, or the gate not answering: shown greyed
         return True
 
     def action_select_lane(self, index: int) -> None:

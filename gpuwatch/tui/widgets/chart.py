@@ -170,7 +170,9 @@ class Chart(Widget):
                 Segment(" " + (self.fmt(last) if last is not None else "-")),
             ]
         strips = [Strip(head).crop(0, width).extend_cell_length(width)]
-        rows, cols = height - 1, width - _LABEL_W
+        # Title, plot rows, then the time axis when there is room for a plot of two rows.
+        with_axis = height >= 4
+        rows, cols = height - 1 - with_axis, width - _LABEL_W
         if rows < 1 or cols < 4:
             return strips
         start, end = self.window
@@ -197,4 +199,24 @@ class Chart(Widget):
             if run:
                 segments.append(Segment("".join(run), styles.get(run_color)))
             strips.append(Strip(segments).crop(0, width))
+        if with_axis:
+            axis = time_axis(end - start, cols)
+            strips.append(Strip([Segment(" " * _LABEL_W + axis, dim)]).crop(0, width))
         return strips
+
+
+def ago(seconds: float) -> str:
+    return f"-{seconds / 60:g}m" if seconds >= 60 else f"-{seconds:g}s"
+
+
+def time_axis(span_s: float, cols: int) -> str:
+    """``-5m      -2.5m      now``: where the plot's left edge, middle and right edge are."""
+    cells = [" "] * cols
+    marks = [(0, ago(span_s)), (cols // 2, ago(span_s / 2)), (cols, "now")]
+    for i, (at, text) in enumerate(marks):
+        # left-aligned at the left edge, centred in the middle, right-aligned at the right
+        first = at if i == 0 else at - len(text) if i == 2 else at - len(text) // 2
+        for j, ch in enumerate(text):
+            if 0 <= first + j < cols:
+                cells[first + j] = ch
+    return "".join(cells)
