@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-LATENCY_KINDS = ("ttft", "itl", "e2e", "queue")
+# The latency histograms every dialect may map; "prefill" and "decode" take TTFT and E2E apart.
+LATENCY_KINDS = ("ttft", "itl", "e2e", "queue", "prefill", "decode")
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,12 @@ class RingSeries:
     def last(self) -> Point | None:
         return self.fine[-1] if self.fine else None
 
+    def at(self, t: float) -> Point | None:
+        """The newest point at or before ``t`` (fine resolution), or None."""
+        fine = self.fine
+        i = bisect.bisect_right(fine, t, key=lambda p: p.t)
+        return fine[i - 1] if i else None
+
 
 def extrapolated_increase(
     samples: Sequence[tuple[float, float]], start: float, end: float
@@ -263,7 +269,17 @@ COUNTER_FIELDS = (
 )
 GAUGE_FIELDS = ("running", "waiting", "kv_cache_usage")
 # What the charts draw: gauges as scraped, plus what is derived from counters and histograms.
-SERIES = (*GAUGE_FIELDS, "ttft_p50", "ttft_p99", "itl_p99", "gen_tps", "prompt_tps")
+# The parts of TTFT, kept as p99 series so the screen can say which one grew.
+TTFT_PARTS = ("queue", "prefill", "decode")  # a subset of model.LATENCY_KINDS
+SERIES = (
+    *GAUGE_FIELDS,
+    "ttft_p50",
+    "ttft_p99",
+    "itl_p99",
+    "gen_tps",
+    "prompt_tps",
+    *(f"{part}_p99" for part in TTFT_PARTS),
+)
 
 
 class EngineHistory:
@@ -315,6 +331,7 @@ class EngineHistory:
             "itl_p99": self.quantile("itl", 0.99),
             "gen_tps": self._recent["generation_tokens_total"].rate(),
             "prompt_tps": self._recent["prompt_tokens_total"].rate(),
+            **{f"{part}_p99": self.quantile(part, 0.99) for part in TTFT_PARTS},
         }
         for name in GAUGE_FIELDS:
             derived[name] = getattr(snap, name)

@@ -20,7 +20,7 @@ from gpuwatch.config import ScrapeSettings
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.fmt import num, pct, seconds
-from gpuwatch.monitor.figures import EngineFigures, engine_figures
+from gpuwatch.monitor.figures import EngineFigures, engine_figures, ttft_breakdown
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.sources.nvml import NvmlReader
 
@@ -52,6 +52,7 @@ def frame(monitor: Monitor) -> dict[str, Any]:
         for ep in monitor.endpoints.values()
         if ep.status.state != "UP"
     ]
+    breakdown = ttft_breakdown(monitor)
     gate = monitor.gate
     lanes = None
     if gate is not None and gate.limits is not None:
@@ -85,6 +86,7 @@ def frame(monitor: Monitor) -> dict[str, Any]:
     return {
         "time": monitor.wall(),
         "health": {"level": monitor.verdict.level, "reason": monitor.verdict.reason},
+        "ttft_breakdown": breakdown.to_json() if breakdown else None,
         "engines": engines,
         "unavailable": down,
         "gate": None if gate is None else {"url": gate.url, "state": gate.status.state,

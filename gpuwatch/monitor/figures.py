@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.monitor.state import Endpoint, EngineView, SourceState
+from gpuwatch.monitor.state import Endpoint, EngineView, Monitor, SourceState
 from gpuwatch.series import RECENT_RATE_WINDOW_S, window_label
 
 
@@ -93,4 +93,97 @@ def engine_figures(endpoint: Endpoint, view: EngineView) -> EngineFigures:
         gen_tps=h.rate("generation_tokens_total"),
         window_s=h.window_s,
         rate_window_s=RECENT_RATE_WINDOW_S,
+    )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the time to first token: its p99 now, and how much it grew over a window."""
+
+    name: str
+    p99: float | None
+    grew_s: float | None
+
+
+@dataclass(frozen=True)
+class TtftBreakdown:
+    """ "Is it queueing or prefill?": the users' TTFT p99 and the p99 of each part of it.
+
+    The users' TTFT is the gate's (queue wait included) when a gate is watched, else the
+    engine's. Each part is its own p99 over the same window, so they need not add up.
+    """
+
+    ttft_p99: float | None
+    measured_at: str  # "gate" or "engine"
+    parts: list[Part]
+    decode_p99: float | None
+    window: str
+
+    def to_json(self) -> dict[str, Any]:
+        w = self.window
+        grew = self.grew()
+        return {
+            f"ttft_p99_{w}": self.ttft_p99,
+            "measured_at": self.measured_at,
+            "parts": {
+                p.name.replace(" ", "_"): {f"p99_{w}": p.p99, f"grew_in_{w}": p.grew_s}
+                for p in self.parts
+            },
+            f"decode_p99_{w}": self.decode_p99,
+            "grew_most": grew.name if grew else None,
+        }
+
+    def grew(self, at_least_s: float = 0.05) -> Part | None:
+        """The part that grew most over the last window, if any grew by ``at_least_s``."""
+        grown = [p for p in self.parts if p.grew_s is not None and p.grew_s >= at_least_s]
+        return max(grown, key=lambda p: p.grew_s or 0.0) if grown else None
+
+
+def _part(name: str, view: EngineView | None, kind: str, now: float) -> Part | None:
+    if view is None:
+        return None
+    h = view.history
+    p99 = h.quantile(kind, 0.99)
+    if p99 is None and kind not in h.latency:
+        return None  # this stack does not export it
+    series = h.series.get(f"{kind}_p99")
+    before = series.at(now - h.window_s) if series is not None else None
+    grew = p99 - before.v if p99 is not None and before is not None else None
+    return Part(name, p99, grew)
+
+
+def ttft_breakdown(monitor: Monitor) -> TtftBreakdown | None:
+    """The breakdown for the main serving engine (and the gate in front of it, if watched)."""
+    engines = monitor.serving_engines()
+    engine = engines[0] if engines else None
+    gate = next(
+        (
+            v
+            for ep in monitor.endpoints.values()
+            if ep.status.state == "UP"
+            for v in ep.engines.values()
+            if v.snap.dialect == "gate"
+        ),
+        None,
+    )
+    if engine is None and gate is None:
+        return None
+    now = monitor.clock()
+    parts = [
+        part
+        for part in (
+            _part("gate queue", gate, "queue", now),
+            _part("engine queue", engine, "queue", now),
+            _part("prefill", engine, "prefill", now),
+        )
+        if part is not None
+    ]
+    felt = gate or engine
+    assert felt is not None
+    return TtftBreakdown(
+        ttft_p99=felt.history.quantile("ttft", 0.99),
+        measured_at="gate" if gate is not None else "engine",
+        parts=parts,
+        decode_p99=engine.history.quantile("decode", 0.99) if engine else None,
+        window=window_label(felt.history.window_s),
     )

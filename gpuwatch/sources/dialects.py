@@ -110,6 +110,9 @@ VLLM = Dialect(
         "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+        # TTFT taken apart: waiting for a batch slot, then prefill (V1 exports both).
+        "prefill": ("vllm:request_prefill_time_seconds",),
+        "decode": ("vllm:request_decode_time_seconds",),
     },
     label_values={
         "kv_blocks_total": ("vllm:cache_config_info", "num_gpu_blocks"),

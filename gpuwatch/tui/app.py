@@ -27,6 +27,7 @@ from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import QUEUE_STEP, Steering
 from gpuwatch.fmt import pct, seconds
+from gpuwatch.monitor.figures import ttft_breakdown
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.series import RECENT_RATE_WINDOW_S, window_label
 from gpuwatch.sources.nvml import NvmlReader
@@ -41,6 +42,7 @@ from gpuwatch.tui.widgets.engines import EnginePanel, short_url
 from gpuwatch.tui.widgets.events import EventsPanel
 from gpuwatch.tui.widgets.gpus import GpuPanel
 from gpuwatch.tui.widgets.header import HeaderBar
+from gpuwatch.tui.widgets.users import UsersPanel
 
 WINDOWS = ((60, "1m"), (300, "5m"), (900, "15m"), (3600, "1h"))
 # Charts move less per second than numbers do: a dot column of a 1-minute chart is about a
@@ -108,6 +110,7 @@ class Dashboard(Screen[None]):
                 yield GpuPanel(id="gpus", classes="box")
                 yield EnginePanel(id="engines", classes="box")
                 yield AdmissionPanel(id="admission", classes="box")
+                yield UsersPanel(id="users", classes="box")
             with Container(id="charts"):
                 # Titles name the windows the plotted values were computed over.
                 window = window_label(cast("GpuwatchApp", self.app).monitor.window_s)
@@ -287,6 +290,7 @@ class GpuwatchApp(App[None]):
         dash.query_one(AdmissionPanel).render_gate(
             m.gate, self.steering.selected_lane, self.steering.pending_lines()
         )
+        dash.query_one(UsersPanel).render_users(ttft_breakdown(m), m.health.slo.get("ttft_p99_s"))
         dash.query_one(EventsPanel).render_events(m.events)
         now = time.monotonic()
         if now - self._charts_at >= CHART_EVERY_S or force_charts:

@@ -70,6 +70,9 @@ async def test_json_lines_carry_each_value_with_its_window(node: tuple[str, str]
     assert vllm["state"] == "UP" and vllm["kv_tokens_total"] == PROFILE.kv_tokens
     # Under load, a second and third look see the tokens flow.
     assert any((f["engines"][0].get("gen_tps_10s") or 0) > 0 for f in frames[1:])
+    breakdown = last["ttft_breakdown"]
+    assert breakdown["measured_at"] == "gate" and "ttft_p99_1m" in breakdown
+    assert set(breakdown["parts"]) == {"gate_queue", "engine_queue", "prefill"}
     lanes = last["gate"]["lanes"]
     assert lanes["chat"]["max_inflight"] == 16 and "refused_per_s_10s" in lanes["chat"]
     assert frames[0]["time"] < frames[-1]["time"]

@@ -109,3 +109,40 @@ def test_an_endpoint_never_useful_goes_stale_with_its_reason() -> None:
     assert (
         status.state == "STALE" and status.reason == "no known serving metrics (first families: up)"
     )
+
+
+def test_ttft_taken_apart_says_which_part_grew() -> None:
+    from gpuwatch.model import Histogram
+    from gpuwatch.monitor.figures import ttft_breakdown
+
+    gate_url = "http://127.0.0.1:9000/metrics"
+    clock = Clock()
+    m = Monitor([URL, gate_url], clock=clock, wall=clock)
+    inf = float("inf")
+
+    def hist(fast: float, slow: float) -> Histogram:  # cumulative: fast <= 0.1 s, slow <= 2 s
+        return Histogram(((0.1, fast), (2.0, fast + slow), (inf, fast + slow)))
+
+    for t in range(0, 200, 1):
+        clock.t = float(t)
+        slow_queue = t >= 170  # at t=170 the engine queue starts to take seconds
+        engine = EngineSnapshot(URL, "vllm", "m", kv_cache_usage=0.5)
+        engine.histograms = {
+            "ttft": hist(t * 2, t if slow_queue else 0),
+            "queue": hist(t * 2, (t - 170) * 2 if slow_queue else 0),
+            "prefill": hist(t * 2, 0),
+            "decode": hist(0, t * 2),
+        }
+        gate = EngineSnapshot(gate_url, "gate", None)
+        gate.histograms = {"ttft": hist(t * 2, t), "queue": hist(t * 2, 0)}
+        m.apply_scrape(ScrapeResult(URL, [engine]))
+        m.apply_scrape(ScrapeResult(gate_url, [gate]))
+    b = ttft_breakdown(m)
+    assert b is not None and b.measured_at == "gate" and b.window == "1m"
+    assert [p.name for p in b.parts] == ["gate queue", "engine queue", "prefill"]
+    by = {p.name: p for p in b.parts}
+    assert by["gate queue"].p99 is not None and by["gate queue"].p99 < 0.1
+    assert by["engine queue"].p99 is not None and by["engine queue"].p99 > 1.0
+    assert b.decode_p99 is not None and b.decode_p99 > 1.0
+    grew = b.grew()
+    assert grew is not None and grew.name == "engine queue" and (grew.grew_s or 0) > 1.0
