@@ -9,6 +9,7 @@ given back on every way out.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -255,6 +256,21 @@ class Proxy:
             return web.Response(body=data, status=upstream.status, headers=out_headers)
         response = web.StreamResponse(status=upstream.status, headers=out_headers)
         await response.prepare(request)
+        try:
+            return await self._stream(request, upstream, response, metrics, received)
+        except asyncio.CancelledError:
+            # The other way a client leaves mid-stream: its disconnect cancelled the handler.
+            self.metrics.streams_broken.labels("client").inc()
+            raise
+
+    async def _stream(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        response: web.StreamResponse,
+        metrics: LaneMetrics,
+        received: float,
+    ) -> web.StreamResponse:
         first = True
         while True:
             # Reading from the upstream and writing to the client fail for different reasons
