@@ -72,7 +72,7 @@ class Rig:
         self, method: str, target: str, body: bytes = b"", headers: dict[str, str] | None = None
     ) -> Reply:
         head = f"{method} {target} HTTP/1.1\r\nHost: gate\r\nConnection: close\r\n"
-        for k, v in (headers or {"Content-Type": "application/json"}).items():
+        for k, v in {"Content-Type": "application/json", **(headers or {})}.items():
             head += f"{k}: {v}\r\n"
         head += f"Content-Length: {len(body)}\r\n\r\n"
         return await self.raw(head.encode() + body)
