@@ -62,6 +62,26 @@ _WHOLE_BODY_MAX = 256 * 1024
 _TOKENIZE_ANSWER_MAX = 4 * 1024 * 1024
 
 
+class _Throttled:
+    """A warning that can repeat for every request (an upstream outage): at most one line per
+    interval, saying how many were left out since the last one."""
+
+    def __init__(self, interval_s: float = 5.0) -> None:
+        self.interval_s = interval_s
+        self._last = -interval_s
+        self._left_out = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            self._left_out += 1
+            return
+        if self._left_out:
+            message += f" ({self._left_out} more like it in the last {now - self._last:.0f} s)"
+        log.warning(message, *args)
+        self._last, self._left_out = now, 0
+
+
 class Proxy:
     def __init__(
         self,
@@ -75,6 +95,8 @@ class Proxy:
         self.lane_defs: dict[str, Lane] = {lane.name: lane for lane in config.lanes}
         self.metrics = metrics
         self.upstream = upstream
+        self._unreachable = _Throttled()
+        self._broken = _Throttled()
         # Longest prefix first, so /v1/images/ wins over a shorter overlapping prefix.
         self._routes = sorted(
             ((p, lane.name) for lane in config.lanes for p in lane.prefixes),
@@ -224,7 +246,7 @@ class Proxy:
         except UpstreamError as exc:
             self.metrics.upstream_errors.inc()
             # The upstream's address stays in the log: clients learn only that it failed.
-            log.warning("upstream %s unreachable: %s", self.upstream.base, exc.kind)
+            self._unreachable.warning("upstream %s unreachable: %s", self.upstream.base, exc.kind)
             return openai_error(f"upstream unreachable: {exc.kind}", 502, "upstream_error")
         try:
             return await self._relay(request, upstream, metrics, received)
@@ -250,7 +272,9 @@ class Proxy:
                 data = await upstream.read()
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
                 self.metrics.upstream_errors.inc()
-                log.warning("upstream broke before its answer was complete: %s", type(exc).__name__)
+                self._broken.warning(
+                    "upstream broke before its answer was complete: %s", type(exc).__name__
+                )
                 return openai_error(f"upstream broke: {type(exc).__name__}", 502, "upstream_error")
             metrics.ttft.observe(time.monotonic() - received)
             return web.Response(body=data, status=upstream.status, headers=out_headers)
@@ -280,7 +304,7 @@ class Proxy:
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
                 self.metrics.upstream_errors.inc()
                 self.metrics.streams_broken.labels("upstream").inc()
-                log.warning("upstream broke mid-stream: %s", type(exc).__name__)
+                self._broken.warning("upstream broke mid-stream: %s", type(exc).__name__)
                 # End the client's connection without the final chunk: a clean end would
                 # pass a truncated answer off as a whole one.
                 if request.transport is not None:
