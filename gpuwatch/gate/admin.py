@@ -19,7 +19,7 @@ from aiohttp.typedefs import Middleware
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.body import BodyRefused, read_body
-from gpuwatch.gate.errors import openai_error
+from gpuwatch.gate.errors import openai_error, printable
 from gpuwatch.gate.limits import LimitsError
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -109,7 +109,13 @@ class Admin:
             after = await self.state.change(patch, actor, request.headers.get("If-Match"))
         except Conflict as exc:
             body = {
-                "error": {"message": str(exc), "type": "conflict", "param": None, "code": 409},
+                # An actor saved by an older gate may hold anything: escaped for display.
+                "error": {
+                    "message": printable(str(exc)),
+                    "type": "conflict",
+                    "param": None,
+                    "code": 409,
+                },
                 "actor": exc.actor,
                 "version": exc.limits.version,
                 "limits": exc.limits.to_json(),

@@ -127,6 +127,30 @@ class Proxy:
 
     # -- the request ----------------------------------------------------------------------
 
+    async def expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue`` (curl sends it for bodies over 1 MiB): refuse a body over
+        the lane's max_body before the client sends it, else invite it."""
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            return self._client_error(417, "expectation_failed", "only 100-continue is supported")
+        try:
+            path, _ = split_target(request.raw_path)
+        except PathError:
+            return None  # the handler answers 400 without reading the body
+        name = self.lane_for(path)
+        length = request.content_length
+        if name is not None and length is not None and length > self.lane_defs[name].max_body:
+            return self._client_error(
+                413,
+                "body_too_large",
+                f"body of {length} bytes is over this path's limit of "
+                f"{self.lane_defs[name].max_body}",
+                close=True,
+            )
+        if request.version >= (1, 1):
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the answer proper has not started
+        return None
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         received = time.monotonic()
         try:

@@ -83,7 +83,7 @@ class Gate:
         app.add_subapp("/admin", self.admin.app(self.token))
         app.router.add_get("/metrics", self.get_metrics)
         app.router.add_get("/health", self.health)
-        app.router.add_route("*", "/{tail:.*}", self.proxy.handle)
+        app.router.add_route("*", "/{tail:.*}", self.proxy.handle, expect_handler=self.proxy.expect)
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app

@@ -168,6 +168,29 @@ async def test_oversized_body_is_413_from_its_content_length_without_reading_it(
         assert reply.headers.get("connection") == "close"
 
 
+async def test_an_oversized_body_behind_expect_100_continue_is_refused_before_it_is_sent(
+    tmp_path: Path,
+) -> None:
+    async with rig(tmp_path) as r:
+        reply = await r.raw(
+            b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 60000000\r\n"
+            b"Expect: 100-continue\r\n\r\n"
+        )
+        assert reply.status == 413, reply  # not "100 Continue"
+        reader, writer = await asyncio.open_connection("127.0.0.1", r.port)
+        body = b'{"prompt": "hi", "tag": "e"}'
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nConnection: close\r\n"
+            + f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        assert await asyncio.wait_for(reader.readline(), 5) == b"HTTP/1.1 100 Continue\r\n"
+        await reader.readline()
+        writer.write(body)
+        reply = await asyncio.wait_for(read_reply(reader), 5)
+        writer.close()
+        assert reply.status == 200 and r.upstream.arrivals == ["e"]
+
+
 async def test_chunked_body_is_counted_as_it_streams(tmp_path: Path) -> None:
     async with rig(tmp_path, small()) as r:
         reader, writer = await asyncio.open_connection("127.0.0.1", r.port)
