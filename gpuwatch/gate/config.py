@@ -4,6 +4,7 @@
 extra_paths = ["/tokenize", "/health"]     # proxied to the "default" lane; others are 404
 client_header_timeout_s = 10                # like nginx's client_header_timeout
 client_body_timeout_s = 30                  # longest wait for the next piece of a body
+client_send_timeout_s = 60                  # longest wait for a client to take a piece of a stream
 [lanes.chat]
 prefixes = ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
 max_inflight = 8
@@ -48,8 +49,11 @@ class GateConfig:
     # pause at most the second between two pieces (nginx's client_*_timeout, 408 on expiry).
     client_header_timeout_s: float = 10.0
     client_body_timeout_s: float = 30.0
+    # A streaming client that stops reading for this long is cut off (nginx's send_timeout).
+    client_send_timeout_s: float = 60.0
 
 
+TIMEOUT_KEYS = ("client_header_timeout_s", "client_body_timeout_s", "client_send_timeout_s")
 _UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
 MAX_BODY_CEILING = 1024**3
 
@@ -100,7 +104,7 @@ def load_gate_config(path: Path | None) -> GateConfig:
     for key, value in data.items():
         if key == "extra_paths":
             extra = _strings(path, key, value)
-        elif key in ("client_header_timeout_s", "client_body_timeout_s"):
+        elif key in TIMEOUT_KEYS:
             timeouts[key] = _seconds(path, key, value)
         elif key == "lanes":
             if not isinstance(value, dict):

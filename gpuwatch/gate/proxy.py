@@ -28,6 +28,7 @@ from gpuwatch.gate.limits import Lane
 from gpuwatch.gate.metrics import GateMetrics, LaneMetrics
 from gpuwatch.gate.paths import PathError, split_target
 from gpuwatch.gate.upstream import Upstream, UpstreamError
+from gpuwatch.gate.watchdog import SendWatchdog
 from gpuwatch.safejson import JSONError, loads_bounded
 
 log = logging.getLogger("gpuwatch.gate")
@@ -319,6 +320,26 @@ class Proxy:
         metrics: LaneMetrics,
         received: float,
     ) -> web.StreamResponse:
+        watchdog = SendWatchdog(request.transport, self.config.client_send_timeout_s)
+        try:
+            return await self._pump(request, upstream, response, metrics, received, watchdog)
+        finally:
+            watchdog.stop()
+            if watchdog.fired:
+                log.info(
+                    "client stopped reading for %g s mid-stream: connection closed",
+                    self.config.client_send_timeout_s,
+                )
+
+    async def _pump(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        response: web.StreamResponse,
+        metrics: LaneMetrics,
+        received: float,
+        watchdog: SendWatchdog,
+    ) -> web.StreamResponse:
         first = True
         while True:
             # Reading from the upstream and writing to the client fail for different reasons
@@ -340,7 +361,9 @@ class Proxy:
                 metrics.ttft.observe(time.monotonic() - received)
                 first = False
             try:
+                watchdog.writing()
                 await response.write(chunk)
+                watchdog.written()
             except ConnectionError:
                 self.metrics.streams_broken.labels("client").inc()
                 log.debug("client left mid-stream")

@@ -171,6 +171,34 @@ async def test_client_leaving_mid_stream_is_one_count_and_no_traceback(
     assert tracebacks(caplog) == []
 
 
+async def test_a_client_that_stops_reading_is_cut_off_and_its_slot_freed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: a streaming client that stopped reading held its slot, and the upstream's
+    generation, for as long as it kept the connection open."""
+    caplog.set_level(logging.INFO)
+    app = web.Application()
+    app.router.add_post("/v1/completions", big_stream)
+    up = await serve(app, "127.0.0.1", 0)
+    config = GateConfig(DEFAULT_LANES, client_send_timeout_s=0.5)
+    gate, served = await start_gate(up.url, config, state_file=tmp_path / "s.json")
+    try:
+        port = int(served.url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 2\r\n\r\n{}")
+        await reader.readuntil(b"data:")  # then never reads again, and never closes
+        end = time.monotonic() + 10
+        while gate.lanes["chat"].inflight:
+            assert time.monotonic() < end, "the slot stayed held"
+            await asyncio.sleep(0.05)
+        writer.close()
+    finally:
+        await served.close()
+        await up.close()
+    assert any("client stopped reading for 0.5 s" in r.getMessage() for r in caplog.records)
+    assert tracebacks(caplog) == []
+
+
 async def test_upstream_breaking_mid_stream_cuts_the_client_short(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
