@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import random
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -85,3 +87,32 @@ async def test_clients_leaving_together_give_every_slot_back(
     async with aiohttp.ClientSession() as s, s.post(f"{url}/v1/completions", json=body) as r:
         assert r.status == 200
     assert (await status(url))["inflight"] == 0
+
+
+async def test_churn_of_impatient_clients_leaks_no_slot(gate: tuple[str, CountingUpstream]) -> None:
+    """The reported scenario: 24 clients with 0.05-0.6 s timeouts against max_inflight 4 (it
+    leaked every slot in the field; here the root cause is pinned by the test above)."""
+    url, upstream = gate
+    upstream.hold = False
+    patch = {"lanes": {"chat": {"max_inflight": 4, "max_queue": 64, "queue_timeout_s": 1}}}
+    async with aiohttp.ClientSession() as s, s.patch(f"{url}/admin/limits", json=patch) as r:
+        assert r.status == 200
+    rng = random.Random(11)
+    stop_at = time.monotonic() + 3
+
+    async def impatient() -> None:
+        async with aiohttp.ClientSession() as s:
+            while time.monotonic() < stop_at:
+                body = {"prompt": "x", "stream": True, "chunks": 20, "gap": 0.01}
+                timeout = aiohttp.ClientTimeout(total=rng.uniform(0.05, 0.6))
+                with contextlib.suppress(asyncio.TimeoutError, aiohttp.ClientError):
+                    async with s.post(f"{url}/v1/completions", json=body, timeout=timeout) as r:
+                        await r.read()
+
+    await asyncio.gather(*(impatient() for _ in range(24)))
+    await wait_status(url, 0, 0)
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"{url}/v1/completions", json={"prompt": "y"}) as r,
+    ):
+        assert r.status == 200
