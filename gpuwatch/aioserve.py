@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import signal
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 
@@ -46,7 +47,11 @@ async def serve(app: web.Application, host: str, port: int) -> Served:
     return Served(runner, host, bound)
 
 
-async def run_until_signalled(served: Served) -> None:
+class Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+async def run_until_signalled(served: Closable) -> None:
     """Serve until SIGINT or SIGTERM, then close cleanly."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,87 +1,115 @@
-"""A JSON decoder for bodies from strangers: every failure is one BadJSON with a short message.
+"""JSON from strangers: every failure is one ``JSONError`` (a ValueError) with a reason.
 
-``json.loads`` fails in ways that are not ``JSONDecodeError``: deep nesting raises
-RecursionError, an integer over 4300 digits raises a bare ValueError (CPython's int/str
-conversion limit), and it accepts ``NaN``/``Infinity``, which no JSON peer means and which a
-later ``json.dumps(allow_nan=False)`` would refuse. A server that catches only
-JSONDecodeError answers those with a 500. This module bounds size, depth, integer length and
-constants before anything else sees the value.
+``json.loads`` fails in more ways than ``JSONDecodeError``: deep nesting raises RecursionError,
+an integer over 4300 digits raises a bare ValueError, bytes are sniffed as UTF-16/32, and
+``NaN`` / ``1e999`` come back as floats no other parser accepts. ``loads_bounded`` turns each of
+these into a refusal, and bounds the nesting so that code walking the result (or ``json.dumps``
+writing it back) never recurses deeper than ``max_depth``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import Any
 
-__all__ = ["BadJSON", "loads_bounded"]
-
-MAX_INT_DIGITS = 100
-
-# Strings are skipped whole so a bracket inside one is not counted as nesting.
-_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
-_TOKENS_STR = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
-_OPEN = frozenset((b"[", b"{", "[", "{"))
+MAX_DEPTH = 32
+MAX_INT_DIGITS = 64
+_REASON_MAX = 200
 
 
-class BadJSON(ValueError):
-    """The body is not JSON this program accepts; the message is short and safe to echo."""
+class JSONError(ValueError):
+    """A body (or file) that is not JSON we accept; ``str()`` is the reason, bounded."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason[:_REASON_MAX])
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise BadJSON(f"non-finite number {name} is not JSON")
+def _parse_int(max_digits: int) -> Any:
+    def parse(text: str) -> int:
+        if len(text.lstrip("-")) > max_digits:
+            raise JSONError(f"an integer has more than {max_digits} digits")
+        return int(text)
 
-
-def _parse_int(text: str) -> int:
-    digits = len(text) - text.startswith("-")
-    if digits > MAX_INT_DIGITS:
-        raise BadJSON(f"integer with {digits} digits is too long (limit {MAX_INT_DIGITS})")
-    return int(text)
+    return parse
 
 
 def _parse_float(text: str) -> float:
     value = float(text)
-    if not math.isfinite(value):  # 1e999 overflows to inf
-        raise BadJSON("number out of range for a float")
+    if not math.isfinite(value):
+        raise JSONError(f"number {text[:40]} is out of range")
     return value
 
 
-def _check_depth(data: bytes | str, max_depth: int) -> None:
-    """Count bracket nesting without recursion, so a million ``[`` cost a loop, not a crash."""
-    matches: Iterator[re.Match[bytes]] | Iterator[re.Match[str]]
-    matches = _TOKENS.finditer(data) if isinstance(data, bytes) else _TOKENS_STR.finditer(data)
-    depth = 0
-    for match in matches:
-        token = match.group()
-        if len(token) != 1:
-            continue  # a string
-        if token in _OPEN:
-            depth += 1
-            if depth > max_depth:
-                raise BadJSON(f"nesting deeper than {max_depth} levels")
-        else:
-            depth -= 1
+def _no_constant(name: str) -> Any:
+    raise JSONError(f"{name} is not JSON")
 
 
-def loads_bounded(data: bytes | str, *, max_depth: int = 64, max_bytes: int | None = None) -> Any:
-    """Decode ``data`` or raise BadJSON (never RecursionError, never a bare ValueError)."""
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Parsers disagree on which duplicate wins; a checked body must mean one thing to all.
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise JSONError(f"duplicate key {json.dumps(key)[:60]}")
+            seen.add(key)
+    return out
+
+
+def depth(value: Any) -> int:
+    """Nesting depth of parsed JSON (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            node = node.values()
+        elif not isinstance(node, list):
+            continue
+        level += 1
+        deepest = max(deepest, level)
+        stack.extend((child, level) for child in node)
+    return deepest
+
+
+def loads_bounded(
+    data: bytes | str,
+    max_depth: int = MAX_DEPTH,
+    max_bytes: int | None = None,
+    max_int_digits: int = MAX_INT_DIGITS,
+) -> Any:
+    """Parse UTF-8 JSON text; raises JSONError naming what was wrong.
+
+    Refused: not UTF-8, over ``max_bytes``, nesting over ``max_depth``, integers over
+    ``max_int_digits`` digits, NaN / Infinity / out-of-range floats, duplicate object keys.
+    """
     if max_bytes is not None and len(data) > max_bytes:
-        raise BadJSON(f"body of {len(data)} bytes is over the limit of {max_bytes}")
-    _check_depth(data, max_depth)
+        raise JSONError(f"JSON is {len(data)} bytes, over the limit of {max_bytes}")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JSONError(f"not UTF-8 (byte {exc.start})") from None
+    else:
+        text = data
     try:
-        return json.loads(
-            data,
-            parse_int=_parse_int,
+        value = json.loads(
+            text,
+            parse_int=_parse_int(max_int_digits),
             parse_float=_parse_float,
-            parse_constant=_reject_constant,
+            parse_constant=_no_constant,
+            object_pairs_hook=_unique_keys,
         )
-    except BadJSON:
+    except JSONError:
         raise
     except json.JSONDecodeError as exc:
-        raise BadJSON(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except UnicodeDecodeError:
-        raise BadJSON("body is not valid UTF-8") from None
-    except (ValueError, RecursionError) as exc:
-        raise BadJSON(f"invalid JSON: {type(exc).__name__}") from None
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise JSONError(f"invalid JSON: {exc.msg} at {where}") from None
+    except RecursionError:
+        raise JSONError(f"nesting deeper than {max_depth}") from None
+    except ValueError as exc:  # int() and float() limits the hooks did not catch first
+        raise JSONError(f"invalid JSON: {str(exc)[:80]}") from None
+    if depth(value) > max_depth:
+        raise JSONError(f"nesting deeper than {max_depth}")
+    return value

@@ -1,5 +1,9 @@
 """Client for the gate's admin API (httpx): limits, status, audit. Used by ``gpuwatch limits``
-and the TUI; every change goes through ``Guard.check`` first."""
+and the TUI; every change goes through ``Guard.check`` first.
+
+The gate's contract is read here and nowhere else: a 409 becomes a ``GateConflict`` carrying
+who changed the limits, their version and the limits now in force.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from gpuwatch.admintoken import token_problem
 from gpuwatch.control.guard import Guard
 from gpuwatch.httpclient import async_client
 
@@ -23,16 +28,31 @@ class GateError(Exception):
 
 
 class GateConflict(GateError):
-    """409: the limits changed since the version a change was made from. The gate's reply
-    names who changed them (``actor``) and carries the current ``limits``."""
+    """The limits changed since the version the change was based on (HTTP 409)."""
 
-    def __init__(self, message: str, body: Any) -> None:
+    def __init__(
+        self, message: str, actor: str | None, version: int | None, limits: Any, body: Any
+    ) -> None:
         super().__init__(409, message, body)
-        fields = body if isinstance(body, dict) else {}
-        actor = fields.get("actor")
-        limits = fields.get("limits")
-        self.actor: str | None = actor if isinstance(actor, str) else None
-        self.limits: dict[str, Any] | None = limits if isinstance(limits, dict) else None
+        self.actor = actor
+        self.version = version
+        self.limits = limits
+
+    @classmethod
+    def from_body(cls, message: str, body: Any) -> GateConflict:
+        data = body if isinstance(body, dict) else {}
+        actor = data.get("actor")
+        limits = data.get("limits") if isinstance(data.get("limits"), dict) else None
+        version = data.get("version")
+        if not isinstance(version, int) and limits is not None:
+            version = limits.get("version")  # gates before the split sent only the limits
+        return cls(
+            message,
+            actor if isinstance(actor, str) else None,
+            version if isinstance(version, int) and not isinstance(version, bool) else None,
+            limits,
+            body,
+        )
 
 
 def default_actor() -> str:
@@ -57,6 +77,10 @@ class GateClient:
         self.guard = guard
         headers = {"X-Gpuwatch-Actor": actor or default_actor()}
         if token:
+            problem = token_problem(token)
+            if problem:
+                # httpx would fail later with a LocalProtocolError read as "unreachable".
+                raise GateError(None, f"admin token cannot be sent: it {problem}")
             headers["Authorization"] = f"Bearer {token}"
         self._client = async_client(timeout_s=timeout_s, headers=headers)
 
@@ -83,7 +107,7 @@ class GateClient:
             message = error.get("message") if isinstance(error, dict) else None
             text = f"HTTP {response.status_code}: {message or response.text[:200]}"
             if response.status_code == 409:
-                raise GateConflict(text, body)
+                raise GateConflict.from_body(text, body)
             raise GateError(response.status_code, text, body)
         return body
 
@@ -97,7 +121,7 @@ class GateClient:
         return (await self._call("GET", "/admin/audit", params={"limit": limit}))["entries"]
 
     async def patch(self, changes: dict[str, Any], if_match: int | None = None) -> dict[str, Any]:
-        """Apply ``changes``; with ``if_match``, a 409 when another change came first."""
+        """Apply ``changes``; with ``if_match``, GateConflict when another change came first."""
         self.guard.check(f"change of limits {changes}")
-        headers = {"If-Match": str(if_match)} if if_match is not None else {}
+        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else {}
         return await self._call("PATCH", "/admin/limits", json=changes, headers=headers)

@@ -1,1 +1,1 @@
-"""The admission gate: a proxy with lanes, limits and an admin API in front of a server."""
+"""The admission gate: a proxy with per-lane limits in front of an OpenAI-compatible server."""

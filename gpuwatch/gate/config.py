@@ -2,11 +2,15 @@
 
 ```toml
 extra_paths = ["/tokenize", "/health"]     # proxied to the "default" lane; others are 404
+client_header_timeout_s = 10                # like nginx's client_header_timeout
+client_body_timeout_s = 30                  # longest wait for the next piece of a body
+client_send_timeout_s = 60                  # longest wait for a client to take a piece of a stream
 [lanes.chat]
 prefixes = ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
 max_inflight = 8
 max_output_tokens = 1024
 tokenize = false                            # true: count prompts with the upstream /tokenize
+max_body = "4MiB"                           # bytes, or a size with KiB / MiB / GiB
 [lanes.batch]                               # a new lane needs its prefixes
 prefixes = ["/v1/batch"]
 ```
@@ -41,6 +45,40 @@ from gpuwatch.gate.limits import (
 class GateConfig:
     lanes: tuple[Lane, ...]
     extra_paths: tuple[str, ...] = ()
+    # Slow clients: the request line and headers must arrive within the first; a body may
+    # pause at most the second between two pieces (nginx's client_*_timeout, 408 on expiry).
+    client_header_timeout_s: float = 10.0
+    client_body_timeout_s: float = 30.0
+    # A streaming client that stops reading for this long is cut off (nginx's send_timeout).
+    client_send_timeout_s: float = 60.0
+
+
+TIMEOUT_KEYS = ("client_header_timeout_s", "client_body_timeout_s", "client_send_timeout_s")
+_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
+MAX_BODY_CEILING = 1024**3
+
+
+def parse_size(value: Any) -> int:
+    """``4194304`` or ``"4MiB"`` -> bytes; ValueError with the reason."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str):
+        number = value.strip().rstrip("BbIiKkMmGg")
+        unit = value.strip()[len(number) :].upper()
+        if unit not in _UNITS or not (number.strip().isascii() and number.strip().isdigit()):
+            raise ValueError(f'must be bytes or a size like "4MiB", got {value[:40]!r}')
+        size = int(number) * _UNITS[unit]
+    else:
+        raise ValueError(f'must be bytes or a size like "4MiB", got {type(value).__name__}')
+    if not 1 <= size <= MAX_BODY_CEILING:
+        raise ValueError(f"must be between 1 byte and 1GiB, got {size}")
+    return size
+
+
+def _seconds(path: Path, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+        raise ConfigError(f"{path}: key '{key}' must be a number of seconds in (0, 3600]")
+    return float(value)
 
 
 def _strings(path: Path, key: str, value: Any) -> tuple[str, ...]:
@@ -56,13 +94,18 @@ def load_gate_config(path: Path | None) -> GateConfig:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start})") from exc
+    except ValueError as exc:  # TOMLDecodeError, and int() past 4300 digits
+        raise ConfigError(f"{path}: invalid TOML: {str(exc)[:200]}") from exc
     lanes = {lane.name: lane for lane in DEFAULT_LANES}
     extra: tuple[str, ...] = ()
+    timeouts: dict[str, float] = {}
     for key, value in data.items():
         if key == "extra_paths":
             extra = _strings(path, key, value)
+        elif key in TIMEOUT_KEYS:
+            timeouts[key] = _seconds(path, key, value)
         elif key == "lanes":
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: 'lanes' must be a table ([lanes.NAME])")
@@ -70,7 +113,7 @@ def load_gate_config(path: Path | None) -> GateConfig:
                 lanes[name] = _lane(path, name, spec, lanes.get(name))
         else:
             raise ConfigError(f"{path}: unknown key '{key}'")
-    return GateConfig(tuple(lanes.values()), extra)
+    return GateConfig(tuple(lanes.values()), extra, **timeouts)
 
 
 def _lane(path: Path, name: str, spec: Any, base: Lane | None) -> Lane:
@@ -85,6 +128,12 @@ def _lane(path: Path, name: str, spec: Any, base: Lane | None) -> Lane:
     tokenize = spec.pop("tokenize", base.tokenize if base else False)
     if not isinstance(tokenize, bool):
         raise ConfigError(f"{path}: key 'lanes.{name}.tokenize' must be true or false")
+    try:
+        max_body = parse_size(spec.pop("max_body")) if "max_body" in spec else None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: key 'lanes.{name}.max_body' {exc}") from None
+    if max_body is None:
+        max_body = base.max_body if base else Lane(name, (), LaneLimits()).max_body
     if prefixes is None:
         if base is None:
             raise ConfigError(f"{path}: new lane 'lanes.{name}' needs 'prefixes'")
@@ -97,4 +146,4 @@ def _lane(path: Path, name: str, spec: Any, base: Lane | None) -> Lane:
         limits = apply_patch(Limits(0, False, {name: start}), {"lanes": {name: spec}})
     except LimitsError as exc:
         raise ConfigError(f"{path}: key '{exc.field}' {str(exc).split(': ', 1)[1]}") from exc
-    return Lane(name, prefixes, limits.lanes[name], tokenize)
+    return Lane(name, prefixes, limits.lanes[name], tokenize, max_body)

@@ -35,23 +35,35 @@ class LaneLimits:
 
 
 LANE_KEYS = tuple(LaneLimits.__dataclass_fields__)
+# Upper bounds: far above any real node, low enough that arithmetic and display stay sane.
+MAX_COUNT = 1_000_000
+MAX_TOKENS = 100_000_000
+MAX_TIMEOUT_S = 86_400.0
+
+
+MiB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class Lane:
-    """A lane's routing (config only) and its limits (changeable at run time)."""
+    """A lane's routing and body bound (config only) and its limits (changeable at run time).
+
+    ``max_body``: the largest request body the lane accepts, in bytes. Bodies are held in
+    memory while queued, so a lane holds at most (max_inflight + max_queue) x max_body.
+    """
 
     name: str
     prefixes: tuple[str, ...]
     limits: LaneLimits
     tokenize: bool = False
+    max_body: int = 4 * MiB
 
 
 DEFAULT_LANES: tuple[Lane, ...] = (
     Lane("chat", ("/v1/chat/completions", "/v1/completions", "/v1/responses"), LaneLimits()),
     Lane("embed", ("/v1/embeddings", "/v1/rerank", "/v1/score"), LaneLimits(32, 128, 30.0)),
-    Lane("image", ("/v1/images/",), LaneLimits(4, 16, 60.0)),
-    Lane("default", (), LaneLimits()),
+    Lane("image", ("/v1/images/",), LaneLimits(4, 16, 60.0), max_body=32 * MiB),
+    Lane("default", (), LaneLimits(), max_body=8 * MiB),
 )
 
 
@@ -69,39 +81,52 @@ class Limits:
         }
 
 
-def _int(path: str, value: Any, minimum: int, nullable: bool = False) -> int | None:
+def _shown(value: Any) -> str:
+    """A client's value in an error message: bounded, whatever it is."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return "an integer of more than 60 digits"  # repr() itself refuses past 4300 digits
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _int(path: str, value: Any, minimum: int, maximum: int, nullable: bool = False) -> int | None:
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         kind = "an integer or null" if nullable else "an integer"
-        raise LimitsError(path, f"must be {kind}, got {value!r}")
+        raise LimitsError(path, f"must be {kind}, got {_shown(value)}")
     if value < minimum:
-        raise LimitsError(path, f"must be >= {minimum}, got {value}")
+        raise LimitsError(path, f"must be >= {minimum}, got {_shown(value)}")
+    if value > maximum:
+        raise LimitsError(path, f"must be <= {maximum}, got {_shown(value)}")
     return value
 
 
 def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
     if not isinstance(patch, dict):
-        raise LimitsError(path, f"must be an object, got {patch!r}")
+        raise LimitsError(path, f"must be an object, got {_shown(patch)}")
     changes: dict[str, Any] = {}
     for key, value in patch.items():
         at = f"{path}.{key}"
         if key in ("max_inflight", "max_queue"):
-            changes[key] = _int(at, value, 0)
+            changes[key] = _int(at, value, 0, MAX_COUNT)
         elif key in ("max_prompt_tokens", "max_output_tokens"):
-            changes[key] = _int(at, value, 1, nullable=True)
+            changes[key] = _int(at, value, 1, MAX_TOKENS, nullable=True)
         elif key == "queue_timeout_s":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise LimitsError(at, f"must be a number, got {value!r}")
-            if not math.isfinite(value) or value <= 0:
-                raise LimitsError(at, f"must be > 0, got {value}")
+                raise LimitsError(at, f"must be a number, got {_shown(value)}")
+            # float() of a 5000-digit integer raises; compare as numbers first.
+            if not 0 < value <= MAX_TIMEOUT_S or not math.isfinite(value):
+                raise LimitsError(at, f"must be > 0 and <= {MAX_TIMEOUT_S:g}, got {_shown(value)}")
             changes[key] = float(value)
         elif key == "output_tokens_policy":
-            if value not in POLICIES:
-                raise LimitsError(at, f"must be one of {', '.join(POLICIES)}, got {value!r}")
+            if not isinstance(value, str) or value not in POLICIES:
+                raise LimitsError(at, f"must be one of {', '.join(POLICIES)}, got {_shown(value)}")
             changes[key] = value
         else:
-            raise LimitsError(at, "unknown key")
+            raise LimitsError(_field(at), "unknown key")
     return replace(current, **changes)
 
 
@@ -116,31 +141,48 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
             continue  # a GET-modify-PATCH client may send it back; If-Match is the check
         if key == "paused":
             if not isinstance(value, bool):
-                raise LimitsError("paused", f"must be true or false, got {value!r}")
+                raise LimitsError("paused", f"must be true or false, got {_shown(value)}")
             paused = value
         elif key == "lanes":
             if not isinstance(value, dict):
-                raise LimitsError("lanes", f"must be an object, got {value!r}")
+                raise LimitsError("lanes", f"must be an object, got {_shown(value)}")
             for name, lane_patch in value.items():
                 if name not in lanes:
-                    raise LimitsError(f"lanes.{name}", "unknown lane")
+                    raise LimitsError(_field(f"lanes.{name}"), "unknown lane")
                 lanes[name] = _lane_patch(f"lanes.{name}", lanes[name], lane_patch)
         else:
-            raise LimitsError(key, "unknown key")
+            raise LimitsError(_field(key), "unknown key")
     return Limits(current.version + 1, paused, lanes)
 
 
+def _field(name: str) -> str:
+    """A field name from a client, as it appears in an error: printable and bounded."""
+    shown = name.encode("unicode_escape").decode("ascii")
+    return shown if len(shown) <= 80 else f"{shown[:77]}..."
+
+
 def from_json(data: Any, lanes: Mapping[str, LaneLimits]) -> Limits:
-    """Limits read back from a state file, checked with the same rules as a PATCH."""
+    """Limits read back from a state file, checked with the same rules as a PATCH.
+
+    Lanes the config no longer has are left out (``unknown_lanes`` names them for a log line).
+    """
     if not isinstance(data, dict):
         raise LimitsError("limits", "must be an object")
     version = data.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise LimitsError("version", f"must be an integer >= 0, got {version!r}")
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < 2**53:
+        raise LimitsError("limits.version", f"must be an integer >= 0, got {_shown(version)}")
+    saved = data.get("lanes", {})
+    if not isinstance(saved, dict):
+        raise LimitsError("limits.lanes", f"must be an object, got {_shown(saved)}")
     base = Limits(version - 1, False, dict(lanes))
-    known = {k: v for k, v in data.get("lanes", {}).items() if k in lanes}
+    known = {k: v for k, v in saved.items() if k in lanes}
     patch = {"paused": data.get("paused", False), "lanes": copy.deepcopy(known)}
     return apply_patch(base, patch)
+
+
+def unknown_lanes(data: dict[str, Any], lanes: Mapping[str, LaneLimits]) -> list[str]:
+    saved = data.get("lanes", {})
+    return [k for k in saved if k not in lanes] if isinstance(saved, dict) else []
 
 
 def changed(before: Limits, after: Limits) -> dict[str, Any]:

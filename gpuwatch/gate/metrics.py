@@ -32,6 +32,23 @@ class GateMetrics:
         self.upstream_errors = Counter(
             "gpuwatch_gate_upstream_errors", "Upstream connection failures (502s).", registry=r
         )
+        self.upstream_retries = Counter(
+            "gpuwatch_gate_upstream_retries",
+            "Requests sent again on a new connection: a kept-alive one was closed under them.",
+            registry=r,
+        )
+        self.streams_broken = Counter(
+            "gpuwatch_gate_streams_broken",
+            "Streamed answers cut short, by the side that went away (client or upstream).",
+            ["side"],
+            registry=r,
+        )
+        self.bad_requests = Counter(
+            "gpuwatch_gate_bad_requests",
+            "Requests refused before admission for what they sent (bad path, body, size).",
+            ["code"],
+            registry=r,
+        )
         self.queue_wait = Histogram(
             "gpuwatch_gate_queue_wait_seconds",
             "Time queued before admission.",

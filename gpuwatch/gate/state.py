@@ -1,28 +1,64 @@
-"""The gate's state file: limits and the audit trail, written atomically on every change.
+"""The gate's state: the limits file, the audit log beside it, and the change transaction.
 
-Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves the old file or
-the new one, never half of one. A file that cannot be read back is an error at start, never a
-silent reset to defaults.
+The limits file is small and written whole on every change: temp file in the same folder,
+fsync, rename, fsync the folder, so a crash leaves the old file or the new one, never half of
+one. The audit trail is an append-only log next to it (``<state file>.audit.jsonl``, see
+``audit.py``). A file that cannot be read back is an error at start that names the file and
+the key, never a silent reset to defaults. A state file of schema 1 (the audit embedded in it)
+is migrated: its entries move to the log.
+
+``GateState.change`` is the one way limits change: the If-Match check, the new limits, the
+audit entry, and persisting both, or nothing at all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.gate.limits import LaneLimits, Limits, LimitsError, from_json
+from gpuwatch.gate.audit import AuditError, AuditLog, check_entry
+from gpuwatch.gate.limits import (
+    LaneLimits,
+    Limits,
+    LimitsError,
+    apply_patch,
+    changed,
+    from_json,
+    unknown_lanes,
+)
+from gpuwatch.safejson import JSONError, loads_bounded
 
-AUDIT_KEEP = 1000
-SCHEMA = 1
+log = logging.getLogger("gpuwatch.gate")
+
+SCHEMA = 2
+_STATE_MAX_BYTES = 64 * 1024 * 1024  # a schema-1 file with its embedded audit can be large
 
 
 class StateError(Exception):
     """The state file exists but cannot be used; the message names the path."""
+
+
+class Conflict(Exception):
+    """If-Match named a version that is not the current one."""
+
+    def __init__(self, limits: Limits, actor: str | None, if_match: str) -> None:
+        super().__init__(
+            f"limits changed by {actor} (version {limits.version}, you had {if_match[:40]})"
+        )
+        self.limits = limits
+        self.actor = actor
+
+
+class SaveError(Exception):
+    """The change could not be persisted; nothing changed."""
 
 
 def default_path(host: str, port: int) -> Path:
@@ -31,55 +67,156 @@ def default_path(host: str, port: int) -> Path:
     return Path(base) / "gpuwatch" / f"gate-{safe_host}-{port}.json"
 
 
+def audit_path(state_path: Path) -> Path:
+    return state_path.with_name(state_path.name + ".audit.jsonl")
+
+
+def etag(version: int) -> str:
+    return f'"{version}"'
+
+
+def if_match_ok(header: str, version: int) -> bool:
+    """RFC 9110 If-Match: ``*``, or a list of strong tags; a bare number is accepted too
+    (older clients sent one)."""
+    if header.strip() == "*":
+        return True
+    for tag in header.split(","):
+        tag = tag.strip()
+        if tag.startswith("W/"):
+            continue  # weak tags never match If-Match
+        if tag.strip('"') == str(version):
+            return True
+    return False
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 @dataclass
 class GateState:
     path: Path
     limits: Limits
-    audit: list[dict[str, Any]] = field(default_factory=list)
+    log: AuditLog
+    _listeners: list[Callable[[Limits], None]] = field(default_factory=list)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def audit(self) -> list[dict[str, Any]]:
+        """The newest entries, newest first."""
+        return list(self.log.recent)
+
+    def last_actor(self) -> str | None:
+        return self.log.recent[0]["actor"] if self.log.recent else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "limits": self.limits.to_json(), "audit": self.audit}
+        return {"schema": SCHEMA, "limits": self.limits.to_json()}
 
-    def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(self.to_json(), indent=1).encode()
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+    def save(self, limits: Limits | None = None) -> None:
+        data = {"schema": SCHEMA, "limits": (limits or self.limits).to_json()}
+        _write_atomic(self.path, json.dumps(data, indent=1).encode())
+
+    def on_change(self, listener: Callable[[Limits], None]) -> None:
+        self._listeners.append(listener)
+
+    def _commit(self, before: Limits, after: Limits, entry: dict[str, Any]) -> None:
+        self.save(after)
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            self.log.append(entry)
+        except OSError:
+            self.save(before)  # no change without its audit entry
             raise
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
-    def record(self, entry: dict[str, Any]) -> None:
-        self.audit.insert(0, entry)
-        del self.audit[AUDIT_KEEP:]
+    async def change(self, patch: Any, actor: str, if_match: str | None) -> Limits:
+        """Apply ``patch`` as ``actor``: Conflict, LimitsError or SaveError leave all as it was."""
+        async with self._lock:
+            before = self.limits
+            if if_match is not None and not if_match_ok(if_match, before.version):
+                raise Conflict(before, self.last_actor(), if_match)
+            after = apply_patch(before, patch)
+            entry = {
+                "time": time.time(),
+                "actor": actor,
+                "version": after.version,
+                "change": changed(before, after),
+                "before": before.to_json(),
+                "after": after.to_json(),
+            }
+            try:
+                await asyncio.to_thread(self._commit, before, after, entry)
+            except OSError as exc:
+                raise SaveError(f"cannot persist limits: {exc.strerror or exc}") from exc
+            self.limits = after
+            for listener in self._listeners:
+                listener(after)
+            return after
+
+
+def _entries(path: Path, audit: Any) -> list[dict[str, Any]]:
+    if not isinstance(audit, list):
+        raise StateError(f"state file {path}: key 'audit' must be a list of entries")
+    for n, entry in enumerate(audit):
+        problem = check_entry(entry)
+        if problem:
+            raise StateError(f"state file {path}: key 'audit[{n}]': {problem}")
+    return list(reversed(audit))  # schema 1 kept newest first; the log is oldest first
 
 
 def load(path: Path, lanes: Mapping[str, LaneLimits]) -> GateState:
     """Persisted limits win over the config's; a missing file starts from the config."""
+    audit = AuditLog(audit_path(path))
     if not path.exists():
-        return GateState(path, Limits(1, False, dict(lanes)))
+        try:
+            audit.load()
+        except AuditError as exc:
+            raise StateError(str(exc)) from exc
+        return GateState(path, Limits(1, False, dict(lanes)), audit)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise StateError(f"state file {path}: unknown schema (expected {SCHEMA})")
+        data = loads_bounded(path.read_bytes(), max_bytes=_STATE_MAX_BYTES)
+    except OSError as exc:
+        raise StateError(f"state file {path}: cannot read: {exc.strerror or exc}") from exc
+    except JSONError as exc:
+        raise StateError(f"state file {path} is corrupt: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema") not in (1, SCHEMA):
+        raise StateError(f"state file {path}: unknown schema (expected {SCHEMA})")
+    try:
         limits = from_json(data.get("limits"), lanes)
-        audit = data.get("audit", [])
-        if not isinstance(audit, list):
-            raise StateError(f"state file {path}: audit must be a list")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StateError(f"state file {path}: cannot read: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise StateError(f"state file {path} is corrupt: {exc}") from exc
     except LimitsError as exc:
-        raise StateError(f"state file {path} is corrupt: {exc}") from exc
-    return GateState(path, limits, audit[:AUDIT_KEEP])
+        reason = str(exc).removeprefix(f"{exc.field}: ")
+        raise StateError(f"state file {path} is corrupt: key '{exc.field}' {reason}") from exc
+    for name in unknown_lanes(data["limits"], lanes):
+        log.warning(
+            "state file %s: lane %r is not in the config; its saved limits are dropped",
+            path,
+            name[:60],
+        )
+    state = GateState(path, limits, audit)
+    if data["schema"] == 1:
+        entries = _entries(path, data.get("audit", []))
+        try:
+            audit.write_all(entries)  # first, so a crash here leaves schema 1 to migrate again
+            state.save()
+        except OSError as exc:
+            raise StateError(f"state file {path}: cannot migrate: {exc.strerror or exc}") from exc
+        log.info("state file %s: moved %d audit entries to %s", path, len(entries), audit.path)
+        return state
+    try:
+        audit.load()
+    except AuditError as exc:
+        raise StateError(str(exc)) from exc
+    return state

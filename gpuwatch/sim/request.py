@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 from aiohttp import web
 
 from gpuwatch.fmt import clip
-from gpuwatch.safejson import BadJSON, loads_bounded
+from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.sim.node import Job
 from gpuwatch.sim.profiles import Profile
 from gpuwatch.tokens import CHARS_PER_TOKEN, chat_text, estimate_chat, estimate_text
@@ -74,7 +74,7 @@ def block_hashes(units: list[str] | str, per_block: int) -> tuple[int, ...]:
 def decode(raw: bytes) -> dict[str, Any]:
     try:
         body = loads_bounded(raw)
-    except BadJSON as exc:
+    except JSONError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")

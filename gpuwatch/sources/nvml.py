@@ -21,7 +21,7 @@ import pynvml
 
 from gpuwatch.fmt import clip
 from gpuwatch.model import GpuReading, GpuSample, ProcessInfo
-from gpuwatch.safejson import BadJSON, loads_bounded
+from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.sources.host import ProcessTable
 
 _INIT_REASONS: Mapping[type, str] = {
@@ -291,7 +291,7 @@ class SimGpuSource:
             response = self._client.get(self.url)
             response.raise_for_status()
             state = checked_state(loads_bounded(response.content, max_bytes=_MAX_STATE_BYTES))
-        except (httpx.HTTPError, BadJSON, GpuSourceError) as exc:
+        except (httpx.HTTPError, JSONError, GpuSourceError) as exc:
             raise GpuSourceError(
                 f"fake GPU source {self.url}: {type(exc).__name__}: {exc}"
             ) from exc

@@ -6,11 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)"
@@ -31,27 +32,23 @@ def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
         ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", cmd], check=True
     )
     try:
-        end = time.monotonic() + 60
-        screen = ""
-        while time.monotonic() < end:
+        badges = (" OK ", " TIGHT ", " OVERLOADED ")
+
+        def shown() -> str | None:
             screen = capture(session)
-            if (
-                "vllm" in screen
-                and "RTX 4090" in screen
-                and "admission" in screen
-                and "run " in screen
-            ):
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"the demo never showed the node:\n{screen}")
+            parts = ("vllm", "RTX 4090", "admission", "run ")
+            ready = all(p in screen for p in parts) and any(b in screen for b in badges)
+            return screen if ready else None
+
+        screen = eventually_sync(
+            shown, 60, message=lambda: f"the demo never showed the node:\n{capture(session)}"
+        )
         demo = psutil.Process(int(pidfile.read_text()))
         children = demo.children(recursive=True)
         commands = [" ".join(c.cmdline()) for c in children]
         assert any("gpuwatch sim" in c for c in commands) and any(
             "gpuwatch gate" in c for c in commands
         )
-        assert "OK" in screen or "TIGHT" in screen or "OVERLOADED" in screen
         assert "chat" in screen and "22.1G/24.0G" in screen
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         gone, alive = psutil.wait_procs([demo, *children], timeout=20)

@@ -34,9 +34,9 @@ BODIES = {
         json.dumps({"gpus": [{**GOOD_GPU, "processes": [{"pid": "1"}]}]}).encode(),
         "gpus[0].processes is not a list",
     ),
-    "deep nesting": (b"[" * 100_000 + b"]" * 100_000, "BadJSON: nesting deeper than"),
-    "NaN": (b'{"gpus": [{"memory_total": NaN, "memory_used": 1}]}', "BadJSON: non-finite"),
-    "HTML": (b"<html>" + b"x" * 100_000, "BadJSON: invalid JSON"),
+    "deep nesting": (b"[" * 100_000 + b"]" * 100_000, "JSONError: nesting deeper than"),
+    "NaN": (b'{"gpus": [{"memory_total": NaN, "memory_used": 1}]}', "JSONError: NaN is not JSON"),
+    "HTML": (b"<html>" + b"x" * 100_000, "JSONError: invalid JSON"),
 }
 
 

@@ -160,7 +160,10 @@ async def test_80x24_renders_everything_that_matters(stack) -> None:
             pilot, lambda: "RTX 4090" in text(app, "#gpus") and "chat" in text(app, "#admission")
         )
         shot = await until(
-            pilot, lambda: (t := screen_text(app)) and "RTX 4090" in t and "chat" in t and t
+            pilot,
+            lambda: (
+                (t := screen_text(app)) and "RTX 4090" in t and "chat" in t and " OK " in t and t
+            ),
         )
         assert "OK" in shot and "RTX 4090" in shot and "vllm" in shot and "chat" in shot
         assert app.screen.has_class("-narrow") and app.screen.has_class("-short")
@@ -201,10 +204,12 @@ async def test_help_gpu_screen_freeze_and_window(stack) -> None:
 
 async def test_badge_changes_with_hysteresis(stack) -> None:
     node, sim, gate, served = stack
-    app = GpuwatchApp(options(sim.url, served.url, slo={"ttft_p99_s": 0.001}))
+    app = GpuwatchApp(options(sim.url, served.url, slo={"ttft_p99_s": 1000.0}))
     app.monitor.health.hold_s = 1.0
     load = Load(served.url, 4)
     async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.monitor.verdict.level == "OK")  # data, and well inside
+        app.monitor.health.slo["ttft_p99_s"] = 0.001  # now far outside: the badge must wait
         await until(pilot, lambda: app.monitor.health.pending(app.monitor.clock()) is not None)
         assert app.monitor.verdict.level == "OK"  # the new level has not held long enough
         await until(pilot, lambda: app.monitor.verdict.level == "OVERLOADED")

@@ -27,7 +27,9 @@ def _binary() -> str:
 
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``llama-server -m tiny.gguf --metrics -np 2 -c 4096`` on a free loopback port."""
+    """``llama-server -m tiny.gguf --metrics -np 2 -c 4096`` on a free loopback port, started as
+    an operator would: no tuned flags. Its HTTP threads default to max(np + 2, cores - 1), and a
+    request waiting for a slot holds one, so tests keep concurrent requests below that."""
     binary = _binary()
     model = write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf")
     port = free_port()
@@ -35,10 +37,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [binary, "-m", str(model), "--metrics", "-np", "2", "-c", "4096",
-             "--host", "127.0.0.1", "--port", str(port), "-t", "2",
-             # HTTP threads above the number of concurrent clients: with its default (one per
-             # core), requests waiting for a slot hold every HTTP thread and /metrics stalls.
-             "--threads-http", "16"],
+             "--host", "127.0.0.1", "--port", str(port)],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -1,0 +1,154 @@
+"""The admin plane, mounted at ``/admin``: limits (GET, PATCH), status and the audit trail.
+
+Every route sits behind one middleware, ``bearer_auth``: with a token configured, a request
+without ``Authorization: Bearer <token>`` gets a 401 naming the scheme, before any handler
+runs. The change itself (If-Match, audit entry, persist or roll back) is ``GateState.change``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+import unicodedata
+from collections.abc import Awaitable, Callable, Mapping
+from itertools import islice
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from gpuwatch.gate.admission import AdmissionLane
+from gpuwatch.gate.audit import KEEP
+from gpuwatch.gate.body import BodyRefused, read_body
+from gpuwatch.gate.errors import openai_error, printable
+from gpuwatch.gate.limits import LimitsError
+from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
+from gpuwatch.safejson import JSONError, loads_bounded
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PATCH_MAX_BYTES = 64 * 1024
+ACTOR_MAX = 128
+ACTOR_HEADER = "X-Gpuwatch-Actor"
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="gpuwatch-admin"'}
+
+
+def _token_matches(header: str | None, token: bytes) -> bool:
+    if header is None:
+        return False
+    scheme, _, given = header.partition(" ")
+    try:
+        # aiohttp keeps undecodable header bytes as surrogates: give back the bytes sent.
+        sent = given.strip().encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return scheme.lower() == "bearer" and hmac.compare_digest(sent, token)
+
+
+def bearer_auth(token: bytes | None) -> Middleware:
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if token is not None and not _token_matches(request.headers.get("Authorization"), token):
+            return openai_error(
+                "missing or wrong admin token (Authorization: Bearer ...)",
+                401,
+                "authentication_error",
+                headers=_CHALLENGE,
+            )
+        return await handler(request)
+
+    return auth
+
+
+def check_actor(actor: str) -> str | None:
+    """Why an actor name is refused, or None. It is shown on terminals: no control or
+    formatting characters (bidi overrides among them), and a bounded length."""
+    if len(actor) > ACTOR_MAX:
+        return f"must be at most {ACTOR_MAX} characters"
+    for ch in actor:
+        if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            return f"must not contain U+{ord(ch):04X} (a control or formatting character)"
+    return None
+
+
+class Admin:
+    def __init__(
+        self, state: GateState, lanes: Mapping[str, AdmissionLane], body_timeout_s: float
+    ) -> None:
+        self.state = state
+        self.lanes = lanes
+        self.body_timeout_s = body_timeout_s
+
+    def app(self, token: bytes | None) -> web.Application:
+        app = web.Application(middlewares=[bearer_auth(token)], client_max_size=PATCH_MAX_BYTES)
+        app.router.add_get("/limits", self.get_limits)
+        app.router.add_patch("/limits", self.patch_limits)
+        app.router.add_get("/status", self.get_status)
+        app.router.add_get("/audit", self.get_audit)
+        return app
+
+    async def get_limits(self, _: web.Request) -> web.Response:
+        limits = self.state.limits
+        return web.json_response(limits.to_json(), headers={"ETag": etag(limits.version)})
+
+    async def patch_limits(self, request: web.Request) -> web.Response:
+        actor = request.headers.get(ACTOR_HEADER) or (request.remote or "unknown")
+        problem = check_actor(actor)
+        if problem:
+            return openai_error(
+                f"{ACTOR_HEADER} {problem}", 400, "invalid_request_error", param=ACTOR_HEADER
+            )
+        try:
+            raw = await read_body(request, PATCH_MAX_BYTES, self.body_timeout_s)
+            patch = loads_bounded(raw)
+        except BodyRefused as exc:
+            response = openai_error(str(exc), exc.status, "invalid_request_error")
+            response.force_close()
+            return response
+        except JSONError as exc:
+            return openai_error(f"body is not valid JSON: {exc}", 400, "invalid_request_error")
+        try:
+            after = await self.state.change(patch, actor, request.headers.get("If-Match"))
+        except Conflict as exc:
+            body = {
+                # An actor saved by an older gate may hold anything: escaped for display.
+                "error": {
+                    "message": printable(str(exc)),
+                    "type": "conflict",
+                    "param": None,
+                    "code": 409,
+                },
+                "actor": exc.actor,
+                "version": exc.limits.version,
+                "limits": exc.limits.to_json(),
+            }
+            return web.json_response(body, status=409, headers={"ETag": etag(exc.limits.version)})
+        except LimitsError as exc:
+            return openai_error(str(exc), 400, "invalid_request_error", exc.field)
+        except SaveError as exc:
+            return openai_error(str(exc), 500, "internal_error")
+        return web.json_response(after.to_json(), headers={"ETag": etag(after.version)})
+
+    async def get_status(self, _: web.Request) -> web.Response:
+        now = time.monotonic()
+        lanes = {
+            name: {
+                "inflight": lane.inflight,
+                "queued": len(lane.queue),
+                "oldest_queued_s": round(lane.oldest_queued_s(now), 3),
+                "admitted_total": lane.admitted_total,
+                "rejected_total": dict(lane.rejected_total),
+            }
+            for name, lane in self.lanes.items()
+        }
+        limits = self.state.limits
+        return web.json_response(
+            {"version": limits.version, "paused": limits.paused, "lanes": lanes}
+        )
+
+    async def get_audit(self, request: web.Request) -> web.Response:
+        text = request.query.get("limit", "50")
+        if not (text.isascii() and text.isdigit() and len(text) <= 9):
+            return openai_error(
+                "limit must be a whole number", 400, "invalid_request_error", "limit"
+            )
+        limit = min(int(text), KEEP)
+        return web.json_response({"entries": list(islice(self.state.log.recent, limit))})

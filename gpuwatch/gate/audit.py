@@ -1,0 +1,127 @@
+"""The audit trail: an append-only log of limit changes, one JSON object per line.
+
+Appending a line costs the same at entry 10 and entry 100,000 (the limits file, written whole
+on every change, no longer carries the trail). The file is rotated by size: past ``max_bytes``
+it becomes ``<name>.1`` (replacing the previous one) and a new file starts. The newest
+``KEEP`` entries are also held in memory, newest first, for the admin API.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.safejson import JSONError, loads_bounded
+
+log = logging.getLogger("gpuwatch.gate")
+
+KEEP = 1000
+MAX_BYTES = 8 * 1024 * 1024
+_LINE_MAX = 256 * 1024
+
+
+class AuditError(Exception):
+    """An audit log that cannot be read back; the message names the file and line."""
+
+
+def check_entry(entry: Any) -> str | None:
+    """What is wrong with an audit entry, or None."""
+    if not isinstance(entry, dict):
+        return "an entry must be an object"
+    if not isinstance(entry.get("actor"), str):
+        return "'actor' must be a string"
+    version = entry.get("version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        return "'version' must be an integer"
+    when = entry.get("time")
+    if isinstance(when, bool) or not isinstance(when, (int, float)):
+        return "'time' must be a number"
+    return None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class AuditLog:
+    def __init__(self, path: Path, max_bytes: int = MAX_BYTES) -> None:
+        self.path = path
+        self.rotated = path.with_name(path.name + ".1")
+        self.max_bytes = max_bytes
+        self.recent: deque[dict[str, Any]] = deque(maxlen=KEEP)  # newest first
+
+    def load(self) -> None:
+        """Read the newest entries back (the rotated file first, then the current one)."""
+        entries: list[dict[str, Any]] = []
+        for path in (self.rotated, self.path):
+            entries.extend(self._read(path))
+        self.recent.clear()
+        self.recent.extendleft(entries[-KEEP:])
+
+    def _read(self, path: Path) -> list[dict[str, Any]]:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise AuditError(f"audit log {path}: cannot read: {exc.strerror or exc}") from exc
+        lines = data.split(b"\n")
+        torn = lines.pop()  # after the last newline: empty, or a line a crash cut short
+        if torn:
+            log.warning(
+                "audit log %s: ignoring an incomplete last line (%d bytes)", path, len(torn)
+            )
+        out = []
+        for n, line in enumerate(lines, 1):
+            try:
+                entry = loads_bounded(line, max_bytes=_LINE_MAX)
+            except JSONError as exc:
+                raise AuditError(f"audit log {path} line {n}: {exc}") from None
+            problem = check_entry(entry)
+            if problem:
+                raise AuditError(f"audit log {path} line {n}: {problem}")
+            out.append(entry)
+        return out
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Write one entry durably (fsync); rotate first when the file is full."""
+        line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size and size + len(line) > self.max_bytes:
+            os.replace(self.path, self.rotated)
+            _fsync_dir(self.path.parent)
+        with open(self.path, "ab") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if size == 0:
+            _fsync_dir(self.path.parent)  # a new file: make its name durable too
+        self.recent.appendleft(entry)
+
+    def write_all(self, entries: Iterable[dict[str, Any]]) -> None:
+        """Replace the log with ``entries`` (oldest first), atomically: for migration."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        items = list(entries)
+        with open(tmp, "wb") as fh:
+            for entry in items:
+                fh.write((json.dumps(entry, separators=(",", ":")) + "\n").encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        _fsync_dir(self.path.parent)
+        self.recent.clear()
+        self.recent.extendleft(items[-KEEP:])

@@ -1,0 +1,142 @@
+"""A lane's prompt and output caps applied to a parsed request body. Pure: no I/O.
+
+Every field read here is type-checked first, and a wrong type is a ``BodyError`` (400): a body
+the gate cannot read is a body it cannot cap. The output cap covers each name and each form a
+server accepts for it: vLLM coerces ``500.0`` and ``"500"`` to 500, so they are numbers here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from gpuwatch.tokens import estimate_chat, estimate_text
+
+# Every name an OpenAI-compatible server reads as the output bound (vLLM, llama.cpp, TGI,
+# the Responses API). All present are capped, whichever the upstream happens to use.
+OUTPUT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "max_new_tokens")
+# Fields that carry a prompt, by API: all are counted, so a prompt in one field cannot hide
+# behind an empty other one.
+PROMPT_KEYS = ("messages", "prompt", "input")
+_NUMERIC = re.compile(r"\s*\+?(\d{1,18})(?:\.0*)?\s*")
+
+
+class BodyError(ValueError):
+    """A body field of the wrong type or form; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def _message_text(at: str, message: Any) -> str:
+    if not isinstance(message, dict):
+        raise BodyError(at, "must be an object")
+    role = message.get("role", "")
+    if not isinstance(role, str):
+        raise BodyError(f"{at}.role", "must be a string")
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return f"{role}: {content or ''}"
+    if not isinstance(content, list):
+        raise BodyError(f"{at}.content", "must be a string, a list of parts or null")
+    texts = []
+    for i, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise BodyError(f"{at}.content[{i}]", "must be an object")
+        text = part.get("text", "")
+        if not isinstance(text, str):
+            raise BodyError(f"{at}.content[{i}].text", "must be a string")
+        texts.append(text)
+    return f"{role}: {' '.join(texts)}"
+
+
+def _prompt_texts(key: str, value: Any) -> tuple[list[str], int]:
+    """(texts to count, token ids already counted) of one prompt field."""
+    if value is None:
+        return [], 0
+    if isinstance(value, str):
+        return [value], 0
+    if isinstance(value, list):
+        if all(isinstance(t, str) for t in value):
+            return list(value), 0
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+            return [], len(value)
+        if all(isinstance(t, list) for t in value) and all(
+            isinstance(i, int) and not isinstance(i, bool) for t in value for i in t
+        ):
+            return [], sum(len(t) for t in value)
+    raise BodyError(key, "must be a string, a list of strings or a list of token ids")
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """All the prompt text a body carries (for an upstream tokenizer); BodyError on bad types."""
+    parts: list[str] = []
+    messages = body.get("messages")
+    if messages is not None:
+        if not isinstance(messages, list):
+            raise BodyError("messages", "must be a list")
+        parts.extend(_message_text(f"messages[{i}]", m) for i, m in enumerate(messages))
+    for key in PROMPT_KEYS[1:]:
+        texts, _ = _prompt_texts(key, body.get(key))
+        parts.extend(texts)
+    return "\n".join(parts)
+
+
+def estimate_prompt(body: dict[str, Any]) -> int | None:
+    """Prompt tokens by the shared estimate, over every prompt field; None when there is none."""
+    total = 0
+    found = False
+    messages = body.get("messages")
+    if messages is not None:
+        if not isinstance(messages, list):
+            raise BodyError("messages", "must be a list")
+        for i, m in enumerate(messages):
+            _message_text(f"messages[{i}]", m)  # type check; the estimate reads the same fields
+        total += estimate_chat(messages)
+        found = True
+    for key in PROMPT_KEYS[1:]:
+        texts, ids = _prompt_texts(key, body.get(key))
+        total += ids + sum(estimate_text(t) for t in texts)
+        found = found or bool(texts) or ids > 0
+    return total if found else None
+
+
+def output_tokens(key: str, value: Any) -> int | None:
+    """A requested output bound as the upstream will read it; BodyError for what is no number."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise BodyError(key, "must be an integer, got a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise BodyError(key, f"must be an integer, got {value!r}")
+        return int(value)
+    if isinstance(value, str):
+        match = _NUMERIC.fullmatch(value)
+        if match is None:
+            raise BodyError(key, f"must be an integer, got a string {value[:20]!r}")
+        return int(match.group(1))
+    raise BodyError(key, f"must be an integer, got {type(value).__name__}")
+
+
+class OverCap(Exception):
+    """An output bound over the cap under the ``reject`` policy; ``str()`` says which."""
+
+
+def cap_output(body: dict[str, Any], cap: int, reject: bool, default_key: str, lane: str) -> bool:
+    """Clamp every output bound over ``cap`` (``reject``: raise OverCap instead); set
+    ``default_key`` to the cap when the body has none. True when the body changed."""
+    present = {k: output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body}
+    over = [k for k, v in present.items() if v is not None and v > cap]
+    if over and reject:
+        raise OverCap(f"{over[0]} {present[over[0]]} is over lane {lane!r}'s cap of {cap}")
+    for k in over:
+        body[k] = cap
+    if all(v is None for v in present.values()):
+        body[default_key] = cap
+        return True
+    return bool(over)

@@ -1,0 +1,372 @@
+"""The proxy plane: route a request to a lane, read its body within bounds, apply the lane's
+caps, hold a slot while it runs upstream, and stream the answer back chunk by chunk.
+
+A client that leaves (queued, waiting for the first token, or mid-stream) cancels its handler
+(``handler_cancellation=True``), which leaves the queue or closes the upstream connection at
+once, so the engine aborts and frees its KV blocks. The slot is held by ``lane.slot()`` and
+given back on every way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from gpuwatch.gate.admission import AdmissionLane, Refused
+from gpuwatch.gate.body import BodyRefused, read_body
+from gpuwatch.gate.caps import BodyError, OverCap, cap_output, estimate_prompt, prompt_text
+from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.errors import openai_error
+from gpuwatch.gate.limits import Lane
+from gpuwatch.gate.metrics import GateMetrics, LaneMetrics
+from gpuwatch.gate.paths import PathError, split_target
+from gpuwatch.gate.upstream import Upstream, UpstreamError
+from gpuwatch.gate.watchdog import SendWatchdog
+from gpuwatch.safejson import JSONError, loads_bounded
+
+log = logging.getLogger("gpuwatch.gate")
+
+HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Host",
+        "Content-Length",
+        "Expect",  # the gate answered 100-continue itself; the body is already here
+    )
+)
+RETRY_AFTER = {"queue_full": "1", "queue_timeout": "5", "paused": "10"}
+STATUS = {
+    "queue_full": 429,
+    "queue_timeout": 503,
+    "paused": 503,
+    "prompt_too_long": 400,
+    "max_tokens": 400,
+}
+# Bodies up to this size are read whole when the upstream declares their length: cheaper than
+# streaming a short JSON answer chunk by chunk.
+_WHOLE_BODY_MAX = 256 * 1024
+_TOKENIZE_ANSWER_MAX = 4 * 1024 * 1024
+
+
+class _Throttled:
+    """A warning that can repeat for every request (an upstream outage): at most one line per
+    interval, saying how many were left out since the last one."""
+
+    def __init__(self, interval_s: float = 5.0) -> None:
+        self.interval_s = interval_s
+        self._last = -interval_s
+        self._left_out = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            self._left_out += 1
+            return
+        if self._left_out:
+            message += f" ({self._left_out} more like it in the last {now - self._last:.0f} s)"
+        log.warning(message, *args)
+        self._last, self._left_out = now, 0
+
+
+class Proxy:
+    def __init__(
+        self,
+        config: GateConfig,
+        lanes: Mapping[str, AdmissionLane],
+        metrics: GateMetrics,
+        upstream: Upstream,
+    ) -> None:
+        self.config = config
+        self.lanes = lanes
+        self.lane_defs: dict[str, Lane] = {lane.name: lane for lane in config.lanes}
+        self.metrics = metrics
+        self.upstream = upstream
+        self._unreachable = _Throttled()
+        self._broken = _Throttled()
+        # Longest prefix first, so /v1/images/ wins over a shorter overlapping prefix.
+        self._routes = sorted(
+            ((p, lane.name) for lane in config.lanes for p in lane.prefixes),
+            key=lambda r: -len(r[0]),
+        )
+
+    def lane_for(self, path: str) -> str | None:
+        """The lane of a normalised path (see ``paths.normalise``), or None: not routed."""
+        for prefix, name in self._routes:
+            if path.startswith(prefix):
+                return name
+        if path.startswith("/v1/") or path in self.config.extra_paths:
+            return "default" if "default" in self.lanes else None
+        return None
+
+    def _refusal(self, lane: str, refused: Refused) -> web.Response:
+        self.metrics.lanes[lane].rejected[refused.reason].inc()
+        status = STATUS[refused.reason]
+        headers = (
+            {"Retry-After": RETRY_AFTER[refused.reason]} if refused.reason in RETRY_AFTER else None
+        )
+        kind = (
+            "rate_limit_error"
+            if status == 429
+            else ("invalid_request_error" if status == 400 else "service_unavailable")
+        )
+        return openai_error(str(refused), status, kind, refused.reason, headers)
+
+    # -- the request ----------------------------------------------------------------------
+
+    async def expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue`` (curl sends it for bodies over 1 MiB): refuse a body over
+        the lane's max_body before the client sends it, else invite it."""
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            return self._client_error(417, "expectation_failed", "only 100-continue is supported")
+        try:
+            path, _ = split_target(request.raw_path)
+        except PathError:
+            return None  # the handler answers 400 without reading the body
+        name = self.lane_for(path)
+        length = request.content_length
+        if name is not None and length is not None and length > self.lane_defs[name].max_body:
+            return self._client_error(
+                413,
+                "body_too_large",
+                f"body of {length} bytes is over this path's limit of "
+                f"{self.lane_defs[name].max_body}",
+                close=True,
+            )
+        if request.version >= (1, 1):
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the answer proper has not started
+        return None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        received = time.monotonic()
+        try:
+            path, query = split_target(request.raw_path)
+        except PathError as exc:
+            return self._client_error(400, "bad_path", str(exc))
+        name = self.lane_for(path)
+        if name is None:
+            return openai_error(f"{path} is not routed by this gate", 404, "not_found_error")
+        lane = self.lanes[name]
+        try:
+            raw = await read_body(
+                request, self.lane_defs[name].max_body, self.config.client_body_timeout_s
+            )
+        except BodyRefused as exc:
+            code = "body_too_large" if exc.status == 413 else "body_timeout"
+            return self._client_error(exc.status, code, str(exc), close=True)
+        try:
+            raw = await self._check_body(lane, name, path, raw)
+        except BodyError as exc:
+            return self._client_error(400, "invalid_body", str(exc), param=exc.field)
+        except Refused as refused:
+            return self._refusal(name, refused)
+        metrics = self.metrics.lanes[name]
+        try:
+            async with lane.slot() as ticket:
+                metrics.admitted.inc()
+                metrics.queue_wait.observe(ticket.queue_wait_s)
+                return await self._forward(request, metrics, path, query, raw, received)
+        except Refused as refused:
+            return self._refusal(name, refused)
+        finally:
+            metrics.duration.observe(time.monotonic() - received)
+
+    def _client_error(
+        self, status: int, code: str, message: str, param: str | None = None, close: bool = False
+    ) -> web.Response:
+        self.metrics.bad_requests.labels(code).inc()
+        response = openai_error(message, status, "invalid_request_error", code, param=param)
+        if close:
+            # The rest of the body is unread: the connection cannot carry another request.
+            response.force_close()
+        return response
+
+    async def _check_body(self, lane: AdmissionLane, name: str, path: str, raw: bytes) -> bytes:
+        """Apply the prompt and output caps; returns the body to send (rewritten if capped)."""
+        limits = lane.limits
+        if limits.max_prompt_tokens is None and limits.max_output_tokens is None:
+            return raw
+        # A body the gate cannot read is a body it cannot cap: refused, never passed on.
+        try:
+            body = loads_bounded(raw)
+        except JSONError as exc:
+            raise BodyError(
+                "body", f"lane {name!r} has caps and needs a JSON body: {exc}"
+            ) from None
+        if not isinstance(body, dict):
+            raise BodyError("body", "must be a JSON object")
+        if limits.max_prompt_tokens is not None:
+            tokens = await self._prompt_tokens(name, body)
+            if tokens is not None and tokens > limits.max_prompt_tokens:
+                raise lane.refuse(
+                    "prompt_too_long",
+                    f"prompt is {tokens} tokens; lane {name!r} allows {limits.max_prompt_tokens}",
+                )
+        cap = limits.max_output_tokens
+        if cap is None:
+            return raw
+        default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
+        try:
+            changed = cap_output(
+                body, cap, limits.output_tokens_policy == "reject", default_key, name
+            )
+        except OverCap as exc:
+            raise lane.refuse("max_tokens", str(exc)) from None
+        return json.dumps(body).encode() if changed else raw
+
+    async def _prompt_tokens(self, name: str, body: dict[str, Any]) -> int | None:
+        estimate = estimate_prompt(body)  # also the type check of every prompt field
+        if not self.lane_defs[name].tokenize or estimate is None:
+            return estimate
+        text = prompt_text(body)
+        model = body.get("model")
+        payload = {
+            "model": model if isinstance(model, str) else None,
+            "prompt": text,
+            "content": text,
+        }
+        answer = await self.upstream.post_json("/tokenize", payload, _TOKENIZE_ANSWER_MAX)
+        if answer is not None:
+            try:
+                data = loads_bounded(answer)
+            except JSONError:
+                data = None
+            if isinstance(data, dict):
+                count, tokens = data.get("count"), data.get("tokens")
+                if isinstance(count, int) and not isinstance(count, bool):
+                    return count
+                if isinstance(tokens, list):
+                    return len(tokens)
+        return estimate  # a tokenizer hiccup falls back to the estimate rather than refuse
+
+    async def _forward(
+        self,
+        request: web.Request,
+        metrics: LaneMetrics,
+        path: str,
+        query: str,
+        body: bytes,
+        received: float,
+    ) -> web.StreamResponse:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        try:
+            upstream = await self.upstream.request(
+                request.method, self.upstream.url(path, query), headers, body or None
+            )
+        except UpstreamError as exc:
+            self.metrics.upstream_errors.inc()
+            # The upstream's address stays in the log: clients learn only that it failed.
+            self._unreachable.warning("upstream %s unreachable: %s", self.upstream.base, exc.kind)
+            return openai_error(f"upstream unreachable: {exc.kind}", 502, "upstream_error")
+        try:
+            return await self._relay(request, upstream, metrics, received)
+        finally:
+            if upstream.content.at_eof():
+                upstream.release()  # back to the pool for the next request
+            else:
+                # Cancelled (the client left) or broken: close the upstream connection now,
+                # so the engine aborts the generation and frees its KV blocks.
+                upstream.close()
+
+    async def _relay(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        metrics: LaneMetrics,
+        received: float,
+    ) -> web.StreamResponse:
+        out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+        length = upstream.content_length
+        if length is not None and length <= _WHOLE_BODY_MAX:
+            try:
+                data = await upstream.read()
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                self.metrics.upstream_errors.inc()
+                self._broken.warning(
+                    "upstream broke before its answer was complete: %s", type(exc).__name__
+                )
+                return openai_error(f"upstream broke: {type(exc).__name__}", 502, "upstream_error")
+            metrics.ttft.observe(time.monotonic() - received)
+            return web.Response(body=data, status=upstream.status, headers=out_headers)
+        response = web.StreamResponse(status=upstream.status, headers=out_headers)
+        await response.prepare(request)
+        try:
+            return await self._stream(request, upstream, response, metrics, received)
+        except asyncio.CancelledError:
+            # The other way a client leaves mid-stream: its disconnect cancelled the handler.
+            self.metrics.streams_broken.labels("client").inc()
+            raise
+
+    async def _stream(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        response: web.StreamResponse,
+        metrics: LaneMetrics,
+        received: float,
+    ) -> web.StreamResponse:
+        watchdog = SendWatchdog(request.transport, self.config.client_send_timeout_s)
+        try:
+            return await self._pump(request, upstream, response, metrics, received, watchdog)
+        finally:
+            watchdog.stop()
+            if watchdog.fired:
+                log.info(
+                    "client stopped reading for %g s mid-stream: connection closed",
+                    self.config.client_send_timeout_s,
+                )
+
+    async def _pump(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        response: web.StreamResponse,
+        metrics: LaneMetrics,
+        received: float,
+        watchdog: SendWatchdog,
+    ) -> web.StreamResponse:
+        first = True
+        while True:
+            # Reading from the upstream and writing to the client fail for different reasons
+            # and mean different things; each gets its own handler and its own count.
+            try:
+                chunk = await upstream.content.readany()
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                self.metrics.upstream_errors.inc()
+                self.metrics.streams_broken.labels("upstream").inc()
+                self._broken.warning("upstream broke mid-stream: %s", type(exc).__name__)
+                # End the client's connection without the final chunk: a clean end would
+                # pass a truncated answer off as a whole one.
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+            if not chunk:
+                break
+            if first:
+                metrics.ttft.observe(time.monotonic() - received)
+                first = False
+            try:
+                watchdog.writing()
+                await response.write(chunk)
+                watchdog.written()
+            except ConnectionError:
+                self.metrics.streams_broken.labels("client").inc()
+                log.debug("client left mid-stream")
+                return response
+        await response.write_eof()
+        return response

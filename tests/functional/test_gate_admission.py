@@ -1,0 +1,118 @@
+"""Slots under churn: clients that leave at any moment never take a slot with them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.server import start_gate
+from tests.functional.upstreams import CountingUpstream
+
+CONFIG = GateConfig(DEFAULT_LANES)
+
+
+@pytest.fixture
+async def gate(tmp_path: Path) -> AsyncIterator[tuple[str, CountingUpstream]]:
+    upstream = CountingUpstream()
+    up_url = await upstream.start()
+    _, served = await start_gate(up_url, CONFIG, state_file=tmp_path / "state.json")
+    yield served.url, upstream
+    await served.close()
+    await upstream.stop()
+
+
+async def status(url: str) -> dict:
+    async with aiohttp.ClientSession() as s, s.get(f"{url}/admin/status") as r:
+        return (await r.json())["lanes"]["chat"]
+
+
+async def wait_status(url: str, inflight: int, queued: int, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        lane = await status(url)
+        if (lane["inflight"], lane["queued"]) == (inflight, queued):
+            return
+        assert time.monotonic() < end, (
+            f"stuck at {lane}, wanted {inflight} in flight, {queued} queued"
+        )
+        await asyncio.sleep(0.01)
+
+
+async def raw_request(url: str, body: dict) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    data = json.dumps(body).encode()
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    await writer.drain()
+    return reader, writer
+
+
+@pytest.mark.parametrize("holder_first", [True, False])
+async def test_clients_leaving_together_give_every_slot_back(
+    gate: tuple[str, CountingUpstream], holder_first: bool
+) -> None:
+    """Regression: the queued clients' futures were cancelled before their handlers ran; the
+    in-flight one's release handed its slot to one of them, which counted it in flight and
+    then failed on set_result: the slot was never given back (inflight 1 forever)."""
+    url, upstream = gate
+    patch = {"lanes": {"chat": {"max_inflight": 1}}}
+    async with aiohttp.ClientSession() as s, s.patch(f"{url}/admin/limits", json=patch) as r:
+        assert r.status == 200
+    streaming = await raw_request(url, {"prompt": "x", "stream": True})
+    await upstream.wait_until(lambda: upstream.active == 1)
+    queued = []
+    for n in range(5):
+        queued.append(await raw_request(url, {"prompt": "x", "tag": n}))
+        await wait_status(url, 1, n + 1)
+    leaving = [streaming, *queued] if holder_first else [*queued, streaming]
+    for _, writer in leaving:  # all in one go: the gate sees them in one loop iteration
+        writer.transport.abort()
+    await wait_status(url, 0, 0)
+    upstream.hold = False
+    body = {"prompt": "y", "tag": "after"}
+    async with aiohttp.ClientSession() as s, s.post(f"{url}/v1/completions", json=body) as r:
+        assert r.status == 200
+    assert (await status(url))["inflight"] == 0
+
+
+async def test_churn_of_impatient_clients_leaks_no_slot(gate: tuple[str, CountingUpstream]) -> None:
+    """The reported scenario: 24 clients with 0.05-0.6 s timeouts against max_inflight 4 (it
+    leaked every slot in the field; here the root cause is pinned by the test above)."""
+    url, upstream = gate
+    upstream.hold = False
+    patch = {"lanes": {"chat": {"max_inflight": 4, "max_queue": 64, "queue_timeout_s": 1}}}
+    async with aiohttp.ClientSession() as s, s.patch(f"{url}/admin/limits", json=patch) as r:
+        assert r.status == 200
+    rng = random.Random(11)
+    stop_at = time.monotonic() + 3
+
+    async def impatient() -> None:
+        async with aiohttp.ClientSession() as s:
+            while time.monotonic() < stop_at:
+                body = {"prompt": "x", "stream": True, "chunks": 20, "gap": 0.01}
+                timeout = aiohttp.ClientTimeout(total=rng.uniform(0.05, 0.6))
+                with contextlib.suppress(asyncio.TimeoutError, aiohttp.ClientError):
+                    async with s.post(f"{url}/v1/completions", json=body, timeout=timeout) as r:
+                        await r.read()
+
+    await asyncio.gather(*(impatient() for _ in range(24)))
+    await wait_status(url, 0, 0)
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"{url}/v1/completions", json={"prompt": "y"}) as r,
+    ):
+        assert r.status == 200

@@ -1,0 +1,222 @@
+"""Request bodies from strangers: sizes, pace, JSON Python chokes on, wrong types, every form
+of an output bound. Always a 4xx with a reason, never a 500, never an unchecked pass."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.limits import DEFAULT_LANES
+from tests.functional.gatekit import read_reply, rig
+
+CAPS = {"lanes": {"chat": {"max_prompt_tokens": 1000, "max_output_tokens": 64}}}
+DEEP = b'{"prompt": "hi", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (DEEP, "nesting deeper than"),
+        (b'{"prompt": "hi", "max_tokens": 1' + b"0" * 5000 + b"}", "more than 64 digits"),
+        (b'{"prompt": "hi", "seed": ' + b"9" * 4400 + b"}", "more than 64 digits"),
+        (b'{"prompt": "\xff\xfe"}', "not UTF-8"),
+        ('{"prompt": "hi"}'.encode("utf-16"), "not UTF-8"),
+        (b'{"prompt": "hi", "temperature": NaN}', "NaN is not JSON"),
+        (b'{"prompt": "hi", "temperature": 1e999}', "out of range"),
+        (b'{"max_tokens": 1, "prompt": "hi", "max_tokens": 9999}', "duplicate key"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b"not json", "invalid JSON"),
+    ],
+    ids=[
+        "deep",
+        "long-int-cap",
+        "long-int",
+        "not-utf8",
+        "utf16",
+        "nan",
+        "inf",
+        "dup-key",
+        "array",
+        "not-json",
+    ],
+)
+async def test_json_python_cannot_decode_is_400_with_a_reason(
+    tmp_path: Path, body: bytes, reason: str
+) -> None:
+    """Regression: RecursionError and the 4300-digit ValueError escaped as 500s."""
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 400, reply
+        assert reason in reply.json()["error"]["message"]
+        assert r.upstream.arrivals == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"messages": "hello"}, "messages"),
+        ({"messages": [1]}, "messages[0]"),
+        ({"messages": [{"role": 5, "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+            "messages[0].content[0].text",
+        ),
+        ({"messages": [{"role": "user", "content": ["x"]}]}, "messages[0].content[0]"),
+        ({"prompt": {"text": "x"}}, "prompt"),
+        ({"prompt": [1, "x"]}, "prompt"),
+        ({"input": [[1, 2], "x"]}, "input"),
+        ({"prompt": "x", "max_tokens": True}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": "lots"}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": 12.5}, "max_tokens"),
+        ({"prompt": "x", "max_completion_tokens": [64]}, "max_completion_tokens"),
+    ],
+)
+async def test_a_field_of_the_wrong_type_is_400_naming_it(
+    tmp_path: Path, body: dict, field: str
+) -> None:
+    """Regression: a content part whose text was not a string raised TypeError in a helper."""
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)
+        reply = await r.request("POST", "/v1/chat/completions", json.dumps(body).encode())
+        assert reply.status == 400, reply
+        error = reply.json()["error"]
+        assert error["param"] == field and error["message"].startswith(field), error
+        assert r.upstream.arrivals == []
+
+
+async def test_every_prompt_field_is_counted(tmp_path: Path) -> None:
+    """Regression: with "messages" present, a long "prompt" beside it was never counted."""
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"chat": {"max_prompt_tokens": 10}}})
+        for body in (
+            {"messages": [], "prompt": "x" * 400},
+            {"messages": [{"role": "user", "content": "hi"}], "input": "x" * 400},
+            {"prompt": [[1] * 6, [2] * 6]},  # token-id batches: 12 ids
+        ):
+            reply = await r.request("POST", "/v1/completions", json.dumps(body).encode())
+            assert reply.status == 400, (body, reply)
+            assert reply.json()["error"]["code"] == "prompt_too_long"
+        assert r.upstream.arrivals == []
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "value"),
+    [
+        ("/v1/completions", "max_tokens", 500),
+        ("/v1/chat/completions", "max_completion_tokens", 500.0),
+        ("/v1/chat/completions", "max_completion_tokens", "500"),
+        ("/v1/completions", "max_tokens", " 500 "),
+        ("/v1/completions", "max_tokens", "500.0"),
+        ("/v1/completions", "max_tokens", 1e300),
+        ("/v1/completions", "max_new_tokens", 500),
+        ("/v1/responses", "max_output_tokens", 500),
+    ],
+)
+async def test_every_form_of_an_output_bound_is_clamped(
+    tmp_path: Path, path: str, field: str, value: object
+) -> None:
+    """Regression: 500.0 and "500" passed unclamped, and vLLM reads both as 500."""
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)
+        body = {"tag": "t", "prompt": "hi", field: value}
+        reply = await r.request("POST", path, json.dumps(body).encode())
+        assert reply.status == 200, reply
+        assert r.upstream.bodies[-1][field] == 64
+        await r.patch({"lanes": {"chat": {"output_tokens_policy": "reject"}}})
+        reply = await r.request("POST", path, json.dumps(body).encode())
+        assert reply.status == 400 and reply.json()["error"]["code"] == "max_tokens", reply
+
+
+async def test_absent_bound_is_set_under_the_name_the_api_reads(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)
+        for path, key in (
+            ("/v1/completions", "max_tokens"),
+            ("/v1/responses", "max_output_tokens"),
+        ):
+            reply = await r.request("POST", path, b'{"prompt": "hi", "max_tokens": null}')
+            assert reply.status == 200, reply
+            assert r.upstream.bodies[-1][key] == 64
+
+
+def small() -> GateConfig:
+    """Every lane takes 1 KiB bodies, and a body may pause 0.3 s."""
+    lanes = tuple(replace(lane, max_body=1024) for lane in DEFAULT_LANES)
+    return GateConfig(lanes, client_body_timeout_s=0.3)
+
+
+async def test_oversized_body_is_413_from_its_content_length_without_reading_it(
+    tmp_path: Path,
+) -> None:
+    """Regression: bodies up to 64 MiB were read whole before anything was checked."""
+    async with rig(tmp_path) as r:  # the chat lane's default max_body: 4 MiB
+        head = (
+            b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 60000000\r\n\r\n"
+        )
+        reply = await r.raw(head)  # the body is never sent: the answer must not wait for it
+        assert reply.status == 413, reply
+        assert "over this path's limit of 4194304" in reply.json()["error"]["message"]
+        assert reply.headers.get("connection") == "close"
+
+
+async def test_an_oversized_body_behind_expect_100_continue_is_refused_before_it_is_sent(
+    tmp_path: Path,
+) -> None:
+    async with rig(tmp_path) as r:
+        reply = await r.raw(
+            b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 60000000\r\n"
+            b"Expect: 100-continue\r\n\r\n"
+        )
+        assert reply.status == 413, reply  # not "100 Continue"
+        reader, writer = await asyncio.open_connection("127.0.0.1", r.port)
+        body = b'{"prompt": "hi", "tag": "e"}'
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nConnection: close\r\n"
+            + f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        assert await asyncio.wait_for(reader.readline(), 5) == b"HTTP/1.1 100 Continue\r\n"
+        await reader.readline()
+        writer.write(body)
+        reply = await asyncio.wait_for(read_reply(reader), 5)
+        writer.close()
+        assert reply.status == 200 and r.upstream.arrivals == ["e"]
+
+
+async def test_chunked_body_is_counted_as_it_streams(tmp_path: Path) -> None:
+    async with rig(tmp_path, small()) as r:
+        reader, writer = await asyncio.open_connection("127.0.0.1", r.port)
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        for _ in range(3):
+            writer.write(b"200\r\n" + b"x" * 512 + b"\r\n")
+        await writer.drain()
+        reply = await asyncio.wait_for(read_reply(reader), 5)
+        writer.close()
+        assert reply.status == 413, reply
+        assert r.upstream.arrivals == []
+
+
+async def test_a_body_that_stalls_is_408(tmp_path: Path) -> None:
+    """Regression: a request promising 100 bytes and sending 30 was held forever."""
+    async with rig(tmp_path, small()) as r:
+        started = time.monotonic()
+        reply = await r.raw(
+            b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 100\r\n\r\n"
+            + b'{"prompt": "'
+            + b"x" * 18,
+            timeout=5,
+        )
+        assert reply.status == 408, reply
+        assert "stalled for 0.3 s after 30 bytes" in reply.json()["error"]["message"]
+        assert time.monotonic() - started < 3
+        assert r.upstream.arrivals == []
