@@ -98,6 +98,8 @@ def load_gate_config(path: Path | None) -> GateConfig:
         raise ConfigError(f"{path}: not UTF-8 (byte {exc.start})") from exc
     except ValueError as exc:  # TOMLDecodeError, and int() past 4300 digits
         raise ConfigError(f"{path}: invalid TOML: {str(exc)[:200]}") from exc
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise ConfigError(f"{path}: invalid TOML: nested too deep") from None
     lanes = {lane.name: lane for lane in DEFAULT_LANES}
     extra: tuple[str, ...] = ()
     timeouts: dict[str, float] = {}

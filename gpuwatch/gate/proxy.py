@@ -304,9 +304,15 @@ class Proxy:
             metrics.ttft.observe(time.monotonic() - received)
             return web.Response(body=data, status=upstream.status, headers=out_headers)
         response = web.StreamResponse(status=upstream.status, headers=out_headers)
-        await response.prepare(request)
         try:
+            await response.prepare(request)
             return await self._stream(request, upstream, response, metrics, received)
+        except ConnectionError:
+            # The client left while a write was under way (headers, a chunk, the last chunk):
+            # a failed write to the client, not an upstream problem.
+            self.metrics.streams_broken.labels("client").inc()
+            log.debug("client left mid-stream")
+            return response
         except asyncio.CancelledError:
             # The other way a client leaves mid-stream: its disconnect cancelled the handler.
             self.metrics.streams_broken.labels("client").inc()
@@ -360,13 +366,8 @@ class Proxy:
             if first:
                 metrics.ttft.observe(time.monotonic() - received)
                 first = False
-            try:
-                watchdog.writing()
-                await response.write(chunk)
-                watchdog.written()
-            except ConnectionError:
-                self.metrics.streams_broken.labels("client").inc()
-                log.debug("client left mid-stream")
-                return response
+            watchdog.writing()
+            await response.write(chunk)
+            watchdog.written()
         await response.write_eof()
         return response

@@ -1,0 +1,48 @@
+"""The gate's TOML config: hostile files stop the gate with one line naming the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.config import ConfigError
+from gpuwatch.gate.config import load_gate_config
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deep"),
+        ("[lanes.chat]\nmax_queue = 1" + "0" * 5000 + "\n", "invalid TOML"),
+        (
+            "[lanes.chat]\nmax_queue = 10000000000\n",
+            "key 'lanes.chat.max_queue' must be <= 1000000",
+        ),
+        (
+            '[lanes.chat]\nmax_body = "4 lots"\n',
+            "key 'lanes.chat.max_body' must be bytes or a size",
+        ),
+        ("[lanes.chat]\nmax_body = 0\n", "must be between 1 byte and 1GiB"),
+        ("client_header_timeout_s = -1\n", "key 'client_header_timeout_s' must be a number"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_file(tmp_path: Path, text: str, reason: str) -> None:
+    path = tmp_path / "gate.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_gate_config(path)
+    assert str(path) in str(info.value) and reason in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_sizes_and_timeouts(tmp_path: Path) -> None:
+    path = tmp_path / "gate.toml"
+    path.write_text(
+        'client_body_timeout_s = 5\n[lanes.chat]\nmax_body = "2MiB"\n[lanes.image]\nmax_body = 1024\n'
+    )
+    config = load_gate_config(path)
+    lanes = {lane.name: lane for lane in config.lanes}
+    assert lanes["chat"].max_body == 2 * 1024 * 1024 and lanes["image"].max_body == 1024
+    assert lanes["embed"].max_body == 4 * 1024 * 1024  # untouched lanes keep their default
+    assert config.client_body_timeout_s == 5.0
