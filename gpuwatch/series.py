@@ -1,9 +1,10 @@
 """History: ring buffers, counter rates and windowed histogram quantiles.
 
-``histogram_quantile`` is the only quantile function in gpuwatch; it follows Prometheus'
-``histogram_quantile`` (promql/quantile.go), and the windows follow PromQL's range vectors
-(``rate``/``increase`` over the samples inside ``(t - w, t]``, extrapolated as Prometheus
-does), so a number here equals the same query in a Grafana panel on the same scrapes.
+``histogram_quantile`` is the quantile of bucketed data in gpuwatch, ``sample_quantile`` the
+quantile of raw samples. The first follows Prometheus' ``histogram_quantile``
+(promql/quantile.go), and the windows follow PromQL's range vectors (``rate``/``increase`` over
+the samples inside ``(t - w, t]``, extrapolated as Prometheus does), so a number here equals
+the same query in a Grafana panel on the same scrapes.
 """
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ def histogram_quantile(q: float, buckets: Buckets) -> float | None:
     if count == 0:
         return None
     return start + (end - start) * (rank / count)
+
+
+def sample_quantile(ordered: Sequence[float], q: float) -> float:
+    """Quantile ``q`` of sorted raw samples, interpolated linearly between the two nearest
+    ranks: numpy's default and ``statistics.quantiles(method="inclusive")``, what
+    ``vllm bench serve`` reports. Used where every sample is known (the gate, the load report).
+    """
+    if not ordered:
+        raise ValueError("no samples")
+    position = q * (len(ordered) - 1)
+    lo = math.floor(position)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (position - lo)
 
 
 @dataclass

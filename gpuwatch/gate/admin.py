@@ -20,6 +20,7 @@ from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.body import BodyRefused, read_body
 from gpuwatch.gate.errors import openai_error, printable
+from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, window_name
 from gpuwatch.gate.limits import LimitsError
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -69,13 +70,31 @@ def check_actor(actor: str) -> str | None:
     return None
 
 
+def _seconds_param(request: web.Request, key: str) -> float | None:
+    text = request.query.get(key)
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text[:32])
+    except ValueError:
+        raise ValueError(f"{key} must be a number of seconds") from None
+    if not (0 < value < 1e6):
+        raise ValueError(f"{key} must be above 0 and under 1e6 seconds")
+    return value
+
+
 class Admin:
     def __init__(
-        self, state: GateState, lanes: Mapping[str, AdmissionLane], body_timeout_s: float
+        self,
+        state: GateState,
+        lanes: Mapping[str, AdmissionLane],
+        body_timeout_s: float,
+        latency: Mapping[str, LaneLatency],
     ) -> None:
         self.state = state
         self.lanes = lanes
         self.body_timeout_s = body_timeout_s
+        self.latency = latency
 
     def app(self, token: bytes | None) -> web.Application:
         app = web.Application(middlewares=[bearer_auth(token)], client_max_size=PATCH_MAX_BYTES)
@@ -127,7 +146,13 @@ class Admin:
             return openai_error(str(exc), 500, "internal_error")
         return web.json_response(after.to_json(), headers={"ETag": etag(after.version)})
 
-    async def get_status(self, _: web.Request) -> web.Response:
+    async def get_status(self, request: web.Request) -> web.Response:
+        """Live admission state, and what users felt: exact latency over 1 m and 5 m, and
+        goodput against ``?ttft_s=&itl_s=`` (the caller's SLO; unset bounds are not judged)."""
+        try:
+            slo = {key: _seconds_param(request, key) for key in ("ttft_s", "itl_s")}
+        except ValueError as exc:
+            return openai_error(str(exc), 400, "invalid_request_error", str(exc).split()[0])
         now = time.monotonic()
         lanes = {
             name: {
@@ -136,6 +161,11 @@ class Admin:
                 "oldest_queued_s": round(lane.oldest_queued_s(now), 3),
                 "admitted_total": lane.admitted_total,
                 "rejected_total": dict(lane.rejected_total),
+                "latency": {window_name(w): self.latency[name].summary(w) for w in WINDOWS_S},
+                "goodput": {
+                    window_name(w): self.latency[name].goodput(w, slo["ttft_s"], slo["itl_s"])
+                    for w in WINDOWS_S
+                },
             }
             for name, lane in self.lanes.items()
         }

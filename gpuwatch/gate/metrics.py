@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpuwatch.buckets import REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from gpuwatch.buckets import GATE_DURATION_BUCKETS, GATE_LATENCY_BUCKETS
 from gpuwatch.gate.limits import REASONS
 
 
@@ -51,23 +51,29 @@ class GateMetrics:
         )
         self.queue_wait = Histogram(
             "gpuwatch_gate_queue_wait_seconds",
-            "Time queued before admission.",
+            "Time queued before admission (inference requests).",
             lane,
-            buckets=TTFT_BUCKETS,
+            buckets=GATE_LATENCY_BUCKETS,
             registry=r,
         )
         self.ttft = Histogram(
             "gpuwatch_gate_ttft_seconds",
-            "From the gate receiving a request to the first body byte from upstream.",
+            "From the gate receiving an inference request to the first body byte from upstream.",
             lane,
-            buckets=TTFT_BUCKETS,
+            buckets=GATE_LATENCY_BUCKETS,
             registry=r,
         )
         self.duration = Histogram(
             "gpuwatch_gate_request_duration_seconds",
-            "Whole request, queue included.",
+            "Whole inference request, queue included (answered ones, refusals apart).",
             lane,
-            buckets=REQUEST_LATENCY_BUCKETS,
+            buckets=GATE_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.other = Counter(
+            "gpuwatch_gate_other_requests",
+            "Proxied requests that are not inference (GET /v1/models, /health, ...).",
+            lane,
             registry=r,
         )
         self.lanes = {name: LaneMetrics(self, name) for name in lanes}
@@ -81,6 +87,7 @@ class LaneMetrics:
         self.queue_wait = m.queue_wait.labels(lane)
         self.ttft = m.ttft.labels(lane)
         self.duration = m.duration.labels(lane)
+        self.other = m.other.labels(lane)
         self.rejected = {reason: m.rejected.labels(lane, reason) for reason in REASONS}
         self.inflight = m.inflight.labels(lane)
         self.queued = m.queued.labels(lane)

@@ -24,8 +24,10 @@ from gpuwatch.gate.body import BodyRefused, read_body
 from gpuwatch.gate.caps import BodyError, OverCap, cap_output, estimate_prompt, prompt_text
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.errors import openai_error
+from gpuwatch.gate.exchange import Exchange
+from gpuwatch.gate.latency import LaneLatency
 from gpuwatch.gate.limits import Lane
-from gpuwatch.gate.metrics import GateMetrics, LaneMetrics
+from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.paths import PathError, split_target
 from gpuwatch.gate.upstream import Upstream, UpstreamError
 from gpuwatch.gate.watchdog import SendWatchdog
@@ -90,12 +92,14 @@ class Proxy:
         lanes: Mapping[str, AdmissionLane],
         metrics: GateMetrics,
         upstream: Upstream,
+        latency: Mapping[str, LaneLatency],
     ) -> None:
         self.config = config
         self.lanes = lanes
         self.lane_defs: dict[str, Lane] = {lane.name: lane for lane in config.lanes}
         self.metrics = metrics
         self.upstream = upstream
+        self.latency = latency
         self._unreachable = _Throttled()
         self._broken = _Throttled()
         # Longest prefix first, so /v1/images/ wins over a shorter overlapping prefix.
@@ -103,6 +107,10 @@ class Proxy:
             ((p, lane.name) for lane in config.lanes for p in lane.prefixes),
             key=lambda r: -len(r[0]),
         )
+
+    def is_inference(self, method: str, path: str) -> bool:
+        """A POST to a path some lane names: work for the model, what users wait on."""
+        return method == "POST" and any(path.startswith(prefix) for prefix, _ in self._routes)
 
     def lane_for(self, path: str) -> str | None:
         """The lane of a normalised path (see ``paths.normalise``), or None: not routed."""
@@ -169,22 +177,25 @@ class Proxy:
         except BodyRefused as exc:
             code = "body_too_large" if exc.status == 413 else "body_timeout"
             return self._client_error(exc.status, code, str(exc), close=True)
+        inference = self.is_inference(request.method, path)
+        ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
         try:
-            raw = await self._check_body(lane, name, path, raw)
-        except BodyError as exc:
-            return self._client_error(400, "invalid_body", str(exc), param=exc.field)
-        except Refused as refused:
-            return self._refusal(name, refused)
-        metrics = self.metrics.lanes[name]
-        try:
+            try:
+                raw = await self._check_body(lane, name, path, raw)
+            except BodyError as exc:
+                ex.outcome("invalid")
+                return self._client_error(400, "invalid_body", str(exc), param=exc.field)
             async with lane.slot() as ticket:
-                metrics.admitted.inc()
-                metrics.queue_wait.observe(ticket.queue_wait_s)
-                return await self._forward(request, metrics, path, query, raw, received)
+                ex.admitted(ticket.queue_wait_s)
+                return await self._forward(request, ex, path, query, raw)
         except Refused as refused:
+            ex.outcome("refused")
             return self._refusal(name, refused)
+        except asyncio.CancelledError:
+            ex.outcome("abandoned")  # the client went away
+            raise
         finally:
-            metrics.duration.observe(time.monotonic() - received)
+            ex.end()
 
     def _client_error(
         self, status: int, code: str, message: str, param: str | None = None, close: bool = False
@@ -255,13 +266,7 @@ class Proxy:
         return estimate  # a tokenizer hiccup falls back to the estimate rather than refuse
 
     async def _forward(
-        self,
-        request: web.Request,
-        metrics: LaneMetrics,
-        path: str,
-        query: str,
-        body: bytes,
-        received: float,
+        self, request: web.Request, ex: Exchange, path: str, query: str, body: bytes
     ) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         try:
@@ -269,12 +274,15 @@ class Proxy:
                 request.method, self.upstream.url(path, query), headers, body or None
             )
         except UpstreamError as exc:
+            ex.outcome("failed")
             self.metrics.upstream_errors.inc()
             # The upstream's address stays in the log: clients learn only that it failed.
             self._unreachable.warning("upstream %s unreachable: %s", self.upstream.base, exc.kind)
             return openai_error(f"upstream unreachable: {exc.kind}", 502, "upstream_error")
         try:
-            return await self._relay(request, upstream, metrics, received)
+            if upstream.status >= 400:
+                ex.outcome("failed")  # answered, but not with what the user asked for
+            return await self._relay(request, upstream, ex)
         finally:
             if upstream.content.at_eof():
                 upstream.release()  # back to the pool for the next request
@@ -284,11 +292,7 @@ class Proxy:
                 upstream.close()
 
     async def _relay(
-        self,
-        request: web.Request,
-        upstream: aiohttp.ClientResponse,
-        metrics: LaneMetrics,
-        received: float,
+        self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange
     ) -> web.StreamResponse:
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
         length = upstream.content_length
@@ -296,18 +300,20 @@ class Proxy:
             try:
                 data = await upstream.read()
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                ex.outcome("failed")
                 self.metrics.upstream_errors.inc()
                 self._broken.warning(
                     "upstream broke before its answer was complete: %s", type(exc).__name__
                 )
                 return openai_error(f"upstream broke: {type(exc).__name__}", 502, "upstream_error")
-            metrics.ttft.observe(time.monotonic() - received)
+            ex.first_byte()
             return web.Response(body=data, status=upstream.status, headers=out_headers)
         response = web.StreamResponse(status=upstream.status, headers=out_headers)
         try:
             await response.prepare(request)
-            return await self._stream(request, upstream, response, metrics, received)
+            return await self._stream(request, upstream, response, ex)
         except ConnectionError:
+            ex.outcome("abandoned")
             # The client left while a write was under way (headers, a chunk, the last chunk):
             # a failed write to the client, not an upstream problem.
             self.metrics.streams_broken.labels("client").inc()
@@ -323,12 +329,11 @@ class Proxy:
         request: web.Request,
         upstream: aiohttp.ClientResponse,
         response: web.StreamResponse,
-        metrics: LaneMetrics,
-        received: float,
+        ex: Exchange,
     ) -> web.StreamResponse:
         watchdog = SendWatchdog(request.transport, self.config.client_send_timeout_s)
         try:
-            return await self._pump(request, upstream, response, metrics, received, watchdog)
+            return await self._pump(request, upstream, response, ex, watchdog)
         finally:
             watchdog.stop()
             if watchdog.fired:
@@ -342,8 +347,7 @@ class Proxy:
         request: web.Request,
         upstream: aiohttp.ClientResponse,
         response: web.StreamResponse,
-        metrics: LaneMetrics,
-        received: float,
+        ex: Exchange,
         watchdog: SendWatchdog,
     ) -> web.StreamResponse:
         first = True
@@ -353,6 +357,7 @@ class Proxy:
             try:
                 chunk = await upstream.content.readany()
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                ex.outcome("failed")
                 self.metrics.upstream_errors.inc()
                 self.metrics.streams_broken.labels("upstream").inc()
                 self._broken.warning("upstream broke mid-stream: %s", type(exc).__name__)
@@ -364,8 +369,10 @@ class Proxy:
             if not chunk:
                 break
             if first:
-                metrics.ttft.observe(time.monotonic() - received)
+                ex.first_byte()
                 first = False
+            else:
+                ex.chunk()
             watchdog.writing()
             await response.write(chunk)
             watchdog.written()

@@ -17,6 +17,7 @@ from gpuwatch.gate import state as state_mod
 from gpuwatch.gate.admin import Admin
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.latency import LaneLatency
 from gpuwatch.gate.limits import Limits
 from gpuwatch.gate.listener import Listening, listen, track_requests
 from gpuwatch.gate.metrics import GateMetrics
@@ -55,8 +56,9 @@ class Gate:
         }
         self.metrics = GateMetrics(list(self.lanes))
         self.upstream = Upstream(upstream, on_retry=self.metrics.upstream_retries.inc)
-        self.proxy = Proxy(config, self.lanes, self.metrics, self.upstream)
-        self.admin = Admin(state, self.lanes, config.client_body_timeout_s)
+        self.latency = {name: LaneLatency() for name in self.lanes}
+        self.proxy = Proxy(config, self.lanes, self.metrics, self.upstream, self.latency)
+        self.admin = Admin(state, self.lanes, config.client_body_timeout_s, self.latency)
         state.on_change(self._apply)
         self._bind_gauges()
 

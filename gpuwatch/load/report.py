@@ -2,8 +2,8 @@
 (summary keys, the run's ``date``/``backend``/``model_id``/``num_prompts``/``request_rate``/
 ``max_concurrency``, and the per-request arrays), so notebooks written for vllm bench read it.
 
-Percentiles over raw samples come from the standard library (``statistics.quantiles``, the
-inclusive method: numpy's linear interpolation, as vllm bench reports them).
+Percentiles over raw samples come from ``series.sample_quantile`` (linear between the two
+nearest ranks: numpy's default, as vllm bench reports them; the gate computes its the same way).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from gpuwatch.load.runner import Result
 from gpuwatch.load.spec import LoadSpec
+from gpuwatch.series import sample_quantile
 
 PERCENTILES = (90, 99)
 # vllm bench serve's backend names for the two APIs gpuwatch load speaks.
@@ -24,9 +25,7 @@ METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E"))
 
 
 def percentile(values: Sequence[float], p: int) -> float:
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+    return sample_quantile(sorted(values), p / 100)
 
 
 def _summary(values: list[float]) -> dict[str, float | None]:

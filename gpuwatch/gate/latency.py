@@ -1,0 +1,184 @@
+"""What users feel, exactly: per lane, every inference request of the last minutes.
+
+The gate sees every request, so it does not estimate: each one's queue wait, time to first
+token (queue wait included) and whole duration are kept, and their p50/p90/p99/max over the
+last 1 m and 5 m come from the samples themselves, interpolated between the two nearest ranks
+as ``gpuwatch load`` and ``vllm bench serve`` compute theirs.
+
+Times between streamed chunks (ITL) are too many to keep one by one (a busy node streams
+thousands a second), so they go into a log-bucketed sketch per second whose buckets are 1%
+wide: its quantiles are within 0.5% of the exact value (DDSketch's relative-accuracy
+guarantee), at a fixed cost per chunk. Its max is exact.
+
+Each request's outcome is kept too, so the admin API answers goodput for the SLO the caller
+names: requests admitted *and* meeting every bound, over all that arrived and ended (refused,
+failed and abandoned ones count as misses).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpuwatch.series import sample_quantile
+
+WINDOWS_S = (60.0, 300.0)
+KEEP_S = max(WINDOWS_S)
+# A bound on memory whatever the rate: at 1,000 requests/s the 5-minute window is 300,000.
+MAX_RECORDS = 300_000
+# The sketch: bucket i holds values in (GAMMA**(i-1), GAMMA**i]; the midpoint estimate is
+# within ALPHA of any value in the bucket.
+ALPHA = 0.005
+GAMMA = (1 + ALPHA) / (1 - ALPHA)
+_LOG_GAMMA = math.log(GAMMA)
+_ITL_FLOOR_S = 1e-6  # gaps shorter than a microsecond share the lowest bucket
+
+# invalid: the client sent what no server could serve (a bad body): not counted for goodput.
+Outcome = Literal["ok", "refused", "failed", "abandoned", "invalid"]
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+
+
+@dataclass
+class Record:
+    """One inference request, from arrival at the gate to its end."""
+
+    arrived: float
+    outcome: Outcome = "ok"
+    queue_wait_s: float | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    max_itl_s: float | None = None
+
+
+def exact_summary(values: Iterable[float]) -> dict[str, Any]:
+    ordered = sorted(values)
+    if not ordered:
+        return {"count": 0, **{name: None for name, _ in QUANTILES}, "max": None}
+    return {
+        "count": len(ordered),
+        **{name: sample_quantile(ordered, q) for name, q in QUANTILES},
+        "max": ordered[-1],
+    }
+
+
+def _bucket(value: float) -> int:
+    return math.ceil(math.log(max(value, _ITL_FLOOR_S)) / _LOG_GAMMA)
+
+
+def _bucket_value(index: int) -> float:
+    # The point that is within ALPHA of every value in (GAMMA**(i-1), GAMMA**i].
+    return 2 * GAMMA**index / (GAMMA + 1)
+
+
+class ItlSketch:
+    """Per-second log-bucketed counts of chunk gaps; quantiles over any recent window."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._seconds: deque[tuple[int, dict[int, int], float]] = deque()  # (second, counts, max)
+
+    def add(self, gaps: Iterable[float]) -> None:
+        now = int(self.clock())
+        if not self._seconds or self._seconds[-1][0] != now:
+            self._seconds.append((now, {}, 0.0))
+            while self._seconds and self._seconds[0][0] < now - KEEP_S:
+                self._seconds.popleft()
+        second, counts, biggest = self._seconds[-1]
+        for gap in gaps:
+            b = _bucket(gap)
+            counts[b] = counts.get(b, 0) + 1
+            biggest = max(biggest, gap)
+        self._seconds[-1] = (second, counts, biggest)
+
+    def summary(self, window_s: float) -> dict[str, Any]:
+        since = self.clock() - window_s
+        merged: dict[int, int] = {}
+        biggest = 0.0
+        for second, counts, top in self._seconds:
+            if second + 1 <= since:
+                continue
+            biggest = max(biggest, top)
+            for b, n in counts.items():
+                merged[b] = merged.get(b, 0) + n
+        total = sum(merged.values())
+        if not total:
+            return {"count": 0, **{name: None for name, _ in QUANTILES}, "max": None}
+        ordered = sorted(merged.items())
+        out: dict[str, Any] = {"count": total}
+        for name, q in QUANTILES:
+            rank, seen = max(1, math.ceil(q * total)), 0
+            for b, n in ordered:
+                seen += n
+                if seen >= rank:
+                    out[name] = min(_bucket_value(b), biggest)
+                    break
+        out["max"] = biggest
+        return out
+
+
+class LaneLatency:
+    """One lane's requests of the last ``KEEP_S`` seconds."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.records: deque[Record] = deque(maxlen=MAX_RECORDS)
+        self.itl = ItlSketch(clock)
+
+    def start(self, arrived: float | None = None) -> Record:
+        record = Record(self.clock() if arrived is None else arrived)
+        self.records.append(record)
+        while self.records and self.records[0].arrived < record.arrived - KEEP_S:
+            self.records.popleft()
+        return record
+
+    def summary(self, window_s: float) -> dict[str, Any]:
+        since = self.clock() - window_s
+        recent = [r for r in self.records if r.arrived > since and r.outcome != "invalid"]
+        done = [r for r in recent if r.outcome == "ok"]
+        return {
+            "requests": len(recent),
+            "ttft": exact_summary(r.ttft_s for r in done if r.ttft_s is not None),
+            "queue_wait": exact_summary(
+                r.queue_wait_s for r in recent if r.queue_wait_s is not None
+            ),
+            "e2e": exact_summary(r.e2e_s for r in done if r.e2e_s is not None),
+            "itl": self.itl.summary(window_s),
+        }
+
+    def goodput(self, window_s: float, ttft_s: float | None, itl_s: float | None) -> dict[str, Any]:
+        """Of the requests that arrived in the window and have ended: how many were good."""
+        since = self.clock() - window_s
+        ended = [
+            r
+            for r in self.records
+            if r.arrived > since and r.e2e_s is not None and r.outcome != "invalid"
+        ]
+        good = slow = refused = failed = 0
+        for r in ended:
+            if r.outcome == "refused":
+                refused += 1
+            elif r.outcome != "ok":
+                failed += 1  # upstream errors, and clients that gave up waiting
+            elif (ttft_s and (r.ttft_s is None or r.ttft_s > ttft_s)) or (
+                itl_s and r.max_itl_s is not None and r.max_itl_s > itl_s
+            ):
+                slow += 1
+            else:
+                good += 1
+        total = len(ended)
+        return {
+            "ended": total,
+            "good": good,
+            "slow": slow,
+            "refused": refused,
+            "failed": failed,
+            "ratio": good / total if total else None,
+        }
+
+
+def window_name(seconds: float) -> str:
+    return f"{seconds / 60:g}m"

@@ -1,0 +1,102 @@
+"""The gate's user-felt numbers are exact: every inference request counted once, its TTFT
+what the client measured, goodput judged per request; non-inference calls kept apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.server import start_gate
+from gpuwatch.load import LoadRun, LoadSpec
+from gpuwatch.load.spec import Dist
+from gpuwatch.series import sample_quantile
+from gpuwatch.sim.profiles import get_profile
+from gpuwatch.sim.server import start_sim
+
+PROFILE = get_profile("rtx4090-llama3-8b-awq")
+
+
+async def test_exact_ttft_matches_what_clients_measured(tmp_path: Path) -> None:
+    _, sim = await start_sim(PROFILE, time_scale=4.0, seed=5)
+    gate, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
+    )
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(3):  # not inference: never in the users' numbers
+                assert (await client.get(f"{served.url}/v1/models")).status_code == 200
+            spec = LoadSpec(
+                url=served.url, rate=20, requests=80, burstiness=0.5, seed=2,
+                prompt_tokens=Dist("uniform", 64, 1024), output_tokens=Dist("fixed", 24),
+            )  # fmt: skip
+            results = await LoadRun(spec).run()
+            ok = [r for r in results if r.ok]
+            assert len(ok) == 80
+            status = (
+                await client.get(f"{served.url}/admin/status", params={"ttft_s": "100"})
+            ).json()
+            metrics = (await client.get(f"{served.url}/metrics")).text
+    finally:
+        await served.close()
+        await sim.close()
+    chat = status["lanes"]["chat"]
+    exact = chat["latency"]["5m"]
+    assert exact["requests"] == 80 and exact["ttft"]["count"] == 80
+    assert exact["itl"]["count"] > 0 and exact["queue_wait"]["count"] == 80
+    client_ttfts = sorted(r.ttft for r in ok if r.ttft is not None)
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        theirs = sample_quantile(client_ttfts, q)
+        # The client's TTFT includes a loopback hop each way that the gate's does not.
+        assert abs(exact["ttft"][name] - theirs) <= 0.02 * theirs + 0.005, (name, exact, theirs)
+    assert exact["ttft"]["max"] <= max(client_ttfts)
+    good = chat["goodput"]["5m"]
+    assert good == {"ended": 80, "good": 80, "slow": 0, "refused": 0, "failed": 0, "ratio": 1.0}
+    assert status["lanes"]["default"]["latency"]["5m"]["requests"] == 0
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    other = {s.labels["lane"]: s.value for s in families["gpuwatch_gate_other_requests"].samples
+             if s.name.endswith("_total")}  # fmt: skip
+    assert other["default"] == 4  # ours, and the load generator asking which model is served
+    ttft_count = next(
+        s.value
+        for s in families["gpuwatch_gate_ttft_seconds"].samples
+        if s.name.endswith("_count") and s.labels["lane"] == "chat"
+    )
+    assert ttft_count == 80
+
+
+async def test_goodput_counts_refusals_and_slow_requests_as_misses(tmp_path: Path) -> None:
+    _, sim = await start_sim(PROFILE, time_scale=2.0, seed=6)
+    gate, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
+    )
+    try:
+        async with httpx.AsyncClient() as client:
+            await client.patch(
+                f"{served.url}/admin/limits",
+                json={"lanes": {"chat": {"max_inflight": 1, "max_queue": 1}}},
+            )
+            spec = LoadSpec(
+                url=served.url, rate=40, requests=30, seed=3,
+                prompt_tokens=Dist("fixed", 256), output_tokens=Dist("fixed", 32),
+            )  # fmt: skip
+            results = await LoadRun(spec).run()
+            refused = sum(1 for r in results if r.status == 429)
+            answered = [r for r in results if r.ok]
+            slo = sorted(r.ttft for r in answered if r.ttft is not None)[len(answered) // 2]
+            status = (
+                await client.get(f"{served.url}/admin/status", params={"ttft_s": str(slo)})
+            ).json()
+            bad = await client.get(f"{served.url}/admin/status", params={"ttft_s": "soon"})
+    finally:
+        await served.close()
+        await sim.close()
+    assert refused > 0 and answered
+    g = status["lanes"]["chat"]["goodput"]["1m"]
+    assert g["ended"] == 30 and g["refused"] == refused
+    assert g["good"] + g["slow"] == len(answered) and g["slow"] > 0
+    assert g["ratio"] == g["good"] / 30
+    assert bad.status_code == 400 and "ttft_s must be a number" in bad.text
