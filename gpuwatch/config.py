@@ -36,6 +36,9 @@ class Slo:
     kv_usage_high: float = 0.95
     waiting_high: float = 0.0
     preemptions_per_min: float = 1.0
+    # With a gate: the share of arriving requests that must be served within every bound
+    # (refused, failed and slow ones are misses), over the last minute.
+    goodput_min: float = 0.99
 
     def thresholds(self) -> dict[str, float | None]:
         """Signal key -> threshold, None where switched off (what ``judge`` takes)."""

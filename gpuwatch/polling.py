@@ -82,7 +82,10 @@ async def poll_gate(monitor: Monitor, client: GateClient, interval_s: float) -> 
 
     async def once() -> None:
         try:
-            limits, status = await asyncio.gather(client.limits(), client.status())
+            slo = monitor.health.slo
+            limits, status = await asyncio.gather(
+                client.limits(), client.status(slo.get("ttft_p99_s"), slo.get("itl_p99_s"))
+            )
         except GateError as exc:
             monitor.apply_gate(None, None, str(exc))
         else:

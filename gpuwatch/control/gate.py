@@ -114,8 +114,13 @@ class GateClient:
     async def limits(self) -> dict[str, Any]:
         return await self._call("GET", "/admin/limits")
 
-    async def status(self) -> dict[str, Any]:
-        return await self._call("GET", "/admin/status")
+    async def status(
+        self, ttft_s: float | None = None, itl_s: float | None = None
+    ) -> dict[str, Any]:
+        """Live state per lane, with exact user-felt latency and goodput judged against the
+        given bounds (unset ones are not judged)."""
+        bounds = {k: f"{v:g}" for k, v in (("ttft_s", ttft_s), ("itl_s", itl_s)) if v}
+        return await self._call("GET", "/admin/status", params=bounds)
 
     async def audit(self, limit: int = 20) -> list[dict[str, Any]]:
         return (await self._call("GET", "/admin/audit", params={"limit": limit}))["entries"]

@@ -169,10 +169,22 @@ def ttft_breakdown(monitor: Monitor) -> TtftBreakdown | None:
     if engine is None and gate is None:
         return None
     now = monitor.clock()
+    users = monitor.gate.users(window_label(monitor.window_s)) if monitor.gate else None
+    gate_queue = _part("gate queue", gate, "queue", now)
+    exact_ttft = None
+    if users is not None and users.worst_lane is not None:
+        # The gate's exact numbers for the lane that hurts most beat its histogram estimate.
+        tails = users.tails[users.worst_lane]
+        exact_ttft = users.ttft_p99
+        queue_p99 = tails["queue_wait"].get("p99")
+        assert monitor.gate is not None
+        before = monitor.gate.queue_p99.at(now - monitor.window_s)
+        grew = queue_p99 - before.v if queue_p99 is not None and before is not None else None
+        gate_queue = Part("gate queue", queue_p99, grew)
     parts = [
         part
         for part in (
-            _part("gate queue", gate, "queue", now),
+            gate_queue,
             _part("engine queue", engine, "queue", now),
             _part("prefill", engine, "prefill", now),
         )
@@ -181,8 +193,14 @@ def ttft_breakdown(monitor: Monitor) -> TtftBreakdown | None:
     felt = gate or engine
     assert felt is not None
     return TtftBreakdown(
-        ttft_p99=felt.history.quantile("ttft", 0.99),
-        measured_at="gate" if gate is not None else "engine",
+        ttft_p99=exact_ttft if exact_ttft is not None else felt.history.quantile("ttft", 0.99),
+        measured_at=(
+            f"gate ({users.worst_lane}, exact)"
+            if exact_ttft is not None and users
+            else "gate"
+            if gate is not None
+            else "engine"
+        ),
         parts=parts,
         decode_p99=engine.history.quantile("decode", 0.99) if engine else None,
         window=window_label(felt.history.window_s),

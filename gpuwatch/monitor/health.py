@@ -38,6 +38,7 @@ SIGNALS: dict[str, Signal] = {
     "kv_usage_high": Signal("KV", pct, windowed=False),
     "waiting_high": Signal("waiting", lambda v: f"{v:.0f}", windowed=False),
     "preemptions_per_min": Signal("preemptions", lambda v: f"{v:.1f}/min"),
+    "goodput_min": Signal("goodput", pct, floor=True),
 }
 
 DEFAULT_SLO = Slo().thresholds()

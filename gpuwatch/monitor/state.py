@@ -63,6 +63,35 @@ class Endpoint:
     since: float = 0.0  # when polling began: an endpoint never useful goes STALE from here
 
 
+@dataclass(frozen=True)
+class UsersView:
+    """The users' side of the node over a window: outcomes of the requests that ended, each
+    lane's exact tails, and the worst lane's p99 TTFT (queue wait included)."""
+
+    window: str
+    totals: dict[str, int]  # ended, good, slow, refused, failed
+    tails: dict[str, dict[str, Any]]  # lane -> {requests, ttft, queue_wait, e2e, itl}
+    ttft_p99: float | None
+    worst_lane: str | None
+
+    @property
+    def goodput(self) -> float | None:
+        ended = self.totals["ended"]
+        return self.totals["good"] / ended if ended else None
+
+    def misses(self) -> str:
+        """``6% refused, 3% slow``: where the misses went."""
+        ended = self.totals["ended"]
+        if not ended:
+            return ""
+        parts = [
+            f"{self.totals[k] / ended:.0%} {k}"
+            for k in ("refused", "slow", "failed")
+            if self.totals[k]
+        ]
+        return ", ".join(parts)
+
+
 @dataclass
 class GateView:
     url: str
@@ -71,6 +100,32 @@ class GateView:
     lanes: dict[str, Any] = field(default_factory=dict)
     refusals: dict[tuple[str, str], CounterRate] = field(default_factory=dict)
     queued: RingSeries = field(default_factory=RingSeries)
+    goodput: RingSeries = field(default_factory=RingSeries)
+    # The worst lane's exact queue-wait p99, to tell how much it grew.
+    queue_p99: RingSeries = field(default_factory=RingSeries)
+
+    def users(self, window: str = "1m") -> UsersView | None:
+        """What users felt over ``window`` across the lanes, from the gate's exact records;
+        None from a gate that does not keep them."""
+        lanes = {
+            name: data
+            for name, data in self.lanes.items()
+            if isinstance(data.get("latency"), dict) and window in data["latency"]
+        }
+        if not lanes:
+            return None
+        totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
+        for data in lanes.values():
+            for key in totals:
+                totals[key] += data.get("goodput", {}).get(window, {}).get(key) or 0
+        tails = {
+            name: data["latency"][window]
+            for name, data in lanes.items()
+            if data["latency"][window].get("requests")
+        }
+        ranked = [(t["ttft"]["p99"], n) for n, t in tails.items() if t["ttft"].get("p99")]
+        worst = max(ranked, default=None)
+        return UsersView(window, totals, tails, worst[0] if worst else None, worst and worst[1])
 
     @property
     def refusal_window(self) -> str:
@@ -197,6 +252,13 @@ class Monitor:
                     )
                     counter.update(now, total)
             gate.queued.append(now, queued)
+            users = gate.users()
+            if users is not None and users.goodput is not None:
+                gate.goodput.append(now, users.goodput)
+            if users is not None and users.worst_lane is not None:
+                queue_p99 = users.tails[users.worst_lane]["queue_wait"].get("p99")
+                if queue_p99 is not None:
+                    gate.queue_p99.append(now, queue_p99)
         self.version += 1
 
     # -- derived --------------------------------------------------------------------------
@@ -227,12 +289,25 @@ class Monitor:
         ]
 
     def signals(self) -> dict[str, float | None]:
-        """The worst of each health signal over the serving engines."""
-        out: dict[str, float | None] = {}
+        return self.judged()[0]
 
-        def worst(key: str, value: float | None) -> None:
-            if value is not None and (out.get(key) is None or value > out[key]):  # type: ignore[operator]
+    def judged(self) -> tuple[dict[str, float | None], dict[str, str]]:
+        """Each health signal's worst value, and what to add to its reason.
+
+        The serving engines' own signals, and with a gate the users' side too: goodput (served
+        within every bound over all that arrived) and the worst lane's exact p99 TTFT, queue
+        wait included. Whichever is worse is the one judged.
+        """
+        out: dict[str, float | None] = {}
+        details: dict[str, str] = {}
+
+        def worst(key: str, value: float | None, detail: str = "") -> None:
+            current = out.get(key)
+            if value is not None and (current is None or value > current):
                 out[key] = value
+                details.pop(key, None)
+                if detail:
+                    details[key] = detail
 
         for view in self.serving_engines():
             h, s = view.history, view.snap
@@ -241,12 +316,21 @@ class Monitor:
             worst("kv_usage_high", s.kv_cache_usage)
             worst("waiting_high", s.waiting)
             worst("preemptions_per_min", h.per_minute("preemptions_total"))
-        return out
+        users = self.gate.users(window_label(self.window_s)) if self.gate else None
+        if users is not None:
+            worst("ttft_p99_s", users.ttft_p99, "users at the gate, queue wait included")
+            itl = [t["itl"]["p99"] for t in users.tails.values() if t["itl"].get("p99")]
+            worst("itl_p99_s", max(itl, default=None), "users at the gate")
+            if users.goodput is not None:
+                out["goodput_min"] = users.goodput
+                details["goodput_min"] = users.misses()
+        return out, details
 
     def evaluate(self) -> Verdict:
         before = self.health.shown.level
+        signals, details = self.judged()
         verdict, changed = self.health.update(
-            self.clock(), self.signals(), window_label(self.window_s)
+            self.clock(), signals, window_label(self.window_s), details
         )
         if verdict.level == "NO DATA" and not self.serving_engines():
             verdict = self.health.shown = Verdict("NO DATA", "no serving engine answers")

@@ -117,7 +117,7 @@ class Dashboard(Screen[None]):
                 rates = window_label(RECENT_RATE_WINDOW_S)
                 yield Chart("requests", id="chart-requests", classes="chart")
                 yield Chart(f"TTFT {window}", fmt=seconds, id="chart-ttft", classes="chart")
-                yield Chart("KV cache", fmt=pct, id="chart-kv", classes="chart")
+                yield Chart(f"KV · goodput {window}", fmt=pct, id="chart-kv", classes="chart")
                 yield Chart(f"tokens/s {rates}", id="chart-tokens", classes="chart")
         yield EventsPanel(id="events", classes="box")
         yield Footer()
@@ -290,7 +290,8 @@ class GpuwatchApp(App[None]):
         dash.query_one(AdmissionPanel).render_gate(
             m.gate, self.steering.selected_lane, self.steering.pending_lines()
         )
-        dash.query_one(UsersPanel).render_users(ttft_breakdown(m), m.health.slo.get("ttft_p99_s"))
+        users = m.gate.users(window_label(m.window_s)) if m.gate else None
+        dash.query_one(UsersPanel).render_users(ttft_breakdown(m), users, m.health.slo)
         dash.query_one(EventsPanel).render_events(m.events)
         now = time.monotonic()
         if now - self._charts_at >= CHART_EVERY_S or force_charts:
@@ -327,7 +328,13 @@ class GpuwatchApp(App[None]):
                 m.health.slo.get("ttft_p99_s"),
                 0.0,
             ),
-            ("#chart-kv", [Line("KV", pts("kv_cache_usage"), "kv")], None, 1.0),
+            (
+                "#chart-kv",
+                [Line("KV", pts("kv_cache_usage"), "kv")]
+                + ([Line("goodput", m.gate.goodput.points(since=start), "ok")] if m.gate else []),
+                None,
+                1.0,
+            ),
             (
                 "#chart-tokens",
                 [Line("gen", pts("gen_tps"), "ok"), Line("prompt", pts("prompt_tps"), "ttft")],

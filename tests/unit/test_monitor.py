@@ -146,3 +146,38 @@ def test_ttft_taken_apart_says_which_part_grew() -> None:
     assert b.decode_p99 is not None and b.decode_p99 > 1.0
     grew = b.grew()
     assert grew is not None and grew.name == "engine queue" and (grew.grew_s or 0) > 1.0
+
+
+def _status(good: int, slow: int, refused: int, ttft_p99: float) -> dict:
+    tails = {
+        "requests": good + slow + refused,
+        "ttft": {"count": good + slow, "p50": 0.2, "p90": 0.5, "p99": ttft_p99, "max": ttft_p99},
+        "queue_wait": {"count": good + slow, "p50": 0.0, "p90": 0.1, "p99": 0.3, "max": 0.4},
+        "e2e": {"count": good + slow, "p50": 1.0, "p90": 2.0, "p99": 3.0, "max": 3.5},
+        "itl": {"count": 100, "p50": 0.01, "p90": 0.02, "p99": 0.03, "max": 0.05},
+    }
+    goodput = {"ended": good + slow + refused, "good": good, "slow": slow,
+               "refused": refused, "failed": 0}  # fmt: skip
+    lane = {"inflight": 1, "queued": 0, "rejected_total": {},
+            "latency": {"1m": tails, "5m": tails}, "goodput": {"1m": goodput, "5m": goodput}}  # fmt: skip
+    return {"version": 1, "paused": False, "lanes": {"chat": lane}}
+
+
+def test_with_a_gate_the_badge_judges_what_users_get() -> None:
+    clock = Clock()
+    m = Monitor([URL], clock=clock, wall=clock, admin_url="http://127.0.0.1:9000")
+    m.health.hold_s = 0
+    limits = {"version": 1, "paused": False, "lanes": {"chat": {}}}
+    # The engine is fine: the gate refuses 6% and 3% were slow, so users are not.
+    m.apply_scrape(ScrapeResult(URL, [EngineSnapshot(URL, "vllm", "m", kv_cache_usage=0.3)]))
+    m.apply_gate(limits, _status(good=91, slow=3, refused=6, ttft_p99=0.9))
+    v = m.evaluate()
+    assert v == Verdict("OVERLOADED", "goodput 1m 91% < 99%: 6% refused, 3% slow")
+    # Capacity restored: every request served in time.
+    m.apply_gate(limits, _status(good=100, slow=0, refused=0, ttft_p99=0.9))
+    assert m.evaluate().level == "OK"
+    # The users' exact p99 TTFT (queue wait included) is judged too.
+    m.apply_gate(limits, _status(good=100, slow=0, refused=0, ttft_p99=2.5))
+    v = m.evaluate()
+    assert v.level == "OVERLOADED"
+    assert v.reason == "p99 TTFT 1m 2.50s > 2.00s: users at the gate, queue wait included"

@@ -1,39 +1,91 @@
-"""What users feel: their TTFT taken apart ("is it queueing or prefill?"), and which part grew.
+"""What users feel: goodput, their TTFT taken apart ("is it queueing or prefill?") and which
+part grew, and each lane's exact tails from the gate.
 
-It fills the left column under the admission panel; at 80x24 it is the one line that matters.
+It fills the left column under the admission panel; at 80x24 the first lines are what show.
 """
 
 from __future__ import annotations
 
-from gpuwatch.fmt import seconds
+from rich.markup import escape
+
+from gpuwatch.fmt import pct, seconds
 from gpuwatch.monitor.figures import TtftBreakdown
+from gpuwatch.monitor.health import SIGNALS, badness
+from gpuwatch.monitor.state import UsersView
 from gpuwatch.tui.widgets.bars import level_color
 from gpuwatch.tui.widgets.panel import Panel, flow
+
+TAIL_HEADER = (
+    f"[dim] {'lane':<8}{'reqs':>6} {'TTFT p50':>9}{'p99':>7}{'max':>7}"
+    f"{'queue p99':>10}{'ITL p99':>8}{'E2E p99':>8}[/]"
+)
+
+
+def breakdown_segments(b: TtftBreakdown, ttft_slo: float | None) -> list[str]:
+    ratio = b.ttft_p99 / ttft_slo if b.ttft_p99 is not None and ttft_slo else None
+    color = level_color(ratio, 0.8, 1.0)
+    parts = [f"{p.name} {seconds(p.p99)}" for p in b.parts]
+    head = (
+        f"[b]TTFT p99[/] [dim]{b.window}[/] [{color}][b]{seconds(b.ttft_p99)}[/][/]"
+        f" [dim]at the {escape(b.measured_at)}[/]" + (":" if parts else "")
+    )
+    segments = [head]
+    if parts:
+        segments.append(" + ".join(parts) + " [dim](each a p99)[/]")
+    if b.decode_p99 is not None:
+        segments.append(f"decode p99 {seconds(b.decode_p99)}")
+    grew = b.grew()
+    if grew is not None:
+        segments.append(f"[$warn]▲ {grew.name} +{seconds(grew.grew_s)} in {b.window}[/]")
+    return segments
+
+
+def goodput_line(users: UsersView, target: float | None) -> str:
+    value = users.goodput
+    shade = "$foreground"
+    if value is not None and target:
+        shade = level_color(badness(SIGNALS["goodput_min"], value, target), 0.8, 1.0001)
+    of = f" (of {pct(target)})" if target else ""
+    misses = users.misses()
+    ended = users.totals["ended"]
+    return (
+        f"[b]goodput[/] [dim]{users.window}[/] [{shade}][b]{pct(value)}[/][/]{of}"
+        f" [dim]of {ended} requests[/]" + (f"  {misses}" if misses else "")
+    )
+
+
+def tail_row(lane: str, t: dict[str, object]) -> str:
+    def p(kind: str, name: str) -> str:
+        part = t.get(kind)
+        return seconds(part.get(name)) if isinstance(part, dict) else seconds(None)
+
+    return (
+        f" {escape(lane):<8}{t.get('requests', 0)!s:>6} {p('ttft', 'p50'):>9}"
+        f"{p('ttft', 'p99'):>7}{p('ttft', 'max'):>7}{p('queue_wait', 'p99'):>10}"
+        f"{p('itl', 'p99'):>8}{p('e2e', 'p99'):>8}"
+    )
 
 
 class UsersPanel(Panel):
     DEFAULT_CSS = "UsersPanel { height: auto; }"
 
-    def render_users(self, breakdown: TtftBreakdown | None, ttft_slo: float | None) -> None:
-        if breakdown is None:
+    def render_users(
+        self,
+        breakdown: TtftBreakdown | None,
+        users: UsersView | None,
+        slo: dict[str, float | None],
+    ) -> None:
+        if breakdown is None and users is None:
             self.display = False
             return
         self.display = True
-        b = breakdown
-        ratio = b.ttft_p99 / ttft_slo if b.ttft_p99 is not None and ttft_slo else None
-        color = level_color(ratio, 0.8, 1.0)
-        head = (
-            f"[b]TTFT p99[/] [dim]{b.window}[/] [{color}][b]{seconds(b.ttft_p99)}[/][/]"
-            f" [dim]at the {b.measured_at}[/]"
-        )
-        parts = [f"{p.name} {seconds(p.p99)}" for p in b.parts]
-        segments = [head + (":" if parts else "")]
-        if parts:
-            segments.append(" + ".join(parts) + " [dim](each a p99)[/]")
-        if b.decode_p99 is not None:
-            segments.append(f"decode p99 {seconds(b.decode_p99)}")
-        grew = b.grew()
-        if grew is not None:
-            segments.append(f"[$warn]▲ {grew.name} +{seconds(grew.grew_s)} in {b.window}[/]")
         width = max(40, self.content_region.width or 80)
-        self.show("\n".join(flow(segments, width, indent="")))
+        lines: list[str] = []
+        if users is not None:
+            lines.append(goodput_line(users, slo.get("goodput_min")))
+        if breakdown is not None:
+            lines.extend(flow(breakdown_segments(breakdown, slo.get("ttft_p99_s")), width, ""))
+        if users is not None and users.tails:
+            lines.append(TAIL_HEADER + f" [dim]exact, {users.window}[/]")
+            lines.extend(tail_row(lane, t) for lane, t in users.tails.items())
+        self.show("\n".join(lines))
