@@ -115,6 +115,7 @@ class TtftBreakdown:
 
     ttft_p99: float | None
     measured_at: str  # "gate" or "engine"
+    exact_lane: str | None  # the gate's exact numbers for this lane (the worst), if it has them
     parts: list[Part]
     decode_p99: float | None
     window: str
@@ -125,6 +126,7 @@ class TtftBreakdown:
         return {
             f"ttft_p99_{w}": self.ttft_p99,
             "measured_at": self.measured_at,
+            "exact_lane": self.exact_lane,
             "parts": {
                 p.name.replace(" ", "_"): {f"p99_{w}": p.p99, f"grew_in_{w}": p.grew_s}
                 for p in self.parts
@@ -194,13 +196,8 @@ def ttft_breakdown(monitor: Monitor) -> TtftBreakdown | None:
     assert felt is not None
     return TtftBreakdown(
         ttft_p99=exact_ttft if exact_ttft is not None else felt.history.quantile("ttft", 0.99),
-        measured_at=(
-            f"gate ({users.worst_lane}, exact)"
-            if exact_ttft is not None and users
-            else "gate"
-            if gate is not None
-            else "engine"
-        ),
+        measured_at="gate" if gate is not None or exact_ttft is not None else "engine",
+        exact_lane=users.worst_lane if exact_ttft is not None and users else None,
         parts=parts,
         decode_p99=engine.history.quantile("decode", 0.99) if engine else None,
         window=window_label(felt.history.window_s),

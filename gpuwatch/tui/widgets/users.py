@@ -27,7 +27,10 @@ def breakdown_segments(b: TtftBreakdown, ttft_slo: float | None) -> list[str]:
     parts = [f"{p.name} {seconds(p.p99)}" for p in b.parts]
     head = (
         f"[b]TTFT p99[/] [dim]{b.window}[/] [{color}][b]{seconds(b.ttft_p99)}[/][/]"
-        f" [dim]at the {escape(b.measured_at)}[/]" + (":" if parts else "")
+        f" [dim]at the {b.measured_at}"
+        + (f" ({escape(b.exact_lane)}, exact)" if b.exact_lane else "")
+        + "[/]"
+        + (":" if parts else "")
     )
     segments = [head]
     if parts:
