@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from prometheus_client import generate_latest
 
+from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, Record, window_name
 from gpuwatch.load.spec import Dist
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.sim.engine import Engine, Request
@@ -50,6 +51,8 @@ def gate_state(
     rejected: dict[str, int],
     version: int = 1,
     paused: bool = False,
+    users: LaneLatency | None = None,
+    ttft_slo: float | None = None,
 ) -> tuple[dict, dict]:
     lanes = {
         "chat": (max_inflight, max_queue, inflight, queued, rejected),
@@ -74,6 +77,12 @@ def gate_state(
             "oldest_queued_s": 0.0,
             "admitted_total": 0,
             "rejected_total": dict(rej),
+        }
+    if users is not None:
+        # What the real gate serves in /admin/status, from the same code (gate/latency.py).
+        status["lanes"]["chat"]["latency"] = {window_name(w): users.summary(w) for w in WINDOWS_S}
+        status["lanes"]["chat"]["goodput"] = {
+            window_name(w): users.goodput(w, ttft_slo, None) for w in WINDOWS_S
         }
     return limits, status
 
@@ -115,6 +124,9 @@ def build(
         t += rng.gammavariate(0.5, 1.0 / (r * 0.5))
         pending.append(Request(f"r{len(pending)}", prompts.sample(rng), outputs.sample(rng), t))
     pending.reverse()
+    users = LaneLatency(clock)  # the gate's exact per-request record, on simulated time
+    records: dict[str, tuple[Record, float]] = {}
+    ttft_slo = monitor.health.slo.get("ttft_p99_s")
     gate_queue: list[Request] = []
     rejected = {"queue_full": 0}
     nvml = NvmlReader(FakeNvml(lambda: {"gpus": [g.state(clock.now) for g in virtual]}))
@@ -131,19 +143,37 @@ def build(
                 f"chat.max_queue {before[1]} -> {max_queue}",
             )
         while pending and pending[-1].arrival <= engine.now:
-            gate_queue.append(pending.pop())
+            arrived = pending.pop()
+            gate_queue.append(arrived)
+            records[arrived.rid] = (users.start(arrived.arrival), arrived.arrival)
         while gate_queue and len(engine.running) + len(engine.waiting) < max_inflight:
             admitted = gate_queue.pop(0)
+            record, at_gate = records[admitted.rid]
+            record.queue_wait_s = engine.now - at_gate
             admitted.arrival = max(admitted.arrival, engine.now)  # the engine sees it now
             engine.add(admitted)
         if len(gate_queue) > max_queue:
             rejected["queue_full"] += len(gate_queue) - max_queue
+            for refused in gate_queue[max_queue:]:
+                record, at_gate = records.pop(refused.rid)
+                record.outcome, record.e2e_s = "refused", engine.now - at_gate
             del gate_queue[max_queue:]
         if engine.idle:
             engine.now = min(pending[-1].arrival if pending else next_scrape, next_scrape)
         else:
             result = engine.step()
             recorder.step(result)
+            for event in result.events:
+                if event.kind == "token" and event.gap is not None:
+                    users.itl.add((event.gap,))
+                    record = records.get(event.request.rid, (None, 0.0))[0]
+                    if record is not None:
+                        record.max_itl_s = max(record.max_itl_s or 0.0, event.gap)
+                if event.kind == "finished" and event.request.rid in records:
+                    record, at_gate = records.pop(event.request.rid)
+                    first = event.request.first_token
+                    record.ttft_s = first - at_gate if first is not None else None
+                    record.e2e_s = engine.now - at_gate
             for g in virtual:
                 g.busy(result.start, engine.now, result.intensity)
         while engine.now >= next_scrape and next_scrape <= seconds:
@@ -158,6 +188,8 @@ def build(
                 len(gate_queue),
                 rejected,
                 version=1 if max_inflight == 64 else 2,
+                users=users,
+                ttft_slo=ttft_slo,
             )
             monitor.apply_gate(limits, status)
             monitor.evaluate()

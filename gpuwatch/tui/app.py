@@ -291,7 +291,9 @@ class GpuwatchApp(App[None]):
             m.gate, self.steering.selected_lane, self.steering.pending_lines()
         )
         users = m.gate.users(window_label(m.window_s)) if m.gate else None
-        dash.query_one(UsersPanel).render_users(ttft_breakdown(m), users, m.health.slo)
+        dash.query_one(UsersPanel).render_users(
+            ttft_breakdown(m), users, m.health.slo, compact=narrow or short
+        )
         dash.query_one(EventsPanel).render_events(m.events)
         now = time.monotonic()
         if now - self._charts_at >= CHART_EVERY_S or force_charts:

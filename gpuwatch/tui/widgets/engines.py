@@ -9,7 +9,7 @@ from gpuwatch.fmt import NA, num, pct, seconds
 from gpuwatch.monitor.figures import EngineFigures, engine_figures
 from gpuwatch.monitor.state import Endpoint
 from gpuwatch.tui.widgets.bars import gauge, level_color
-from gpuwatch.tui.widgets.panel import Panel, flow
+from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
 
 STATE_COLOR = {"UP": "$ok", "DOWN": "$bad", "STALE": "$warn", "WAITING": "$foreground"}
 
@@ -71,7 +71,7 @@ class EnginePanel(Panel):
             self.show(f"[$warn]{escape(hint or 'no endpoints')}[/]")
             return
         out: list[str] = []
-        width = max(40, (self.content_region.width or 80))
+        width = usable_width(self)
         for ep in endpoints:
             color = STATE_COLOR.get(ep.status.state, "$foreground")
             reason = f" [dim]{escape(ep.status.reason)}[/]" if ep.status.reason else ""

@@ -19,6 +19,12 @@ class Panel(Static):
             self.update(markup)
 
 
+def usable_width(widget: Static) -> int:
+    """Cells a panel's lines may take: its content width, less a scrollbar's the column may
+    grow, so a flowed line never wraps a second time."""
+    return max(40, (widget.content_region.width or 80) - 2)
+
+
 @lru_cache(maxsize=1024)
 def cells(markup: str) -> int:
     """Cells a markup string takes on screen (cached: panels repeat their segments)."""

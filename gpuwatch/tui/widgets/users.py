@@ -13,7 +13,7 @@ from gpuwatch.monitor.figures import TtftBreakdown
 from gpuwatch.monitor.health import SIGNALS, badness
 from gpuwatch.monitor.state import UsersView
 from gpuwatch.tui.widgets.bars import level_color
-from gpuwatch.tui.widgets.panel import Panel, flow
+from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
 
 TAIL_HEADER = (
     f"[dim] {'lane':<8}{'reqs':>6} {'TTFT p50':>9}{'p99':>7}{'max':>7}"
@@ -77,18 +77,21 @@ class UsersPanel(Panel):
         breakdown: TtftBreakdown | None,
         users: UsersView | None,
         slo: dict[str, float | None],
+        compact: bool = False,
     ) -> None:
+        """``compact`` (a small terminal): goodput and the TTFT line only, no lane table."""
         if breakdown is None and users is None:
             self.display = False
             return
         self.display = True
-        width = max(40, self.content_region.width or 80)
+        width = usable_width(self)
         lines: list[str] = []
         if users is not None:
             lines.append(goodput_line(users, slo.get("goodput_min")))
         if breakdown is not None:
-            lines.extend(flow(breakdown_segments(breakdown, slo.get("ttft_p99_s")), width, ""))
-        if users is not None and users.tails:
+            segments = breakdown_segments(breakdown, slo.get("ttft_p99_s"))
+            lines.extend(flow(segments[:2] if compact else segments, width, ""))
+        if users is not None and users.tails and not compact:
             lines.append(TAIL_HEADER + f" [dim]exact, {users.window}[/]")
             lines.extend(tail_row(lane, t) for lane, t in users.tails.items())
         self.show("\n".join(lines))
