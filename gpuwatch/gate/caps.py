@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from gpuwatch.tokens import estimate_chat, estimate_text
+from gpuwatch.tokens import chat_text, estimate_chat, estimate_text
 
 # Every name an OpenAI-compatible server reads as the output bound (vLLM, llama.cpp, TGI,
 # the Responses API). All present are capped, whichever the upstream happens to use.
@@ -30,26 +30,33 @@ class BodyError(ValueError):
         self.field = field
 
 
-def _message_text(at: str, message: Any) -> str:
+def _check_message(at: str, message: Any) -> None:
+    """Types of what the shared estimate reads from a chat message; BodyError if wrong."""
     if not isinstance(message, dict):
         raise BodyError(at, "must be an object")
-    role = message.get("role", "")
-    if not isinstance(role, str):
+    if not isinstance(message.get("role", ""), str):
         raise BodyError(f"{at}.role", "must be a string")
     content = message.get("content")
     if content is None or isinstance(content, str):
-        return f"{role}: {content or ''}"
+        return
     if not isinstance(content, list):
         raise BodyError(f"{at}.content", "must be a string, a list of parts or null")
-    texts = []
     for i, part in enumerate(content):
         if not isinstance(part, dict):
             raise BodyError(f"{at}.content[{i}]", "must be an object")
-        text = part.get("text", "")
-        if not isinstance(text, str):
+        if not isinstance(part.get("text", ""), str):
             raise BodyError(f"{at}.content[{i}].text", "must be a string")
-        texts.append(text)
-    return f"{role}: {' '.join(texts)}"
+
+
+def _messages(body: dict[str, Any]) -> list[Any] | None:
+    messages = body.get("messages")
+    if messages is None:
+        return None
+    if not isinstance(messages, list):
+        raise BodyError("messages", "must be a list")
+    for i, message in enumerate(messages):
+        _check_message(f"messages[{i}]", message)
+    return messages
 
 
 def _prompt_texts(key: str, value: Any) -> tuple[list[str], int]:
@@ -72,12 +79,8 @@ def _prompt_texts(key: str, value: Any) -> tuple[list[str], int]:
 
 def prompt_text(body: dict[str, Any]) -> str:
     """All the prompt text a body carries (for an upstream tokenizer); BodyError on bad types."""
-    parts: list[str] = []
-    messages = body.get("messages")
-    if messages is not None:
-        if not isinstance(messages, list):
-            raise BodyError("messages", "must be a list")
-        parts.extend(_message_text(f"messages[{i}]", m) for i, m in enumerate(messages))
+    messages = _messages(body)
+    parts = [chat_text(messages)] if messages is not None else []
     for key in PROMPT_KEYS[1:]:
         texts, _ = _prompt_texts(key, body.get(key))
         parts.extend(texts)
@@ -86,16 +89,9 @@ def prompt_text(body: dict[str, Any]) -> str:
 
 def estimate_prompt(body: dict[str, Any]) -> int | None:
     """Prompt tokens by the shared estimate, over every prompt field; None when there is none."""
-    total = 0
-    found = False
-    messages = body.get("messages")
-    if messages is not None:
-        if not isinstance(messages, list):
-            raise BodyError("messages", "must be a list")
-        for i, m in enumerate(messages):
-            _message_text(f"messages[{i}]", m)  # type check; the estimate reads the same fields
-        total += estimate_chat(messages)
-        found = True
+    messages = _messages(body)
+    total = estimate_chat(messages) if messages is not None else 0
+    found = messages is not None
     for key in PROMPT_KEYS[1:]:
         texts, ids = _prompt_texts(key, body.get(key))
         total += ids + sum(estimate_text(t) for t in texts)

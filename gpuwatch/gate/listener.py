@@ -21,6 +21,8 @@ from typing import Any
 from aiohttp import http_exceptions, web
 from aiohttp.web_protocol import RequestHandler
 
+from gpuwatch.aioserve import Served
+
 log = logging.getLogger("gpuwatch.gate")
 
 KEEPALIVE_S = 75.0  # nginx's default: an idle kept-alive connection is closed after it
@@ -151,21 +153,14 @@ async def track_requests(
 
 
 @dataclass
-class Listening:
-    """What ``listen`` started; ``close()`` stops accepting, then closes the app."""
+class Listening(Served):
+    """``Served`` (url, close) for the gate: ``close()`` stops accepting, then closes the app."""
 
-    runner: web.AppRunner
-    server: asyncio.Server
-    host: str
-    port: int
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+    server: asyncio.Server | None = None
 
     async def close(self) -> None:
-        self.server.close()
+        if self.server is not None:
+            self.server.close()
         await self.runner.cleanup()
 
 
@@ -196,4 +191,4 @@ async def listen(app: web.Application, host: str, port: int, header_timeout_s: f
         await runner.cleanup()
         raise
     bound = server.sockets[0].getsockname()[1] if server.sockets else port
-    return Listening(runner, server, host, bound)
+    return Listening(runner, host, bound, server)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gpuwatch.gate.paths import PathError, normalise
+from gpuwatch.gate.paths import PathError, normalise, walk
 
 
 @pytest.mark.parametrize(
@@ -27,3 +29,17 @@ def test_normal_form(raw: str, normal: str) -> None:
 def test_absolute_form_is_refused() -> None:
     with pytest.raises(PathError):
         normalise("http://elsewhere/v1/completions")
+
+
+@given(st.lists(st.sampled_from(["/", "a", "B9", ".", "..", "%2e", "%2F", "%41", "~", ":", "-_"]),
+                max_size=12))  # fmt: skip
+def test_the_shortcut_agrees_with_the_walk(parts: list[str]) -> None:
+    raw = "/" + "".join(parts)
+    try:
+        expected = walk(raw)
+    except PathError:
+        with pytest.raises(PathError):
+            normalise(raw)
+        return
+    assert normalise(raw) == expected
+    assert walk(expected) == expected
