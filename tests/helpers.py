@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 Condition = Callable[[], Any]
@@ -54,3 +56,12 @@ def eventually_sync(
                 f"after {timeout:g}s: {message() if callable(message) else message}"
             )
         time.sleep(0.05)
+
+
+@contextmanager
+def refusing_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections while the block runs: bound, never
+    listening, so nothing else can take it meanwhile (no guess about which ports are free)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]

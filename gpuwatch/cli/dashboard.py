@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +76,12 @@ def dashboard_settings(args: argparse.Namespace) -> config.Settings:
     return config.apply_cli(settings, {"theme": args.theme, "read_only": args.read_only, **slo})
 
 
-async def probe_local() -> list[str]:
-    """The localhost /metrics endpoints that answer with serving metrics."""
+async def probe_local(ports: Sequence[int] = PROBE_PORTS) -> list[str]:
+    """The localhost /metrics endpoints on ``ports`` that answer with serving metrics."""
     from gpuwatch.httpclient import async_client
     from gpuwatch.sources.scrape import scrape
 
-    urls = [f"http://127.0.0.1:{port}/metrics" for port in PROBE_PORTS]
+    urls = [f"http://127.0.0.1:{port}/metrics" for port in ports]
     async with async_client(connect_timeout_s=0.3, timeout_s=1.0) as client:
         results = await asyncio.gather(*(scrape(client, url, total_timeout_s=1.0) for url in urls))
     return [r.source for r in results if not r.error]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Awaitable, Callable
 
@@ -12,18 +11,12 @@ from aiohttp import web
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ThreadedServer:
     """An aiohttp app on its own loop in a thread, so sync code (subprocess CLIs) can use it."""
 
     def __init__(self, routes: dict[str, Handler]) -> None:
         self.routes = routes
-        self.port = free_port()
+        self.port = 0  # the port the OS picked, once started
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
@@ -41,8 +34,9 @@ class ThreadedServer:
             app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5
         )
         self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
+        self.port = self._runner.addresses[0][1]
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(self._runner.cleanup())

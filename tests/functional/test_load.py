@@ -7,10 +7,10 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
+import httpx
 import pytest
 
 from gpuwatch.gate.config import GateConfig
@@ -22,7 +22,7 @@ from gpuwatch.load.spec import Dist
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.scrape import map_page
-from tests.functional.servers import free_port
+from tests.helpers import eventually_sync, refusing_port
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 
@@ -119,7 +119,11 @@ def test_cli_json_report(sim_process: str, tmp_path: Path) -> None:
 
 
 def test_cli_nothing_listening_is_one_line_and_exit_1() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+    with refusing_port() as port:
+        _nothing_listening(f"http://127.0.0.1:{port}")
+
+
+def _nothing_listening(url: str) -> None:
     proc = gw("load", "--url", url, "--requests", "5", "--rate", "10", "--quiet")
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"gpuwatch load: nothing listening at {url} (connection refused)"
@@ -147,17 +151,13 @@ def test_ctrl_c_prints_a_partial_report(sim_process: str) -> None:
          "--rate", "5", "--output-tokens", "20", "--prompt-tokens", "64", "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+
     # Wait until requests are completing at the simulator, then interrupt.
-    end = time.monotonic() + 20
-    while True:
-        page = subprocess.run(
-            ["curl", "-s", f"{sim_process}/metrics"], capture_output=True, text=True
-        ).stdout
-        [engine] = map_page("sim", page).engines
-        if (engine.generation_tokens_total or 0) >= 40:
-            break
-        assert time.monotonic() < end
-        time.sleep(0.1)
+    def completing() -> bool:
+        [engine] = map_page("sim", httpx.get(f"{sim_process}/metrics").text).engines
+        return (engine.generation_tokens_total or 0) >= 40
+
+    eventually_sync(completing, 20, message="no request completed at the simulator")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 130

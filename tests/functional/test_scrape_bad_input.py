@@ -15,7 +15,8 @@ from gpuwatch.series import EngineHistory
 from gpuwatch.snapshot import collect
 from gpuwatch.sources.scrape import scrape
 from tests.conftest import fixture_text
-from tests.functional.servers import ThreadedServer, free_port
+from tests.functional.servers import ThreadedServer
+from tests.helpers import refusing_port
 
 GOOD = fixture_text("vllm-3.prom")
 
@@ -142,11 +143,12 @@ EXPECTED_ERRORS = {
 
 
 async def test_each_bad_source_has_one_line_reason_and_good_still_reports(server) -> None:
-    refused = f"http://127.0.0.1:{free_port()}/metrics"
-    urls = [server.url(p) for p in ["/good", *EXPECTED_ERRORS]] + [refused]
-    started = time.monotonic()
-    snap = await collect(urls, bounds=ScrapeSettings(timeout_s=1.5))
-    elapsed = time.monotonic() - started
+    with refusing_port() as port:
+        refused = f"http://127.0.0.1:{port}/metrics"
+        urls = [server.url(p) for p in ["/good", *EXPECTED_ERRORS]] + [refused]
+        started = time.monotonic()
+        snap = await collect(urls, bounds=ScrapeSettings(timeout_s=1.5))
+        elapsed = time.monotonic() - started
     by_source = {r.source: r for r in snap.results}
     good_result = by_source[server.url("/good")]
     assert good_result.error is None

@@ -17,6 +17,7 @@ from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
 from gpuwatch.sources.scrape import map_page
 from tests.conftest import fixture_text
+from tests.helpers import eventually
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 
@@ -34,16 +35,6 @@ async def metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
 def value(m: dict[str, float], name: str, **labels: str) -> float:
     key = name + json.dumps({"engine": "0", "model_name": "sim-model", **labels}, sort_keys=True)
     return m[key]
-
-
-async def wait_for(predicate, deadline_s: float = 5.0):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + deadline_s
-    while True:
-        result = await predicate()
-        if result:
-            return result
-        assert time.monotonic() < end, "condition not met before the deadline"
-        await asyncio.sleep(0.02)
 
 
 def families(text: str) -> dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]]:
@@ -209,7 +200,7 @@ async def test_client_disconnect_aborts_and_frees_blocks(sim) -> None:
             and m
         )
 
-    m = await wait_for(freed, 2.0)
+    m = await eventually(freed, 2.0)
     assert value(m, "vllm:num_requests_running") == 0
     assert value(m, "vllm:kv_cache_usage_perc") == 0
     assert engine.blocks_allocated == engine.blocks_freed
@@ -266,7 +257,7 @@ async def test_virtual_gpu_through_the_nvml_fake_backend() -> None:
                     else None
                 )
 
-            loaded = await wait_for(busy, 5.0)
+            loaded = await eventually(busy, 5.0)
             for r in resps:
                 r.close()
         assert loaded.gpus[0].memory_used_bytes == g.memory_used_bytes  # still flat under load

@@ -11,7 +11,8 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import FIXTURES, fixture_text
-from tests.functional.servers import ThreadedServer, free_port
+from tests.functional.servers import ThreadedServer
+from tests.helpers import refusing_port
 
 SGLANG = fixture_text("sglang-2.prom")
 
@@ -64,10 +65,11 @@ def test_json_contract_for_a_live_endpoint(server) -> None:
 
 
 def test_a_failed_source_exits_1_and_says_why(server) -> None:
-    dead = f"http://127.0.0.1:{free_port()}/metrics"
-    proc = run(
-        "snapshot", "--no-gpu", "--json", "--metrics", server.url("/metrics"), "--metrics", dead
-    )
+    with refusing_port() as port:
+        dead = f"http://127.0.0.1:{port}/metrics"
+        proc = run(
+            "snapshot", "--no-gpu", "--json", "--metrics", server.url("/metrics"), "--metrics", dead
+        )
     assert proc.returncode == 1
     data = json.loads(proc.stdout)
     assert len(data["engines"]) == 1  # the good one still reports

@@ -8,10 +8,7 @@ import logging
 import os
 import re
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -27,13 +24,14 @@ from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.widgets.panel import Panel
+from tests.helpers import eventually, refusing_port
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 
 
 def text(app: GpuwatchApp, selector: str) -> str:
     panel = app.screen.query_one(selector, Panel)
-    return Content.from_markup(panel._shown or "").plain
+    return Content.from_markup(panel.markup).plain
 
 
 def screen_text(app: GpuwatchApp) -> str:
@@ -42,17 +40,6 @@ def screen_text(app: GpuwatchApp) -> str:
     return "".join(html.unescape(t) for t in re.findall(r">([^<]*)</text>", svg)).replace(
         "\xa0", " "
     )
-
-
-async def until(pilot, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:  # type: ignore[no-untyped-def]
-    """Poll ``predicate`` (with a deadline) and return its first truthy value."""
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < end, "the dashboard never showed it"
-        await pilot.pause(0.05)
 
 
 @pytest.fixture
@@ -97,21 +84,26 @@ async def test_panels_show_what_the_sources_return(stack) -> None:
     app = GpuwatchApp(options(sim.url, served.url))
     load = Load(served.url, 6)
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: "run 6" in text(app, "#engines"))
+        await eventually(pause=pilot.pause, condition=lambda: "run 6" in text(app, "#engines"))
         engines = text(app, "#engines")
         assert "vllm Llama-3.1-8B-Instruct-AWQ" in engines and "UP" in engines
         assert "in-flight 6" in engines  # the gate's own line
         gpus = text(app, "#gpus")
         assert "RTX 4090" in gpus and "22.1G/24.0G" in gpus and "serving 22.1G" in gpus
-        await until(
-            pilot,
-            lambda: re.search(r"chat\s+6/16\s+0/64\s+none", text(app, "#admission")) is not None,
+        await eventually(
+            pause=pilot.pause,
+            condition=lambda: (
+                re.search(r"chat\s+6/16\s+0/64\s+none", text(app, "#admission")) is not None
+            ),
         )
         # The KV gauge shows tokens: vLLM's cache_config_info gives the pool size.
         assert "/125.3k tok" in text(app, "#engines")
         snap = next(iter(app.monitor.endpoints[f"{sim.url}/metrics"].engines.values())).snap
         assert snap.running == 6 and snap.kv_tokens_total == PROFILE.kv_tokens
-        await until(pilot, lambda: app.screen.query_one("#chart-requests").rebuilds > 0)
+        await eventually(
+            pause=pilot.pause,
+            condition=lambda: app.screen.query_one("#chart-requests").rebuilds > 0,
+        )
     await load.close()
 
 
@@ -121,18 +113,26 @@ async def test_dead_endpoint_goes_down_and_back_up(tmp_path: Path) -> None:
     url = f"{sim.url}/metrics"
     app = GpuwatchApp(DashboardOptions(urls=[url], interval_s=0.2))
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.monitor.endpoints[url].status.state == "UP")
+        await eventually(
+            pause=pilot.pause, condition=lambda: app.monitor.endpoints[url].status.state == "UP"
+        )
         await sim.close()
-        await until(pilot, lambda: app.monitor.endpoints[url].status.state == "DOWN")
-        await until(pilot, lambda: "DOWN" in text(app, "#engines"))
+        await eventually(
+            pause=pilot.pause, condition=lambda: app.monitor.endpoints[url].status.state == "DOWN"
+        )
+        await eventually(pause=pilot.pause, condition=lambda: "DOWN" in text(app, "#engines"))
         assert "connection refused" in text(app, "#engines")
         assert any(f"{url} DOWN: connection refused" in e.text for e in app.monitor.events)
         _, sim2 = await start_sim(PROFILE, port=port, time_scale=2.0, seed=3)
         try:
-            await until(pilot, lambda: app.monitor.endpoints[url].status.state == "UP")
-            await until(pilot, lambda: "UP" in text(app, "#engines"))
+            await eventually(
+                pause=pilot.pause, condition=lambda: app.monitor.endpoints[url].status.state == "UP"
+            )
+            await eventually(pause=pilot.pause, condition=lambda: "UP" in text(app, "#engines"))
             assert any(f"{url} UP again" in e.text for e in app.monitor.events)
-            await until(pilot, lambda: "UP again" in text(app, "#events"))
+            await eventually(
+                pause=pilot.pause, condition=lambda: "UP again" in text(app, "#events")
+            )
         finally:
             await sim2.close()
 
@@ -156,12 +156,15 @@ async def test_80x24_renders_everything_that_matters(stack) -> None:
     node, sim, gate, served = stack
     app = GpuwatchApp(options(sim.url, served.url))
     async with app.run_test(size=(80, 24)) as pilot:
-        await until(
-            pilot, lambda: "RTX 4090" in text(app, "#gpus") and "chat" in text(app, "#admission")
+        await eventually(
+            pause=pilot.pause,
+            condition=lambda: (
+                "RTX 4090" in text(app, "#gpus") and "chat" in text(app, "#admission")
+            ),
         )
-        shot = await until(
-            pilot,
-            lambda: (
+        shot = await eventually(
+            pause=pilot.pause,
+            condition=lambda: (
                 (t := screen_text(app)) and "RTX 4090" in t and "chat" in t and " OK " in t and t
             ),
         )
@@ -170,7 +173,9 @@ async def test_80x24_renders_everything_that_matters(stack) -> None:
         kv, ttft = app.screen.query_one("#chart-kv"), app.screen.query_one("#chart-ttft")
         assert not kv.display
         hidden_before, shown_before = kv.rebuilds, ttft.rebuilds
-        await until(pilot, lambda: ttft.rebuilds >= shown_before + 2)  # data keeps arriving
+        await eventually(
+            pause=pilot.pause, condition=lambda: ttft.rebuilds >= shown_before + 2
+        )  # data keeps arriving
         assert kv.rebuilds == hidden_before  # a hidden chart is never rebuilt
 
 
@@ -178,7 +183,7 @@ async def test_help_gpu_screen_freeze_and_window(stack) -> None:
     node, sim, gate, served = stack
     app = GpuwatchApp(options(sim.url, served.url))
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: app.monitor.gpus is not None)
+        await eventually(pause=pilot.pause, condition=lambda: app.monitor.gpus is not None)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         help_text = screen_text(app)
@@ -196,7 +201,9 @@ async def test_help_gpu_screen_freeze_and_window(stack) -> None:
         assert app.frozen and "FROZEN" in text(app, "#header")
         before = text(app, "#engines")
         version = app.monitor.version
-        await until(pilot, lambda: app.monitor.version > version + 3)  # sources keep polling
+        await eventually(
+            pause=pilot.pause, condition=lambda: app.monitor.version > version + 3
+        )  # sources keep polling
         assert text(app, "#engines") == before  # the display does not move
         await pilot.press("space")
         assert not app.frozen
@@ -208,12 +215,19 @@ async def test_badge_changes_with_hysteresis(stack) -> None:
     app.monitor.health.hold_s = 1.0
     load = Load(served.url, 4)
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: app.monitor.verdict.level == "OK")  # data, and well inside
+        await eventually(
+            pause=pilot.pause, condition=lambda: app.monitor.verdict.level == "OK"
+        )  # data, and well inside
         app.monitor.health.slo["ttft_p99_s"] = 0.001  # now far outside: the badge must wait
-        await until(pilot, lambda: app.monitor.health.pending(app.monitor.clock()) is not None)
+        await eventually(
+            pause=pilot.pause,
+            condition=lambda: app.monitor.health.pending(app.monitor.clock()) is not None,
+        )
         assert app.monitor.verdict.level == "OK"  # the new level has not held long enough
-        await until(pilot, lambda: app.monitor.verdict.level == "OVERLOADED")
-        await until(pilot, lambda: "OVERLOADED" in text(app, "#header"))
+        await eventually(
+            pause=pilot.pause, condition=lambda: app.monitor.verdict.level == "OVERLOADED"
+        )
+        await eventually(pause=pilot.pause, condition=lambda: "OVERLOADED" in text(app, "#header"))
         assert "p99 TTFT" in text(app, "#header")
         assert any(e.text.startswith("SLO OVERLOADED: p99 TTFT") for e in app.monitor.events)
     await load.close()
@@ -221,24 +235,21 @@ async def test_badge_changes_with_hysteresis(stack) -> None:
 
 async def test_probe_finds_local_endpoints_and_hint_shows_when_none() -> None:
     from gpuwatch.cli.dashboard import PROBE_PORTS, probe_local
-    from tests.functional.servers import free_port
 
-    port = PROBE_PORTS[0]
-    if free_port() == port:  # pragma: no cover - free_port never returns a fixed port
-        pytest.skip("port clash")
+    # The ports operators' servers use by default (the README's table), in probing order.
+    assert PROBE_PORTS == (8000, 30000, 8080, 3000, 9000)
+    _, sim = await start_sim(PROFILE, time_scale=2.0)
     try:
-        _, sim = await start_sim(PROFILE, port=port, time_scale=2.0)
-    except OSError:
-        pytest.skip(f"port {port} is taken on this machine")
-    try:
-        assert await probe_local() == [f"http://127.0.0.1:{port}/metrics"]
+        with refusing_port() as dead:
+            found = await probe_local((dead, sim.port))
+        assert found == [f"http://127.0.0.1:{sim.port}/metrics"]
     finally:
         await sim.close()
     assert await probe_local() == []
     hint = "no serving endpoint answered on localhost ports 8000, 30000, 8080, 3000, 9000"
     app = GpuwatchApp(DashboardOptions(urls=[], hint=hint))
     async with app.run_test(size=(120, 36)) as pilot:
-        await until(pilot, lambda: hint in text(app, "#engines"))
+        await eventually(pause=pilot.pause, condition=lambda: hint in text(app, "#engines"))
 
 
 async def test_command_palette_offers_every_action() -> None:

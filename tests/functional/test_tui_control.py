@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,8 @@ from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
-from tests.functional.test_tui import text, until
+from tests.functional.test_tui import text
+from tests.helpers import eventually
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 TOKEN = "s3cret"
@@ -55,16 +55,19 @@ def make_app(sim_url: str, gate_url: str, token: str = TOKEN, **kw: Any) -> Gpuw
 
 
 async def ready(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def]
-    await until(pilot, lambda: app.monitor.gate and app.monitor.gate.limits and app.steering.client)
+    await eventually(
+        pause=pilot.pause,
+        condition=lambda: app.monitor.gate and app.monitor.gate.limits and app.steering.client,
+    )
 
 
 async def settled(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def]
     """No key is waiting to be sent and no change is in flight: whatever was going to reach
     the gate has (a condition, not a sleep)."""
     await pilot.pause()
-    await until(
-        pilot,
-        lambda: (
+    await eventually(
+        pause=pilot.pause,
+        condition=lambda: (
             app.steering.idle
             and not any(w.group == "control" and not w.is_finished for w in app.workers)
         ),
@@ -73,9 +76,9 @@ async def settled(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-d
 
 async def confirm_shown(pilot, app: GpuwatchApp) -> ConfirmationModal:  # type: ignore[no-untyped-def]
     """The confirmation modal, mounted: its focus is on Cancel."""
-    await until(
-        pilot,
-        lambda: (
+    await eventually(
+        pause=pilot.pause,
+        condition=lambda: (
             isinstance(app.screen, ConfirmationModal)
             and app.focused is not None
             and app.focused.id == "cancel"
@@ -85,13 +88,11 @@ async def confirm_shown(pilot, app: GpuwatchApp) -> ConfirmationModal:  # type: 
 
 
 async def wait_version(pilot, client: GateClient, version: int) -> dict:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + 10
-    while True:
+    async def reached() -> dict | None:
         limits = await client.limits()
-        if limits["version"] >= version:
-            return limits
-        assert time.monotonic() < end, f"version {version} never came"
-        await pilot.pause(0.05)
+        return limits if limits["version"] >= version else None
+
+    return await eventually(reached, 10, pause=pilot.pause, message=f"version {version} never came")
 
 
 async def test_each_key_changes_the_gates_limits(stack) -> None:
@@ -128,7 +129,9 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
         await pilot.press("tab")
         assert app.steering.selected_lane == "image"
         # The panel shows what the server answered.
-        await until(pilot, lambda: app.monitor.gate.limits["version"] == version + 1)
+        await eventually(
+            pause=pilot.pause, condition=lambda: app.monitor.gate.limits["version"] == version + 1
+        )
         assert "33/32" not in text(app, "#admission") and "0/33" in text(app, "#admission")
         entries = await client.audit(50)
         assert len(entries) == len(steps) + 1 and all("@" in e["actor"] for e in entries)
@@ -161,7 +164,9 @@ async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
         modal = await confirm_shown(pilot, app)
         assert "paused false -> true" in str(modal.query_one("#details").render())
         await pilot.press("enter")
-        await until(pilot, lambda: not isinstance(app.screen, ConfirmationModal))
+        await eventually(
+            pause=pilot.pause, condition=lambda: not isinstance(app.screen, ConfirmationModal)
+        )
         await settled(pilot, app)
         limits = await client.limits()
         assert limits["version"] == 1 and limits["paused"] is False
@@ -172,7 +177,7 @@ async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
         await pilot.click("#apply")
         limits = await wait_version(pilot, client, 2)
         assert limits["paused"] is True
-        await until(pilot, lambda: "PAUSED" in text(app, "#admission"))
+        await eventually(pause=pilot.pause, condition=lambda: "PAUSED" in text(app, "#admission"))
         await pilot.press("p")  # resuming does not ask
         limits = await wait_version(pilot, client, 3)
         assert limits["paused"] is False
@@ -223,16 +228,20 @@ async def test_concurrent_change_gives_409_and_refreshes(stack) -> None:
         await ready(pilot, app)
         await pilot.press("plus")  # based on version 1, sent in 0.4 s
         await client.patch({"lanes": {"chat": {"max_inflight": 40}}})  # someone else, first
-        await until(
-            pilot,
-            lambda: any("limits changed by tester@elsewhere" in e.text for e in app.monitor.events),
+        await eventually(
+            pause=pilot.pause,
+            condition=lambda: any(
+                "limits changed by tester@elsewhere" in e.text for e in app.monitor.events
+            ),
         )
         limits = await client.limits()
         assert (
             limits["version"] == 2 and limits["lanes"]["chat"]["max_inflight"] == 40
         )  # not overwritten
-        await until(pilot, lambda: app.monitor.gate.limits["version"] == 2)
-        await until(pilot, lambda: "40" in text(app, "#admission"))
+        await eventually(
+            pause=pilot.pause, condition=lambda: app.monitor.gate.limits["version"] == 2
+        )
+        await eventually(pause=pilot.pause, condition=lambda: "40" in text(app, "#admission"))
 
 
 async def test_undo_restores(stack) -> None:
@@ -255,9 +264,9 @@ async def test_undo_restores(stack) -> None:
         entries = await client.audit(10)
         assert len(entries) == 2  # the undo is a change of its own, audited
         await pilot.press("a")
-        screen = await until(
-            pilot,
-            lambda: (
+        screen = await eventually(
+            pause=pilot.pause,
+            condition=lambda: (
                 isinstance(app.screen, AuditScreen) and app.screen.query("DataTable") and app.screen
             ),
         )
@@ -270,9 +279,9 @@ async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         await ready(pilot, app)
         await pilot.press("e")
-        form = await until(
-            pilot,
-            lambda: (
+        form = await eventually(
+            pause=pilot.pause,
+            condition=lambda: (
                 isinstance(app.screen, EditLimits) and app.screen.query("#apply") and app.screen
             ),
         )
@@ -285,7 +294,9 @@ async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
         form.query_one("#max_inflight").value = "12"
         form.query_one("#max_output_tokens").value = "700"
         # Textual ignores a click while the button still shows the last one (0.2 s).
-        await until(pilot, lambda: not form.query_one("#apply").has_class("-active"))
+        await eventually(
+            pause=pilot.pause, condition=lambda: not form.query_one("#apply").has_class("-active")
+        )
         await pilot.click("#apply")
         limits = await wait_version(pilot, client, 2)
         assert (
@@ -302,7 +313,7 @@ async def test_wrong_token_shows_the_401_reason(stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url, token="wrong")
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: "401" in text(app, "#admission"))
+        await eventually(pause=pilot.pause, condition=lambda: "401" in text(app, "#admission"))
         assert any("HTTP 401" in e.text for e in app.monitor.events)
         await pilot.press("plus")
         await settled(pilot, app)
@@ -325,13 +336,21 @@ async def test_lowering_max_inflight_under_load_lowers_running_within_two_polls(
     engine = node.engines[0]
     async with app.run_test(size=(160, 48)) as pilot:
         await ready(pilot, app)
-        await until(pilot, lambda: "run 8" in text(app, "#engines"), timeout=15)
+        await eventually(
+            pause=pilot.pause, condition=lambda: "run 8" in text(app, "#engines"), timeout=15
+        )
         await pilot.press("slash")  # 8 -> 4
         await wait_version(pilot, client, 3)
-        applied = time.monotonic()
-        # Seen on the dashboard's own engine panel: two polls are one second.
-        await until(pilot, lambda: re.search(r"run [0-4]\b", text(app, "#engines")), timeout=3)
-        assert time.monotonic() - applied < 1.5
+        applied = app.monitor.clock()
+        # Seen on the dashboard's own engine panel within two polls of the engine.
+        await eventually(
+            pause=pilot.pause,
+            condition=lambda: re.search(r"run [0-4]\b", text(app, "#engines")),
+            timeout=5,
+        )
+        (view,) = app.monitor.serving_engines()
+        polls = [p for p in view.history.series["running"].points() if p.t > applied]
+        assert len(polls) <= 2, f"it took {len(polls)} polls"
         assert len(engine.running) <= 4
     load.stop()
     await task

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.functional.servers import free_port
+from tests.helpers import eventually_sync
 from tests.realstack.tinymodel import write_tiny_llama
 
 
@@ -27,31 +26,36 @@ def _binary() -> str:
 
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``llama-server -m tiny.gguf --metrics -np 2 -c 4096`` on a free loopback port, started as
-    an operator would: no tuned flags. Its HTTP threads default to max(np + 2, cores - 1), and a
-    request waiting for a slot holds one, so tests keep concurrent requests below that."""
+    """``llama-server -m tiny.gguf --metrics -np 2 -c 4096`` on a port the OS picks (``--port 0``;
+    it logs the one it got), started as an operator would: no tuned flags. Its HTTP threads
+    default to max(np + 2, cores - 1), and a request waiting for a slot holds one, so tests keep
+    concurrent requests below that."""
     binary = _binary()
     model = write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf")
-    port = free_port()
     log = tmp_path_factory.mktemp("log") / "llama-server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [binary, "-m", str(model), "--metrics", "-np", "2", "-c", "4096",
-             "--host", "127.0.0.1", "--port", str(port)],
+             "--host", "127.0.0.1", "--port", "0"],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+
+    def started() -> str | None:
+        if proc.poll() is not None:
+            pytest.fail(f"llama-server exited:\n{log.read_text()[-2000:]}")
+        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+        if found is None:
+            return None
+        try:
+            healthy = httpx.get(f"{found[1]}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return None
+        return found[1] if healthy else None
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"llama-server did not start:\n{Path(log).read_text()[-2000:]}")
-            time.sleep(0.1)
+        url = eventually_sync(
+            started, 60, message=lambda: f"llama-server did not start:\n{log.read_text()[-2000:]}"
+        )
         yield url
     finally:
         proc.terminate()

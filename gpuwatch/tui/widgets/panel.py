@@ -13,6 +13,11 @@ class Panel(Static):
         super().__init__(*args, **kwargs)
         self._shown: str | None = None
 
+    @property
+    def markup(self) -> str:
+        """What the panel shows now, as markup."""
+        return self._shown or ""
+
     def show(self, markup: str) -> None:
         if markup != self._shown:
             self._shown = markup
