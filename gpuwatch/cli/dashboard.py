@@ -22,10 +22,9 @@ from gpuwatch.monitor.health import SIGNALS
 PROBE_PORTS = (8000, 30000, 8080, 3000, 9000)
 
 
-def add_dashboard_args(p: argparse.ArgumentParser) -> None:
-    """The options the dashboard and the demo share."""
+def add_judging_args(p: argparse.ArgumentParser) -> None:
+    """The config file and the SLO: what everything that shows the badge takes."""
     add_config_arg(p)
-    p.add_argument("--theme", help="gpuwatch-dark (default), gpuwatch-light, high-contrast, ansi")
     p.add_argument(
         "--slo",
         action="append",
@@ -33,6 +32,12 @@ def add_dashboard_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help=", ".join(SIGNALS) + " (0 = off)",
     )
+
+
+def add_dashboard_args(p: argparse.ArgumentParser) -> None:
+    """The options the dashboard and the demo share."""
+    add_judging_args(p)
+    p.add_argument("--theme", help="gpuwatch-dark (default), gpuwatch-light, high-contrast, ansi")
     p.add_argument("--read-only", action="store_true", default=None, help="refuse every change")
 
 
@@ -45,15 +50,27 @@ def register(sub: Any) -> None:
         + ".",
     )
     add_dashboard_args(top)
-    top.add_argument(
-        "--metrics", action="append", metavar="URL", help="a /metrics URL (repeatable)"
-    )
-    top.add_argument("--admin", metavar="URL", help="a gpuwatch gate to show and steer")
-    top.add_argument("--admin-token-file", type=Path, metavar="FILE", help=TOKEN_HELP)
-    top.add_argument("--interval", type=positive_float, metavar="S", help="poll interval (1 s)")
-    top.add_argument("--no-gpu", action="store_true", default=None, help="skip NVML")
-    top.add_argument("--fake-gpu-from", metavar="URL", help="GPUs from a simulator's /sim/gpu")
+    add_source_args(top, "a gpuwatch gate to show and steer")
     top.set_defaults(func=run)
+
+
+def add_source_args(p: argparse.ArgumentParser, admin_help: str) -> None:
+    """What the dashboard and ``watch`` poll: endpoints, a gate, GPUs, and how often."""
+    p.add_argument("--metrics", action="append", metavar="URL", help="a /metrics URL (repeatable)")
+    p.add_argument("--admin", metavar="URL", help=admin_help)
+    p.add_argument("--admin-token-file", type=Path, metavar="FILE", help=TOKEN_HELP)
+    p.add_argument("--interval", type=positive_float, metavar="S", help="poll interval (1 s)")
+    p.add_argument("--no-gpu", action="store_true", default=None, help="skip NVML")
+    p.add_argument("--fake-gpu-from", metavar="URL", help="GPUs from a simulator's /sim/gpu")
+
+
+def source_settings(args: argparse.Namespace) -> tuple[config.Settings, str | None]:
+    """Config file + command line for what is polled, and the admin token; ValueError."""
+    settings = dashboard_settings(args)
+    config.apply_cli(
+        settings, {"metrics": args.metrics, "no_gpu": args.no_gpu, "admin": args.admin}
+    )
+    return settings, read_token(args.admin_token_file)
 
 
 def parse_slo_args(items: list[str]) -> dict[str, float]:
@@ -73,7 +90,8 @@ def dashboard_settings(args: argparse.Namespace) -> config.Settings:
     """Config file + command line for the dashboard; ValueError with the reason."""
     settings = config.load(args.config)
     slo = {f"slo.{key}": value for key, value in parse_slo_args(args.slo).items()}
-    return config.apply_cli(settings, {"theme": args.theme, "read_only": args.read_only, **slo})
+    screen = {"theme": getattr(args, "theme", None), "read_only": getattr(args, "read_only", None)}
+    return config.apply_cli(settings, {**screen, **slo})
 
 
 async def probe_local(ports: Sequence[int] = PROBE_PORTS) -> list[str]:
@@ -100,11 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 
     try:
-        settings = dashboard_settings(args)
-        config.apply_cli(
-            settings, {"metrics": args.metrics, "no_gpu": args.no_gpu, "admin": args.admin}
-        )
-        token = read_token(args.admin_token_file)
+        settings, token = source_settings(args)
     except ValueError as exc:
         return fail("gpuwatch", str(exc))
     urls = list(settings.metrics)

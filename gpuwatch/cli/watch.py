@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 from typing import Any
 
-from gpuwatch import config
-from gpuwatch.admintoken import read_token
 from gpuwatch.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    TOKEN_HELP,
     fail,
-    positive_float,
     positive_int,
 )
-from gpuwatch.cli.dashboard import PROBE_PORTS, add_dashboard_args, gpu_reader, probe_local
+from gpuwatch.cli.dashboard import (
+    PROBE_PORTS,
+    add_judging_args,
+    add_source_args,
+    gpu_reader,
+    probe_local,
+    source_settings,
+)
 
 PROG = "gpuwatch watch"
 
@@ -29,30 +31,18 @@ def register(sub: Any) -> None:
         description="Poll the dashboard's sources and print their windowed values once per "
         "interval, like vmstat. Exit 0 when every source answered, 1 when any failed.",
     )
-    add_dashboard_args(watch)
-    watch.add_argument(
-        "--metrics", action="append", metavar="URL", help="a /metrics URL (repeatable)"
-    )
-    watch.add_argument("--admin", metavar="URL", help="a gpuwatch gate to read (never changed)")
-    watch.add_argument("--admin-token-file", type=Path, metavar="FILE", help=TOKEN_HELP)
-    watch.add_argument("--interval", type=positive_float, metavar="S", help="seconds (1)")
+    add_judging_args(watch)
+    add_source_args(watch, "a gpuwatch gate to read (never changed)")
     watch.add_argument("--count", type=positive_int, metavar="N", help="stop after N intervals")
     watch.add_argument("--json", action="store_true", help="one JSON object per interval")
-    watch.add_argument("--no-gpu", action="store_true", default=None, help="skip NVML")
-    watch.add_argument("--fake-gpu-from", metavar="URL", help="GPUs from a simulator's /sim/gpu")
     watch.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.cli.dashboard import dashboard_settings
     from gpuwatch.watch import Watch, WatchOptions
 
     try:
-        settings = dashboard_settings(args)
-        config.apply_cli(
-            settings, {"metrics": args.metrics, "no_gpu": args.no_gpu, "admin": args.admin}
-        )
-        token = read_token(args.admin_token_file)
+        settings, token = source_settings(args)
     except ValueError as exc:
         return fail(PROG, str(exc))
     urls = list(settings.metrics) or asyncio.run(probe_local())

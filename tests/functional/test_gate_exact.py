@@ -3,6 +3,8 @@ what the client measured, goodput judged per request; non-inference calls kept a
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -20,29 +22,31 @@ from gpuwatch.sim.server import start_sim
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 
 
-async def test_exact_ttft_matches_what_clients_measured(tmp_path: Path) -> None:
-    _, sim = await start_sim(PROFILE, time_scale=4.0, seed=5)
-    gate, served = await start_gate(
-        sim.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
-    )
+@asynccontextmanager
+async def sim_behind_gate(tmp_path: Path, time_scale: float, seed: int) -> AsyncIterator[str]:
+    """The simulator with the gate in front: the gate's URL."""
+    _, sim = await start_sim(PROFILE, time_scale=time_scale, seed=seed)
+    _, served = await start_gate(sim.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json")
     try:
-        async with httpx.AsyncClient() as client:
-            for _ in range(3):  # not inference: never in the users' numbers
-                assert (await client.get(f"{served.url}/v1/models")).status_code == 200
-            spec = LoadSpec(
-                url=served.url, rate=20, requests=80, burstiness=0.5, seed=2,
-                prompt_tokens=Dist("uniform", 64, 1024), output_tokens=Dist("fixed", 24),
-            )  # fmt: skip
-            results = await LoadRun(spec).run()
-            ok = [r for r in results if r.ok]
-            assert len(ok) == 80
-            status = (
-                await client.get(f"{served.url}/admin/status", params={"ttft_s": "100"})
-            ).json()
-            metrics = (await client.get(f"{served.url}/metrics")).text
+        yield served.url
     finally:
         await served.close()
         await sim.close()
+
+
+async def test_exact_ttft_matches_what_clients_measured(tmp_path: Path) -> None:
+    async with sim_behind_gate(tmp_path, 4.0, 5) as url, httpx.AsyncClient() as client:
+        for _ in range(3):  # not inference: never in the users' numbers
+            assert (await client.get(f"{url}/v1/models")).status_code == 200
+        spec = LoadSpec(
+            url=url, rate=20, requests=80, burstiness=0.5, seed=2,
+            prompt_tokens=Dist("uniform", 64, 1024), output_tokens=Dist("fixed", 24),
+        )  # fmt: skip
+        results = await LoadRun(spec).run()
+        ok = [r for r in results if r.ok]
+        assert len(ok) == 80
+        status = (await client.get(f"{url}/admin/status", params={"ttft_s": "100"})).json()
+        metrics = (await client.get(f"{url}/metrics")).text
     chat = status["lanes"]["chat"]
     exact = chat["latency"]["5m"]
     assert exact["requests"] == 80 and exact["ttft"]["count"] == 80
@@ -69,31 +73,21 @@ async def test_exact_ttft_matches_what_clients_measured(tmp_path: Path) -> None:
 
 
 async def test_goodput_counts_refusals_and_slow_requests_as_misses(tmp_path: Path) -> None:
-    _, sim = await start_sim(PROFILE, time_scale=2.0, seed=6)
-    gate, served = await start_gate(
-        sim.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json"
-    )
-    try:
-        async with httpx.AsyncClient() as client:
-            await client.patch(
-                f"{served.url}/admin/limits",
-                json={"lanes": {"chat": {"max_inflight": 1, "max_queue": 1}}},
-            )
-            spec = LoadSpec(
-                url=served.url, rate=40, requests=30, seed=3,
-                prompt_tokens=Dist("fixed", 256), output_tokens=Dist("fixed", 32),
-            )  # fmt: skip
-            results = await LoadRun(spec).run()
-            refused = sum(1 for r in results if r.status == 429)
-            answered = [r for r in results if r.ok]
-            slo = sorted(r.ttft for r in answered if r.ttft is not None)[len(answered) // 2]
-            status = (
-                await client.get(f"{served.url}/admin/status", params={"ttft_s": str(slo)})
-            ).json()
-            bad = await client.get(f"{served.url}/admin/status", params={"ttft_s": "soon"})
-    finally:
-        await served.close()
-        await sim.close()
+    async with sim_behind_gate(tmp_path, 2.0, 6) as url, httpx.AsyncClient() as client:
+        await client.patch(
+            f"{url}/admin/limits",
+            json={"lanes": {"chat": {"max_inflight": 1, "max_queue": 1}}},
+        )
+        spec = LoadSpec(
+            url=url, rate=40, requests=30, seed=3,
+            prompt_tokens=Dist("fixed", 256), output_tokens=Dist("fixed", 32),
+        )  # fmt: skip
+        results = await LoadRun(spec).run()
+        refused = sum(1 for r in results if r.status == 429)
+        answered = [r for r in results if r.ok]
+        slo = sorted(r.ttft for r in answered if r.ttft is not None)[len(answered) // 2]
+        status = (await client.get(f"{url}/admin/status", params={"ttft_s": str(slo)})).json()
+        bad = await client.get(f"{url}/admin/status", params={"ttft_s": "soon"})
     assert refused > 0 and answered
     g = status["lanes"]["chat"]["goodput"]["1m"]
     assert g["ended"] == 30 and g["refused"] == refused
