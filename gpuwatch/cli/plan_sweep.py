@@ -1,0 +1,17 @@
+"""``gpuwatch plan sweep``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpuwatch.cli.common import fail
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("sweep", help="(being built)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return fail("gpuwatch plan sweep", "not built yet")
