@@ -60,6 +60,7 @@ def test_json_contract_for_a_live_endpoint(server) -> None:
     # One observation in (0, 0.1]: p50 = 0.05, p99 = 0.099 (interpolated from buckets).
     assert ttft["p50"] == pytest.approx(0.05) and ttft["p99"] == pytest.approx(0.099)
     assert set(engine["latency"]) == {"ttft", "itl", "e2e", "queue"}
+    assert engine["latency_window"] == "since the server started"  # says its window
     # The endpoint listens on this machine: its serving process (this test's server) is found.
     assert engine["process"]["pid"] > 0
 
