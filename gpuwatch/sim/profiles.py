@@ -31,6 +31,27 @@ class ProfileError(ValueError):
     """A profile that cannot serve: the message carries the arithmetic."""
 
 
+# The KV arithmetic, once: the simulator's profiles and ``gpuwatch plan kv`` both use these.
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: float) -> int:
+    """K and V, for every layer and KV head: 2 x layers x kv_heads x head_dim x dtype bytes."""
+    return math.ceil(2 * layers * kv_heads * head_dim * dtype_bytes)
+
+
+def kv_pool_bytes(
+    gpu_bytes: float, utilization: float, weight_bytes: float, reserve_bytes: float
+) -> float:
+    """What vLLM gives the KV cache: its share of the GPU less weights and the profiled peak
+    (activations and other non-KV memory)."""
+    return gpu_bytes * utilization - weight_bytes - reserve_bytes
+
+
+def kv_blocks(pool_bytes: float, block_size: int, bytes_per_token: int) -> int:
+    """Whole blocks of ``block_size`` tokens that fit in the pool (never below 0)."""
+    return max(0, math.floor(pool_bytes / (block_size * bytes_per_token)))
+
+
 @dataclass(frozen=True)
 class Gpu:
     name: str
@@ -57,7 +78,7 @@ class Model:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, self.kv_dtype_bytes)
 
 
 @dataclass(frozen=True)
@@ -83,12 +104,16 @@ class Profile:
 
     @property
     def kv_pool_bytes(self) -> float:
-        return self.usable_bytes - self.model.weight_bytes - self.activation_bytes
+        return kv_pool_bytes(
+            self.gpu.vram_bytes,
+            self.gpu_memory_utilization,
+            self.model.weight_bytes,
+            self.activation_bytes,
+        )
 
     @property
     def num_blocks(self) -> int:
-        per_block = self.block_size * self.model.kv_bytes_per_token
-        return max(0, math.floor(self.kv_pool_bytes / per_block))
+        return kv_blocks(self.kv_pool_bytes, self.block_size, self.model.kv_bytes_per_token)
 
     @property
     def kv_tokens(self) -> int:
