@@ -118,11 +118,15 @@ class GpuReadError(PlanError):
 
 def nvml_total(index: int, fake_gpu_from: str | None = None) -> tuple[float, str]:
     """(total bytes, "NVML GPU N: name"); ``GpuReadError`` with one line when it cannot."""
+    import httpx
+
     from gpuwatch.cli.dashboard import gpu_reader
 
     reader = gpu_reader(fake_gpu_from, no_gpu=False)
     try:
         reading = reader.read()
+    except httpx.InvalidURL as exc:  # a --fake-gpu-from URL httpx cannot parse
+        raise GpuReadError(f"--gpu {index}: --fake-gpu-from: {exc}") from None
     finally:
         reader.close()
     if reading.error:
