@@ -402,7 +402,8 @@ def render_table(plan: KvPlan) -> str:
 def render_explain(plan: KvPlan) -> str:
     lines = []
     for step in plan.steps:
-        tail = f"  -> {step.value}" if step.value else ""
+        shown = step.value and not step.arithmetic.endswith(step.value)
+        tail = f"  -> {step.value}" if shown else ""
         lines.append(f"{step.what}: {step.arithmetic}{tail}")
     lines.append(
         "sessions: p50 is the median prompt plus the median output; p99 is the p99 prompt plus "
