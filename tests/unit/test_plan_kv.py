@@ -26,7 +26,7 @@ from gpuwatch.plan.kv import (
 )
 from gpuwatch.plan.modelconfig import ConfigError, ModelShape, load_config, shape_from_config
 from gpuwatch.sim.profiles import GIB, PROFILES, get_profile
-from tests.conftest import fixture_text
+from tests.conftest import FIXTURES, fixture_text
 
 MIB = 2**20
 
@@ -266,14 +266,28 @@ def test_qwen25_14b_awq_on_a_4090_matches_the_profile() -> None:
     assert get_profile("rtx4090-qwen2.5-14b-awq").kv_tokens == plan.tokens
 
 
-def test_the_vllm_fixture_kv_total_is_reproduced() -> None:
-    # vllm-1.prom: facebook/opt-125m, block_size 16, cache_dtype auto, num_gpu_blocks 7281,
-    # num_cpu_blocks 0 and cpu_kvcache_space_bytes 4294967296: a CPU-backend run, where vLLM
-    # sizes the pool as cpu_kvcache_space_bytes // block bytes and reports it as GPU blocks.
-    # So: memory 4 GiB, utilization 1, no weights or reserve inside that space.
-    line = re.search(r"^vllm:cache_config_info\{(.*)\}", fixture_text("vllm-1.prom"), re.M)
+WITH_CACHE_CONFIG = sorted(
+    p.name for p in FIXTURES.glob("*.prom") if "vllm:cache_config_info{" in p.read_text()
+)
+
+
+def test_the_fixtures_with_a_cache_config_are_known() -> None:
+    # a new fixture with cache_config_info needs its model's config here, and its own case
+    assert WITH_CACHE_CONFIG == ["vllm-1.prom", "vllm-2.prom"]
+
+
+@pytest.mark.parametrize("fixture", WITH_CACHE_CONFIG)
+def test_the_vllm_fixture_kv_total_is_reproduced(fixture: str) -> None:
+    # vllm-1.prom (and vllm-2.prom, built on it): facebook/opt-125m, block_size 16, cache_dtype
+    # auto, num_gpu_blocks 7281, num_cpu_blocks 0, cpu_kvcache_space_bytes 4294967296: a
+    # CPU-backend run, where vLLM sizes the pool as cpu_kvcache_space_bytes // block bytes and
+    # reports it as GPU blocks. So: memory 4 GiB, utilization 1, no weights or reserve in it.
+    text = fixture_text(fixture)
+    assert 'model_name="facebook/opt-125m"' in text
+    line = re.search(r"^vllm:cache_config_info\{(.*)\}", text, re.M)
     assert line is not None
     labels = dict(re.findall(r'(\w+)="([^"]*)"', line.group(1)))
+    assert (labels["cache_dtype"], labels["num_cpu_blocks"]) == ("auto", "0")
     shape = shape_from_config(OPT_125M)
     # MHA: 12 KV heads (= attention heads); head_dim 768 / 12 = 64; KV/token
     # = 2 x 12 x 12 x 64 x 2 B = 36,864 B; floor(4,294,967,296 / (16 x 36,864)) = 7,281
