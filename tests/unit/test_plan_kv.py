@@ -223,6 +223,10 @@ def test_mistral_7b_sliding_window_caps_what_a_long_session_holds() -> None:
     p50 = plan.session("p50")
     assert (p50.blocks, p50.sliding_blocks, p50.sessions) == (500, 257, 14)
     # without the window (vLLM V0, llama.cpp): floor(3,640 / 500) = 7
+    assert "p50 sessions        14  (6,000 prompt + 2,000 output = 8,000 tokens, 500 blocks, " in (
+        render_table(plan)
+    )
+    assert "257 on sliding layers)" in render_table(plan)
     kept = plan_kv(inputs(shape, 24 * GIB, sliding=False, **long_sessions))
     assert kept.session("p50").sessions == 7
     # sessions shorter than the window hold all of it either way: 640 tokens = 40 blocks
