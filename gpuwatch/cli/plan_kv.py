@@ -11,7 +11,6 @@ from typing import Any
 from gpuwatch.cli.common import DIST_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, positive_int
 from gpuwatch.load.spec import Dist, SpecError
 from gpuwatch.plan.kv import (
-    DEFAULT_RESERVE_BYTES,
     KvInputs,
     PlanError,
     inputs_from_profile,
@@ -140,6 +139,8 @@ def nvml_total(index: int, fake_gpu_from: str | None = None) -> tuple[float, str
 
 
 def build_inputs(args: argparse.Namespace) -> KvInputs:
+    if args.fake_gpu_from and args.gpu is None:
+        raise PlanError("--fake-gpu-from needs --gpu N")
     prompt = Dist.parse(args.prompt_tokens, "--prompt-tokens")
     output = Dist.parse(args.output_tokens, "--output-tokens")
     gpu: tuple[float, str] | None = None
@@ -182,12 +183,8 @@ def build_inputs(args: argparse.Namespace) -> KvInputs:
     settings.update(gpu_bytes=gpu[0], gpu_from=gpu[1])
     if settings["max_model_len"] is None:
         settings["max_model_len"] = shape.max_model_len
-    defaults = {"gpu_memory_utilization": 0.9, "reserve_bytes": DEFAULT_RESERVE_BYTES}
-    defaults["block_size"] = 16
-    for key, value in defaults.items():
-        if settings[key] is None:
-            settings[key] = value
-    return KvInputs(shape=shape, **settings)
+    # what was not given takes KvInputs' defaults (utilization 0.9, reserve 1 GiB, block 16)
+    return KvInputs(shape=shape, **{k: v for k, v in settings.items() if v is not None})
 
 
 def run(args: argparse.Namespace) -> int:

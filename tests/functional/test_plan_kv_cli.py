@@ -192,3 +192,6 @@ def test_usage_errors() -> None:
     proc = run("--profile", "rtx4090-llama3-8b-awq", "--gpu-memory", "lots")
     assert proc.returncode == 2 and "not a size: 'lots'" in proc.stderr
     assert run("--gpu-memory", "80").returncode == 2  # no model
+    proc = run("--profile", "rtx4090-llama3-8b-awq", "--fake-gpu-from", "http://127.0.0.1:1/")
+    assert proc.returncode == 2
+    assert one_line(proc.stderr) == "gpuwatch plan kv: --fake-gpu-from needs --gpu N"
