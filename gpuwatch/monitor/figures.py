@@ -7,11 +7,26 @@ a suffix (``p99 TTFT 2.4s 1m``), in JSON in the field's name (``ttft_p99_1m``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch.monitor.state import Endpoint, EngineView, Monitor, SourceState
 from gpuwatch.series import RECENT_RATE_WINDOW_S, window_label
+
+
+def headroom_sessions(
+    kv_tokens_used: float | None, kv_tokens_total: float | None, running: float | None
+) -> int | None:
+    """How many more sessions of the current mix the free KV holds, live:
+    floor((total - used) / (used / running)). None unless all three are known, something is
+    running and it holds KV (an idle engine has no "current mix" to measure)."""
+    if kv_tokens_used is None or kv_tokens_total is None or running is None:
+        return None
+    if running <= 0 or kv_tokens_used <= 0 or kv_tokens_total <= 0:
+        return None
+    per_session = kv_tokens_used / running
+    return max(0, math.floor((kv_tokens_total - kv_tokens_used) / per_session))
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,12 @@ class EngineFigures:
         return window_label(self.window_s)
 
     @property
+    def headroom_sessions(self) -> int | None:
+        """``fits ~N more sessions of the current mix``: free KV tokens / tokens per running
+        session, from this scrape (None when unknown)."""
+        return headroom_sessions(self.kv_tokens_used, self.kv_tokens_total, self.running)
+
+    @property
     def rate_window(self) -> str:
         return window_label(self.rate_window_s)
 
@@ -59,6 +80,7 @@ class EngineFigures:
             "kv_cache_usage": self.kv_cache_usage,
             "kv_tokens_used": self.kv_tokens_used,
             "kv_tokens_total": self.kv_tokens_total,
+            "headroom_sessions": self.headroom_sessions,
             f"ttft_p50_{w}": self.ttft_p50,
             f"ttft_p99_{w}": self.ttft_p99,
             f"itl_p99_{w}": self.itl_p99,

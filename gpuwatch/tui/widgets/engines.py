@@ -1,5 +1,6 @@
 """The engine panel: per endpoint and model, the numbers that say whether it is in its boring
-zone: running / waiting, KV cache, prefix hits, preemptions, token rates, TTFT and ITL."""
+zone: running / waiting, KV cache (and the sessions it still fits), prefix hits, preemptions,
+token rates, TTFT and ITL."""
 
 from __future__ import annotations
 
@@ -26,6 +27,16 @@ def kv_text(f: EngineFigures) -> str:
     return f"KV {gauge(usage, 8, '$kv')} [{level_color(usage)}]{pct(usage)}[/]{tokens}"
 
 
+def headroom_text(f: EngineFigures) -> str | None:
+    """``fits ~N more sessions of the current mix``, or None when it cannot be worked out."""
+    n = f.headroom_sessions
+    if n is None:
+        return None
+    # none left, or fewer than a tenth of what runs now: the next burst queues
+    color = "$bad" if n == 0 else "$warn" if n < (f.running or 0) / 10 else "$foreground"
+    return f"fits [{color}]~{num(n)}[/] more sessions of the current mix"
+
+
 def _p99_color(p99: float | None, slo: float | None) -> str:
     return level_color(p99 / slo if p99 is not None and slo else None, 0.8, 1.0)
 
@@ -48,10 +59,12 @@ def engine_segments(f: EngineFigures, ttft_slo: float | None) -> list[str]:
     preempt = f.preemptions_per_min
     preempt_color = "$bad" if preempt else "$foreground"
     shown_preempt = num(preempt, 1) if preempt is not None else NA
+    headroom = headroom_text(f)
     return [
         f"run [b]{num(f.running)}[/]",
         f"wait [{waiting_color}][b]{num(f.waiting)}[/][/]",
         kv_text(f),
+        *([headroom] if headroom else []),
         f"prefix {pct(f.prefix_hit_rate)} [dim]{f.window}[/]",
         f"preempt [{preempt_color}]{shown_preempt}/min[/] [dim]{f.window}[/]",
         f"tok/s [dim]{f.rate_window}[/] prompt {num(f.prompt_tps)} gen [b]{num(f.gen_tps)}[/]",
