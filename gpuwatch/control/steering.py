@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 
 from gpuwatch.control.gate import GateClient, GateConflict, GateError
 from gpuwatch.control.guard import Guard, ReadOnlyError, confirmation_reason
+from gpuwatch.fmt import clip
 from gpuwatch.monitor.state import EventLevel
 
 Severity = Literal["information", "warning", "error"]
@@ -267,7 +268,7 @@ class Steering:
             self.view.notify(str(exc), "warning")
             return
         except GateConflict as exc:
-            actor = exc.actor or "someone else"
+            actor = clip(exc.actor, 80) if exc.actor else "someone else"
             self.view.notify(
                 f"limits changed by {actor}: refreshed, nothing overwritten", "warning"
             )

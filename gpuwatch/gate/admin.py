@@ -16,10 +16,11 @@ from itertools import islice
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from gpuwatch.fmt import clip
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.body import BodyRefused, read_body
-from gpuwatch.gate.errors import openai_error, printable
+from gpuwatch.gate.errors import MESSAGE_MAX, openai_error
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, window_name
 from gpuwatch.gate.limits import LimitsError
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
@@ -130,7 +131,7 @@ class Admin:
             body = {
                 # An actor saved by an older gate may hold anything: escaped for display.
                 "error": {
-                    "message": printable(str(exc)),
+                    "message": clip(str(exc), MESSAGE_MAX),
                     "type": "conflict",
                     "param": None,
                     "code": 409,

@@ -16,6 +16,8 @@ from gpuwatch.tokens import chat_text, estimate_chat, estimate_text
 # Every name an OpenAI-compatible server reads as the output bound (vLLM, llama.cpp, TGI,
 # the Responses API). All present are capped, whichever the upstream happens to use.
 OUTPUT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "max_new_tokens")
+# Each answer a request asks for is generated: the cap holds their sum.
+CHOICE_KEYS = ("n", "best_of")
 # Fields that carry a prompt, by API: all are counted, so a prompt in one field cannot hide
 # behind an empty other one.
 PROMPT_KEYS = ("messages", "prompt", "input")
@@ -123,16 +125,34 @@ class OverCap(Exception):
     """An output bound over the cap under the ``reject`` policy; ``str()`` says which."""
 
 
+def choices(body: dict[str, Any]) -> int:
+    """How many answers the request asks for (``n``, ``best_of``): each is generated."""
+    wanted = 1
+    for key in CHOICE_KEYS:
+        value = output_tokens(key, body.get(key))
+        if value is not None:
+            if value < 1:
+                raise BodyError(key, f"must be at least 1, got {value}")
+            wanted = max(wanted, value)
+    return wanted
+
+
 def cap_output(body: dict[str, Any], cap: int, reject: bool, default_key: str, lane: str) -> bool:
-    """Clamp every output bound over ``cap`` (``reject``: raise OverCap instead); set
-    ``default_key`` to the cap when the body has none. True when the body changed."""
+    """Hold the request's output, over all the answers it asks for, to ``cap`` tokens: clamp
+    every output bound over ``cap // choices`` (``reject``: raise OverCap instead); set
+    ``default_key`` when the body has none. True when the body changed."""
+    n = choices(body)
+    per_answer = cap // n
+    if per_answer < 1:
+        raise OverCap(f"{n} answers cannot fit lane {lane!r}'s output cap of {cap} tokens")
     present = {k: output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body}
-    over = [k for k, v in present.items() if v is not None and v > cap]
+    over = [k for k, v in present.items() if v is not None and v > per_answer]
     if over and reject:
-        raise OverCap(f"{over[0]} {present[over[0]]} is over lane {lane!r}'s cap of {cap}")
+        each = f" for each of {n} answers" if n > 1 else ""
+        raise OverCap(f"{over[0]} {present[over[0]]}{each} is over lane {lane!r}'s cap of {cap}")
     for k in over:
-        body[k] = cap
+        body[k] = per_answer
     if all(v is None for v in present.values()):
-        body[default_key] = cap
+        body[default_key] = per_answer
         return True
     return bool(over)

@@ -7,20 +7,9 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
+from gpuwatch.fmt import clip
+
 MESSAGE_MAX = 300
-
-
-def printable(text: str, limit: int = MESSAGE_MAX) -> str:
-    """``text`` safe to show or log: control and bidi characters escaped, length bounded."""
-    out = "".join(
-        ch if ch.isprintable() and ch not in _BIDI else ch.encode("unicode_escape").decode()
-        for ch in text[: limit + 1]
-    )
-    return out if len(out) <= limit else f"{out[: limit - 3]}..."
-
-
-# Bidi overrides and isolates reorder what follows them on a terminal (Trojan Source).
-_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
 
 
 def openai_error(
@@ -33,7 +22,7 @@ def openai_error(
 ) -> web.Response:
     body = {
         "error": {
-            "message": printable(message),
+            "message": clip(message, MESSAGE_MAX),
             "type": kind,
             "param": param,
             "code": code if code is not None else status,

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from gpuwatch.fmt import clip
+
 POLICIES = ("clamp", "reject")
 REASONS = ("queue_full", "queue_timeout", "paused", "prompt_too_long", "max_tokens")
 
@@ -157,8 +159,7 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
 
 def _field(name: str) -> str:
     """A field name from a client, as it appears in an error: printable and bounded."""
-    shown = name.encode("unicode_escape").decode("ascii")
-    return shown if len(shown) <= 80 else f"{shown[:77]}..."
+    return clip(name, 80)
 
 
 def from_json(data: Any, lanes: Mapping[str, LaneLimits]) -> Limits:

@@ -147,6 +147,26 @@ async def test_absent_bound_is_set_under_the_name_the_api_reads(tmp_path: Path) 
             assert r.upstream.bodies[-1][key] == 64
 
 
+async def test_the_cap_holds_every_answer_a_request_asks_for(tmp_path: Path) -> None:
+    """Regression: ``n`` and ``best_of`` multiplied the output past the cap (4 x 64 tokens)."""
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)  # chat: max_output_tokens 64, clamp
+        reply = await r.request("POST", "/v1/completions", b'{"prompt": "hi", "n": 4}')
+        assert reply.status == 200, reply
+        assert r.upstream.bodies[-1]["max_tokens"] == 16  # 64 tokens over 4 answers
+        body = b'{"prompt": "hi", "best_of": 2, "max_tokens": 64}'
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 200 and r.upstream.bodies[-1]["max_tokens"] == 32
+        reply = await r.request("POST", "/v1/completions", b'{"prompt": "hi", "n": 100}')
+        assert reply.status == 400 and "100 answers cannot fit" in reply.json()["error"]["message"]
+        reply = await r.request("POST", "/v1/completions", b'{"prompt": "hi", "n": "x"}')
+        assert reply.status == 400 and reply.json()["error"]["param"] == "n"
+        await r.patch({"lanes": {"chat": {"output_tokens_policy": "reject"}}})
+        body = b'{"prompt": "hi", "n": 2, "max_tokens": 64}'
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 400 and "for each of 2 answers" in reply.json()["error"]["message"]
+
+
 def small() -> GateConfig:
     """Every lane takes 1 KiB bodies, and a body may pause 0.3 s."""
     lanes = tuple(replace(lane, max_body=1024) for lane in DEFAULT_LANES)

@@ -276,3 +276,19 @@ async def test_writes_to_stderr_and_logging_work_while_the_dashboard_runs(
         await pilot.pause()
         assert app.is_running
     assert "a warning while the screen runs" in caplog.text
+
+
+async def test_audit_trail_shows_foreign_actors_escaped() -> None:
+    """An actor saved by an older gate may hold bidi overrides: one escaped line on screen."""
+    from textual.widgets import DataTable
+
+    from gpuwatch.tui.screens.audit import AuditScreen
+
+    entry = {"time": 0, "version": 2, "actor": "mallory\u202e@box\nx", "change": {"paused": True}}
+    app = GpuwatchApp(DashboardOptions(urls=[]))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await app.push_screen(AuditScreen([entry]))
+        await pilot.pause()
+        row = app.screen.query_one(DataTable).get_row_at(0)
+        actor = str(row[2])
+        assert "\u202e" not in actor and "\\u202e" in actor and "\n" not in actor

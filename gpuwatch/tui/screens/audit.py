@@ -6,10 +6,13 @@ import json
 import time
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
+
+from gpuwatch.fmt import clip
 
 
 class AuditScreen(Screen[None]):
@@ -38,4 +41,6 @@ class AuditScreen(Screen[None]):
         for e in self.entries:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("time", 0)))
             change = json.dumps(e.get("change"), separators=(", ", ": "))
-            table.add_row(when, str(e.get("version", "")), str(e.get("actor", "")), change)
+            # Actors come from clients (an older gate saved anything): one escaped line each.
+            actor = Text(clip(e.get("actor", ""), 80))
+            table.add_row(when, str(e.get("version", "")), actor, Text(clip(change, 400)))
