@@ -21,6 +21,7 @@ from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.scrape import map_page
 from tests.functional.upstreams import CountingUpstream
+from tests.helpers import eventually
 
 CONFIG = GateConfig(DEFAULT_LANES, ("/health-upstream",))
 
@@ -72,10 +73,10 @@ class Harness:
         return (await self.status())["lanes"][lane]["queued"]
 
     async def wait_queued(self, n: int, lane: str = "chat", timeout: float = 5.0) -> None:
-        end = time.monotonic() + timeout
-        while await self.queued(lane) != n:
-            assert time.monotonic() < end, f"queue never reached {n}"
-            await asyncio.sleep(0.01)
+        async def reached() -> bool:
+            return await self.queued(lane) == n
+
+        await eventually(reached, timeout, message=f"queue never reached {n}")
 
 
 @pytest.fixture
@@ -421,16 +422,14 @@ async def test_disconnect_through_the_gate_aborts_in_the_simulator(tmp_path: Pat
             )
         )
         engine = node.engines[0]
-        end = time.monotonic() + 5
-        while engine.used_blocks == 0:
-            assert time.monotonic() < end
-            await asyncio.sleep(0.005)
+        await eventually(lambda: engine.used_blocks > 0, 5, message="never reached the engine")
         resp_task.cancel()
         await session.close()
-        end = time.monotonic() + 2
-        while engine.used_blocks or not engine.idle:
-            assert time.monotonic() < end, "the simulator never saw the abort"
-            await asyncio.sleep(0.005)
+        await eventually(
+            lambda: not engine.used_blocks and engine.idle,
+            2,
+            message="the simulator never saw the abort",
+        )
         assert gate.lanes["chat"].inflight == 0
 
 

@@ -17,6 +17,7 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
 from tests.functional.upstreams import CountingUpstream
+from tests.helpers import eventually
 
 CONFIG = GateConfig(DEFAULT_LANES)
 
@@ -37,15 +38,15 @@ async def status(url: str) -> dict:
 
 
 async def wait_status(url: str, inflight: int, queued: int, timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while True:
-        lane = await status(url)
-        if (lane["inflight"], lane["queued"]) == (inflight, queued):
-            return
-        assert time.monotonic() < end, (
-            f"stuck at {lane}, wanted {inflight} in flight, {queued} queued"
-        )
-        await asyncio.sleep(0.01)
+    seen: dict = {}
+
+    async def reached() -> bool:
+        seen.update(await status(url))
+        return (seen["inflight"], seen["queued"]) == (inflight, queued)
+
+    await eventually(
+        reached, timeout, message=lambda: f"stuck at {seen}, wanted {inflight}/{queued}"
+    )
 
 
 async def raw_request(url: str, body: dict) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-import time
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +17,7 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
 from tests.functional.upstreams import CountingUpstream
+from tests.helpers import eventually
 
 STAGES = ("headers", "body", "whole")
 clients = st.lists(
@@ -67,10 +67,11 @@ async def play(script: list[tuple[str, float, bool]], changes: list[tuple[int, i
                 async with s.patch(f"{served.url}/admin/limits", json=patch) as r:
                     assert r.status == 200
                 lane = gate.lanes["chat"]
-                end = time.monotonic() + 5
-                while lane.inflight or lane.queue:
-                    assert time.monotonic() < end, (lane.inflight, len(lane.queue))
-                    await asyncio.sleep(0.01)
+                await eventually(
+                    lambda: not lane.inflight and not lane.queue,
+                    5,
+                    message=lambda: f"{lane.inflight} in flight, {len(lane.queue)} queued",
+                )
                 async with s.post(f"{served.url}/v1/completions", json={"prompt": "y"}) as r:
                     assert r.status == 200
                 assert lane.inflight == 0

@@ -17,6 +17,7 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
 from tests.functional.gatekit import read_reply, rig
+from tests.helpers import eventually
 
 TOKEN = "s3cret-token-value"
 
@@ -157,10 +158,7 @@ async def test_client_leaving_mid_stream_is_one_count_and_no_traceback(
         while await reader.read(1 << 20):  # drain: the gate writes again, into a closed socket
             pass
         writer.close()
-        end = time.monotonic() + 5
-        while gate.lanes["chat"].inflight:
-            assert time.monotonic() < end
-            await asyncio.sleep(0.01)
+        await eventually(lambda: not gate.lanes["chat"].inflight, 5, message="slot still held")
         async with aiohttp.ClientSession() as s, s.get(f"{served.url}/metrics") as m:
             page = await m.text()
     finally:
@@ -187,10 +185,9 @@ async def test_a_client_that_stops_reading_is_cut_off_and_its_slot_freed(
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 2\r\n\r\n{}")
         await reader.readuntil(b"data:")  # then never reads again, and never closes
-        end = time.monotonic() + 10
-        while gate.lanes["chat"].inflight:
-            assert time.monotonic() < end, "the slot stayed held"
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: not gate.lanes["chat"].inflight, 10, message="the slot stayed held"
+        )
         writer.close()
     finally:
         await served.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from gpuwatch.load.spec import Dist
 from gpuwatch.sources.scrape import scrape
 from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 from tests.functional.test_tui import text
+from tests.helpers import eventually
 
 
 def snapshot(url: str) -> dict[str, Any]:
@@ -197,14 +199,19 @@ async def test_dashboard_pointed_at_llama_server(llama_server: str) -> None:
     app = GpuwatchApp(DashboardOptions(urls=[f"{llama_server}/metrics"], interval_s=0.25))
     async with aiohttp.ClientSession() as s, app.run_test(size=(160, 48)) as pilot:
         tasks = [asyncio.create_task(complete(s, llama_server, 3000)) for _ in range(3)]
-        end = time.monotonic() + 20
-        while not ("llamacpp" in text(app, "#engines") and "run 2" in text(app, "#engines")
-                   and "wait 1" in text(app, "#engines")):  # fmt: skip
-            assert time.monotonic() < end, text(app, "#engines")
-            await pilot.pause(0.05)
-        while "gen 0 tok/s" in text(app, "#engines") or "gen N/A" in text(app, "#engines"):
-            assert time.monotonic() < end, text(app, "#engines")
-            await pilot.pause(0.05)
+
+        def engines() -> str:
+            return text(app, "#engines")
+
+        await eventually(
+            lambda: "llamacpp" in engines() and "run 2" in engines() and "wait 1" in engines(),
+            20, pause=pilot.pause, message=engines,
+        )  # fmt: skip
+        # Tokens flow: the 10 s generation rate is a number above zero.
+        await eventually(
+            lambda: (m := re.search(r"gen (\d+)", engines())) and int(m[1]) > 0,
+            20, pause=pilot.pause, message=engines,
+        )  # fmt: skip
         engines = text(app, "#engines")
         assert "KV ········ N/A" in engines  # llama.cpp does not export it: shown unknown
         await asyncio.gather(*tasks)
