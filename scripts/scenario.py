@@ -164,16 +164,17 @@ def build(
             result = engine.step()
             recorder.step(result)
             for event in result.events:
-                if event.kind == "token" and event.gap is not None:
+                record, at_gate = records.get(event.request.rid, (None, 0.0))
+                if record is None:
+                    continue
+                if event.kind == "token" and event.gap is None:  # the first token
+                    record.ttft_s = event.time - at_gate
+                elif event.kind == "token" and event.gap is not None:
                     users.itl.add((event.gap,))
-                    record = records.get(event.request.rid, (None, 0.0))[0]
-                    if record is not None:
-                        record.max_itl_s = max(record.max_itl_s or 0.0, event.gap)
-                if event.kind == "finished" and event.request.rid in records:
-                    record, at_gate = records.pop(event.request.rid)
-                    first = event.request.first_token
-                    record.ttft_s = first - at_gate if first is not None else None
+                    record.max_itl_s = max(record.max_itl_s or 0.0, event.gap)
+                if event.kind == "finished":
                     record.e2e_s = engine.now - at_gate
+                    del records[event.request.rid]
             for g in virtual:
                 g.busy(result.start, engine.now, result.intensity)
         while engine.now >= next_scrape and next_scrape <= seconds:

@@ -53,7 +53,7 @@ def goodput_line(users: UsersView, target: float | None) -> str:
     ended = users.totals["ended"]
     return (
         f"[b]goodput[/] [dim]{users.window}[/] [{shade}][b]{pct(value)}[/][/]{of}"
-        f" [dim]of {ended} requests[/]" + (f"  {misses}" if misses else "")
+        f" [dim]of {ended} ended[/]" + (f"  {misses}" if misses else "")
     )
 
 
