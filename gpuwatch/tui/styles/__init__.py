@@ -1,0 +1,1 @@
+"""The dashboard's Textual CSS (app.tcss), shipped as package data."""
