@@ -27,7 +27,12 @@ def capture(session: str) -> str:
 def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
     session = f"gw-demo-{os.getpid()}"
     pidfile = tmp_path / "pid"
-    cmd = f"echo $$ > {pidfile}; exec {sys.executable} -m gpuwatch demo --rate 2"
+    # The pane can start at tmux's default size and be resized a moment later: start the demo
+    # once the terminal is the size asked for, so it lays out for 160x48 from its first frame.
+    cmd = (
+        f'echo $$ > {pidfile}; until [ "$(tput cols)x$(tput lines)" = 160x48 ]; do sleep 0.05;'
+        f" done; exec {sys.executable} -m gpuwatch demo --rate 2"
+    )
     subprocess.run(
         ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", cmd], check=True
     )
