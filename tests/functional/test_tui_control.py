@@ -197,6 +197,7 @@ async def test_cutting_a_lane_by_more_than_half_asks_first(stack) -> None:
         await ready(pilot, app)
         await pilot.press("slash")  # 16 -> 8: exactly half, no question
         await wait_version(pilot, client, 2)
+        pressed_together(app)
         await pilot.press("slash", "slash")  # 8 -> 2 in one change: asks
         modal = await confirm_shown(pilot, app)
         details = str(modal.query_one("#details").render())
