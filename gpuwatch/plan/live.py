@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuwatch.load.runner import LoadRun, Result
 from gpuwatch.load.spec import LoadSpec
@@ -38,11 +38,23 @@ class LiveSettings:
 
 @dataclass
 class _Watch:
-    inflight: list[int] = field(default_factory=list)
     kv_peak: float | None = None
     waiting_peak: float | None = None
     preempt_first: float | None = None
     preempt_last: float | None = None
+
+
+def concurrency(results: list[Result]) -> list[int]:
+    """Requests in flight as each one was sent (itself included): the batch the endpoint was
+    asked to hold, exact from the results (a sampler misses requests shorter than its period)."""
+    sent = sorted(r.sent for r in results if r.sent)
+    ends = sorted(r.sent + (r.e2e if r.e2e is not None else 0.0) for r in results if r.sent)
+    out, j = [], 0
+    for i, t in enumerate(sent):
+        while j < len(ends) and ends[j] < t:
+            j += 1
+        out.append(i + 1 - j)
+    return out
 
 
 def outcome(r: Result) -> Outcome:
@@ -82,7 +94,6 @@ async def probe(
     try:
         while not task.done():
             await asyncio.wait({task}, timeout=settings.sample_every_s)
-            watch.inflight.append(run.inflight)
             if scraper is not None:
                 await scraper.read(watch)
             if on_tick is not None:
@@ -104,7 +115,7 @@ async def probe(
     gaps = [g for r in chat if r.ok for g in r.itl]
     elapsed = (run.ended - run.started) if run.ended else duration_s
     result, _ = summarize(rate, duration_s, [outcome(r) for r in chat], gaps, target, elapsed)
-    samples = sorted(watch.inflight)
+    samples = sorted(concurrency(results))
     result.batch_p99 = round(sample_quantile(samples, 0.99)) if samples else None
     result.batch_max = samples[-1] if samples else None
     result.kv_peak = watch.kv_peak
