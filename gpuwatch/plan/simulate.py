@@ -118,8 +118,11 @@ def run_probe(
             continue
         result = engine.step()
         if result.duration == 0:
-            # Everything the engine holds waits for blocks it cannot get; let time pass.
-            engine.now = arrivals[0].t if arrivals else engine.now + 0.01
+            # Nothing could be scheduled (cannot happen with a validated profile, whose pool
+            # holds max_model_len): wait for the next arrival, or stop; the rest count as misses.
+            if not arrivals:
+                break
+            engine.now = arrivals[0].t
             continue
         batches.append(len(engine.running) + len(engine.waiting))
         kv_peak_blocks = max(kv_peak_blocks, engine.used_blocks)

@@ -23,7 +23,9 @@ def wilson(good: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z2 / n
     center = (p + z2 / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
+    low = 0.0 if good == 0 else max(0.0, center - half)
+    high = 1.0 if good == n else min(1.0, center + half)  # exact at the ends, not 1 - 1e-16
+    return low, high
 
 
 def min_requests(target: float, z: float = Z95) -> int:
