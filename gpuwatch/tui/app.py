@@ -101,7 +101,7 @@ class Dashboard(Screen[None]):
         Binding("e", "app.edit", "edit lane"),
         Binding("u", "app.undo", "undo"),
         Binding("a", "app.audit", "audit", show=False),
-        Binding("P", "app.plan", "plan", show=False),
+        Binding("P", "app.plan", "plan for this gate", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -146,7 +146,6 @@ class GpuwatchApp(App[None]):
         "[b]control[/] (with --admin): keys pressed together become one change; pausing or",
         "cutting a lane by more than half asks first; o / O step the output cap through",
         "4096 2048 1024 512 256 128 and none. --read-only refuses every change.",
-        "P shows the last `gpuwatch plan sweep` saved for this gate; its Apply asks first.",
     ]
 
     def __init__(
