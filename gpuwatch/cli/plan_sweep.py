@@ -127,15 +127,15 @@ def run(args: argparse.Namespace) -> int:
     from gpuwatch.sim.profiles import DEFAULT_PROFILE, ProfileError, get_profile
 
     try:
-        target = _target(args)
-        traffic = _traffic(args)
-        token = read_token(args.admin_token_file) if args.apply else None
         if args.url and args.profile:
             raise ValueError("give --profile (the simulator) or --url (a real endpoint), not both")
         if args.url and args.traffic:
             raise ValueError("--traffic replays in the simulator only; with --url use the shapes")
         if not args.url and (args.budget or args.metrics or args.model):
             raise ValueError("--budget, --metrics and --model go with --url")
+        target = _target(args)
+        traffic = _traffic(args)
+        token = read_token(args.admin_token_file) if args.apply else None
         if args.apply and args.read_only:
             from gpuwatch.control.guard import Guard, ReadOnlyError
 
