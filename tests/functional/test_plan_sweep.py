@@ -27,6 +27,7 @@ from gpuwatch.series import sample_quantile
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from tests.functional.servers import ThreadedServer
+from tests.helpers import refusing_port
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,3 +203,46 @@ async def test_url_mode_sweeps_a_real_simulator_through_a_gate(tmp_path: Path) -
     assert first["kv_peak"] is not None and first["preemptions"] == 0
     assert first["batch_max"] is not None and first["batch_max"] >= 1
     assert wall < 60
+
+
+async def test_apply_sends_if_match_so_a_change_in_between_is_never_overwritten(
+    tmp_path: Path,
+) -> None:
+    from gpuwatch.control.gate import GateConflict
+    from gpuwatch.plan.apply import apply
+    from gpuwatch.plan.recommend import Recommendation
+
+    with refusing_port() as port:  # no upstream: only the admin API is used
+        _, gate = await start_gate(f"http://127.0.0.1:{port}", GateConfig(DEFAULT_LANES),
+                                   state_file=tmp_path / "s.json")  # fmt: skip
+    rec = Recommendation("chat", 40, 9, None)
+    other = GateClient(gate.url, None, Guard(), actor="someone@else")
+    shown: list[list[str]] = []
+    loop = asyncio.get_running_loop()
+
+    def confirm_while_someone_changes_it(lines: list[str], reason: str | None) -> bool:
+        shown.append(lines)
+        # Another operator changes the limits while this one reads the prompt (on the loop the
+        # gate runs on; the plan's apply runs in a thread of its own, as the CLI's would).
+        change = other.patch({"lanes": {"chat": {"max_queue": 5}}})
+        asyncio.run_coroutine_threadsafe(change, loop).result(10)
+        return True
+
+    def run_apply() -> None:
+        asyncio.run(apply(gate.url, None, Guard(), rec, confirm_while_someone_changes_it))
+
+    try:
+        try:
+            await asyncio.to_thread(run_apply)
+        except GateConflict as exc:
+            conflict = exc
+        else:
+            raise AssertionError("the plan's PATCH was not refused")
+        assert conflict.actor == "someone@else" and conflict.version == 2
+        limits = await other.limits()
+        assert limits["version"] == 2 and limits["lanes"]["chat"]["max_queue"] == 5
+        assert shown == [["chat.max_inflight 16 -> 40", "chat.max_queue 64 -> 9",
+                          "chat.max_output_tokens null -> null (unchanged)"]]  # fmt: skip
+    finally:
+        await other.close()
+        await gate.close()
