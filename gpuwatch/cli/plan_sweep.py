@@ -133,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--traffic replays in the simulator only; with --url use the shapes")
         if not args.url and (args.budget or args.metrics or args.model):
             raise ValueError("--budget, --metrics and --model go with --url")
+        if args.headroom > 1:
+            raise ValueError(
+                f"--headroom is a fraction of the knee (0 < h <= 1), got {args.headroom:g}"
+            )
         target = _target(args)
         traffic = _traffic(args)
         token = read_token(args.admin_token_file) if args.apply else None

@@ -32,6 +32,7 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["--profile", "nope"], "unknown profile"),
         (["--output-tokens", "0"], "--output-tokens"),
         (["--min-duration", "100", "--max-duration", "50"], "--max-duration"),
+        (["--headroom", "1.5"], "fraction of the knee"),
     ],
 )
 def test_usage_errors_exit_2_with_the_reason(
