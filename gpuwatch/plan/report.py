@@ -53,7 +53,8 @@ def render(plan: Plan, out: IO[str], chart: bool = True) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out, highlight=False, width=110)
+    # Lines of text are not wrapped by rich (the terminal does it); the table fits 110 columns.
+    console = Console(file=out, highlight=False, width=110, soft_wrap=True)
     unit = "simulated s" if plan.mode == "sim" else "s"
     console.print(f"plan sweep: {plan.subject} ({plan.mode}); {plan.traffic}")
     slo = f"TTFT <= {plan.target.ttft_s:g} s" + (
