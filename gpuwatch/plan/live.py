@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gpuwatch.load.runner import LoadRun, Result
 from gpuwatch.load.spec import LoadSpec
-from gpuwatch.plan.planner import DEFAULT_HEADROOM, Plan
+from gpuwatch.plan.planner import DEFAULT_HEADROOM, Plan, caveats
 from gpuwatch.plan.probe import Outcome, ProbeResult, Target, summarize
 from gpuwatch.plan.recommend import recommend
 from gpuwatch.plan.sweep import Search, SearchSettings
@@ -192,6 +192,7 @@ def sweep_live(
         plan.recommended = recommend(knee, at_knee, target, traffic)
     else:
         plan.notes.append("no rate passed: even the lowest rate tried misses the SLO")
+    caveats(plan)
     if out_of_time():
         plan.notes.append(f"the time budget ({budget_s:g} s) ended the search")
     plan.simulated_s = sum(p.duration_s for p in search.probes)

@@ -165,11 +165,27 @@ def sweep_sim(
                 plan.checks.append(Check(label, _limits_json(lim), probe))
     else:
         plan.notes.append("no rate passed: even the lowest rate tried misses the SLO")
+    caveats(plan)
     plan.simulated_s = sum(p.duration_s for p in search.probes) + sum(
         c.probe.duration_s for c in plan.checks
     )
     plan.wall_s = time.perf_counter() - wall0
     return plan
+
+
+def caveats(plan: Plan) -> None:
+    """Notes on what the search could not show (added to ``plan.notes``)."""
+    if plan.knee is not None and not any(p.passed is False for p in plan.probes):
+        plan.notes.append(
+            f"no rate failed before the search stopped: the knee is at least {plan.knee:.2f} "
+            "req/s (raise --max-probes or --start-rate)"
+        )
+    guessed = [p for p in plan.probes if p.decided_by == "estimate"]
+    if guessed:
+        plan.notes.append(
+            f"{len(guessed)} probe(s) too short to be decided with 95% confidence were judged "
+            "by their point estimate (~); longer probes (--max-duration) decide them"
+        )
 
 
 def _limits_json(lim: GateLimits) -> dict[str, Any]:

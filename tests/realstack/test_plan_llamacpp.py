@@ -39,4 +39,6 @@ def test_sweep_completes_against_llama_server(llama_server: str, tmp_path: Path)
     assert all(p["decided_by"] == "estimate" for p in probes)
     assert plan["knee_rps"] == 2.0 and plan["recommended"]["max_inflight"] >= 1
     assert "knee: 2.00 req/s" in proc.stdout
+    assert any("no rate failed" in n for n in plan["notes"])  # said, not hidden
+    assert any("point estimate" in n for n in plan["notes"])
     assert (tmp_path / "knee.svg").read_text().startswith("<svg")
