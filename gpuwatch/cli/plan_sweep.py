@@ -129,8 +129,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.url and args.profile:
             raise ValueError("give --profile (the simulator) or --url (a real endpoint), not both")
-        if args.url and args.traffic:
-            raise ValueError("--traffic replays in the simulator only; with --url use the shapes")
         if not args.url and (args.budget or args.metrics or args.model):
             raise ValueError("--budget, --metrics and --model go with --url")
         if args.headroom > 1:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwatch.load.runner import LoadRun, Result
 from gpuwatch.load.spec import LoadSpec
@@ -86,7 +86,15 @@ async def probe(
         lane_mix=traffic.lane_mix,
         seed=seed,
     )
-    run = LoadRun(spec)
+    shapes = None
+    if traffic.recording is not None:
+        # The recording's own times and shapes, scaled to this rate, as the simulator replays it.
+        shapes = [
+            (a.t, a.lane, a.prompt, a.output) for a in traffic.arrivals(rate, duration_s, seed)
+        ]
+        lanes = sorted({lane for _, lane, _, _ in shapes}) or ["chat"]
+        spec = replace(spec, lane_mix={lane: 1 / len(lanes) for lane in lanes})
+    run = LoadRun(spec, shapes=shapes)
     watch = _Watch()
     task = asyncio.create_task(run.run())
     scraper = _Scraper(settings.metrics_url) if settings.metrics_url else None

@@ -246,3 +246,34 @@ async def test_apply_sends_if_match_so_a_change_in_between_is_never_overwritten(
     finally:
         await other.close()
         await gate.close()
+
+
+async def test_url_mode_replays_a_recording_with_its_own_shapes(tmp_path: Path) -> None:
+    """--traffic against a real server: the recorded prompts, scaled in time to the rate."""
+    from gpuwatch.plan.traffic import Recording, Traffic
+    from gpuwatch.sources.scrape import map_page
+
+    report = {"start_times": [0.0, 0.05, 0.1, 0.5, 0.55, 0.6, 1.0, 1.05],
+              "input_lens": [100, 200, 300, 400, 500, 600, 700, 800],
+              "output_lens": [4, 4, 4, 4, 4, 4, 4, 4]}  # fmt: skip
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    expected = list(Traffic(recording=Recording.from_report(report)).arrivals(8.0, 2.0, 0))
+    _, sim = await start_sim(PROFILE, time_scale=20.0, seed=2)
+    try:
+        code, _, err, _ = await _cli(
+            "--url", sim.url, "--api", "completions", "--traffic", str(tmp_path / "run.json"),
+            "--start-rate", "8", "--min-duration", "2", "--max-duration", "2",
+            "--max-probes", "1", "--quiet", "--no-chart", "--no-save",
+            "--json", str(tmp_path / "plan.json"),
+        )  # fmt: skip
+        async with httpx.AsyncClient() as c:
+            page = (await c.get(f"{sim.url}/metrics")).text
+    finally:
+        await sim.close()
+    assert code in (0, 1), err
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["traffic"].startswith("replay of")
+    [probe] = plan["probes"]
+    assert probe["arrived"] == len(expected) > 8  # looped: more than one pass in 2 s
+    [engine] = map_page("sim", page).engines
+    assert engine.prompt_tokens_total == sum(a.prompt for a in expected)  # the recorded sizes

@@ -24,7 +24,6 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("args", "message"),
     [
         (["--url", "http://127.0.0.1:1", "--profile", "rtx4090-llama3-8b-awq"], "not both"),
-        (["--url", "http://127.0.0.1:1", "--traffic", "x.json"], "simulator only"),
         (["--budget", "10"], "go with --url"),
         (["--slo", "ttft_p99_s=0"], "ttft_p99_s must be above 0"),
         (["--slo", "goodput_min=1"], "goodput_min must be between 0 and 1"),
