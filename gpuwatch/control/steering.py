@@ -249,16 +249,46 @@ class Steering:
                 await self._apply(patch, base)
             self.view.changed()
 
-    async def _apply(self, patch: Limits, base: Limits, undo: bool = False) -> None:
-        """Confirm if it can hurt, then send it with If-Match on the version it was made from."""
+    async def _apply(
+        self, patch: Limits, base: Limits, undo: bool = False, source: str | None = None
+    ) -> None:
+        """Confirm if it can hurt (always, for a change from ``source``: a plan), then send it
+        with If-Match on the version it was made from."""
         lines = describe(base, patch)
         reason = confirmation_reason(base, patch)
+        if source:
+            reason = f"limits from {source}" + (f"; {reason}" if reason else "")
         if reason:
             details = [f"gate   {self.gate_url}", f"why    {reason}", "", *lines]
             if not await self.view.confirm("Apply this change?", details):
                 self.view.event("info", f"change cancelled: {'; '.join(lines)}")
                 return
+        if source:
+            lines = [f"from {source}: {lines[0]}", *lines[1:]] if lines else lines
         await self._send(patch, base, lines, undo)
+
+    def apply_lane(self, lane: str, changes: dict[str, Any], source: str) -> None:
+        """Several limits of one lane as one change made elsewhere (a plan's recommended
+        limits): always confirmed, then sent like the keys' changes (If-Match, audited as this
+        operator, undoable)."""
+        if not self.allowed(f"applying {source}"):
+            return
+
+        async def apply() -> None:
+            async with self._lock:
+                base = copy.deepcopy(self.view.limits())
+                current = base["lanes"].get(lane) if base is not None else None
+                if base is None or current is None:
+                    self.view.notify(f"the gate has no lane {lane}", "warning")
+                    return
+                diff = {k: v for k, v in changes.items() if current.get(k) != v}
+                if not diff:
+                    self.view.notify(f"the gate already has the limits of {source}")
+                    return
+                await self._apply({"lanes": {lane: diff}}, base, source=source)
+                self.view.changed()
+
+        self._spawn(apply())
 
     async def _send(self, patch: Limits, base: Limits, lines: list[str], undo: bool) -> None:
         assert self.client is not None

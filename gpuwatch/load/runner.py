@@ -13,7 +13,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,8 @@ from gpuwatch.load.spec import LoadSpec, arrival_times
 from gpuwatch.tokens import CHARS_PER_TOKEN, single_message_chars
 
 _WORDS = ("alpha", "bravo", "delta", "echo", "gamma", "kilo", "lima", "nova", "omega", "sierra")
+# (planned send time, lane, prompt tokens, output tokens)
+Shape = tuple[float, str, int, int]
 # Stop early when this many requests in a row failed to connect and none ever succeeded.
 _DEAD_AFTER = 3
 
@@ -94,8 +96,16 @@ async def fetch_model(session: aiohttp.ClientSession, url: str) -> str:
 class LoadRun:
     """One load run; ``results`` fills while it runs, ``stop()`` ends it early."""
 
-    def __init__(self, spec: LoadSpec, on_update: Callable[[LoadRun], None] | None = None) -> None:
+    def __init__(
+        self,
+        spec: LoadSpec,
+        on_update: Callable[[LoadRun], None] | None = None,
+        shapes: Iterable[Shape] | None = None,
+    ) -> None:
         self.spec = spec
+        # A replay: each request's planned time, lane, prompt and output tokens, given instead
+        # of drawn (``gpuwatch plan sweep --traffic``); None draws them from the spec.
+        self.shapes = shapes
         self.results: list[Result] = []
         self.inflight = 0
         self.started = 0.0
@@ -115,17 +125,17 @@ class LoadRun:
         return self._stop.is_set()
 
     def _body(
-        self, lane: str, rng: random.Random, tag: int, r: Result
+        self, lane: str, rng: random.Random, tag: int, r: Result, shape: Shape | None = None
     ) -> tuple[str, dict[str, Any]]:
         spec = self.spec
-        prompt_tokens = spec.prompt_tokens.sample(rng)
+        prompt_tokens = shape[2] if shape else spec.prompt_tokens.sample(rng)
         r.prompt_tokens = prompt_tokens
         if lane == "embed":
             return "/v1/embeddings", {
                 "model": self.model,
                 "input": make_prompt(prompt_tokens, rng, tag),
             }
-        max_tokens = spec.output_tokens.sample(rng)
+        max_tokens = shape[3] if shape else spec.output_tokens.sample(rng)
         common = {
             "model": self.model,
             "max_tokens": max_tokens,
@@ -212,16 +222,24 @@ class LoadRun:
             if self.model is None and "chat" in lanes:
                 self.model = await fetch_model(session, spec.url)
             self.started = time.perf_counter()
-            for tag, planned in enumerate(arrival_times(spec, rng)):
+            timeline: Iterable[tuple[float, Shape | None]] = (
+                ((shape[0], shape) for shape in self.shapes)
+                if self.shapes is not None
+                else ((t, None) for t in arrival_times(spec, rng))
+            )
+            for tag, (planned, shape) in enumerate(timeline):
                 delay = self.started + planned - time.perf_counter()
                 if delay > 0:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._stop.wait(), delay)
                 if self._stop.is_set():
                     break
-                lane = rng.choices(lanes, weights)[0] if len(lanes) > 1 else lanes[0]
+                if shape:
+                    lane = shape[1]
+                else:
+                    lane = rng.choices(lanes, weights)[0] if len(lanes) > 1 else lanes[0]
                 r = Result(lane, planned)
-                path, body = self._body(lane, rng, tag, r)
+                path, body = self._body(lane, rng, tag, r, shape)
                 self.results.append(r)
                 task = asyncio.create_task(self._guarded(session, gate, path, body, r))
                 tasks.add(task)

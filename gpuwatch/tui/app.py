@@ -101,6 +101,7 @@ class Dashboard(Screen[None]):
         Binding("e", "app.edit", "edit lane"),
         Binding("u", "app.undo", "undo"),
         Binding("a", "app.audit", "audit", show=False),
+        Binding("P", "app.plan", "plan for this gate", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -407,6 +408,31 @@ class GpuwatchApp(App[None]):
             await self.push_screen(AuditScreen(entries))
 
         self.run_worker(show(), group="control")
+
+    def action_plan(self) -> None:
+        """The last plan saved for this gate (``gpuwatch plan sweep --gate URL``)."""
+        from gpuwatch.plan.planner import load_for, plan_key, plans_dir
+        from gpuwatch.tui.screens.plan import PlanScreen
+
+        url = self.options.admin_url
+        if not url:
+            self.notify("no gate: start gpuwatch with --admin URL", severity="warning")
+            return
+        plan = load_for(url)
+        hint = None
+        if plan is None:
+            path = plans_dir() / f"{plan_key(url, '')}.json"
+            hint = (
+                f"no plan saved for this gate ({path}): run gpuwatch plan sweep --gate {url} "
+                "(or --apply)"
+            )
+
+        def chosen(apply: bool | None) -> None:
+            if apply and plan is not None and plan.recommended is not None:
+                rec = plan.recommended
+                self.steering.apply_lane(rec.lane, rec.limits(), f"the plan of {plan.created}")
+
+        self.push_screen(PlanScreen(plan, self.steering.view.limits(), url, hint), chosen)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.all_bindings(), self.HELP_NOTES))

@@ -1,0 +1,326 @@
+"""``gpuwatch plan sweep``'s pure parts: the statistics, the search, the simulated gate, the
+recommendation, traffic replay, saved plans and the pictures."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.load.spec import Dist, LoadSpec, arrival_times
+from gpuwatch.plan import planner, report
+from gpuwatch.plan.probe import Outcome, ProbeResult, Target, summarize
+from gpuwatch.plan.recommend import recommend
+from gpuwatch.plan.simulate import GateLimits, run_probe
+from gpuwatch.plan.stats import judge, min_requests, wilson
+from gpuwatch.plan.sweep import Search, SearchSettings
+from gpuwatch.plan.traffic import Recording, Traffic
+from gpuwatch.sim.profiles import get_profile
+
+PROFILE = get_profile("rtx4090-llama3-8b-awq")
+TARGET = Target(2.0, None, 0.99)
+
+
+# -- statistics -------------------------------------------------------------------------------
+
+
+def test_wilson_matches_the_closed_form() -> None:
+    z2 = 1.959963984540054**2
+    low, high = wilson(10, 10)
+    assert math.isclose(low, 10 / (10 + z2), rel_tol=1e-12) and high == 1.0
+    low, high = wilson(0, 10)
+    assert low == 0.0 and math.isclose(high, z2 / (10 + z2), rel_tol=1e-12)
+    # A textbook value: 81 of 263 -> (0.2553, 0.3662) (Wilson 1927, as in Newcombe 1998).
+    low, high = wilson(81, 263)
+    assert (round(low, 4), round(high, 4)) == (0.2553, 0.3662)
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_the_fewest_requests_that_can_pass() -> None:
+    n = min_requests(0.99)
+    assert wilson(n, n)[0] >= 0.99 > wilson(n - 1, n - 1)[0]
+    with pytest.raises(ValueError):
+        min_requests(1.0)
+
+
+def test_a_probe_passes_fails_or_is_undecided() -> None:
+    assert judge(500, 500, 0.99).passed is True
+    assert judge(900, 1000, 0.99).passed is False
+    undecided = judge(995, 1000, 0.99)  # 99.5% but the interval reaches below 99%
+    assert undecided.passed is None and undecided.low < 0.99 < undecided.high
+
+
+def test_goodput_counts_refusals_and_slow_requests_as_misses() -> None:
+    outcomes = [Outcome(0.5, 0.05)] * 6 + [
+        Outcome(2.5, 0.05),  # slow
+        Outcome(0.5, 0.9),  # a gap over the ITL bound
+        Outcome(None, None, "queue_full"),
+        Outcome(None, None, "failed"),
+    ]
+    result, verdict = summarize(1.0, 10.0, outcomes, [0.05], Target(2.0, 0.5, 0.5), 10.0)
+    assert (result.arrived, result.good, result.refused, result.failed) == (10, 6, 1, 1)
+    assert result.attainment == 0.6 and verdict.good == 6
+    no_itl, _ = summarize(1.0, 10.0, outcomes, [0.05], Target(2.0, None, 0.5), 10.0)
+    assert no_itl.good == 7
+
+
+# -- the search --------------------------------------------------------------------------------
+
+
+def _fake(capacity: float, undecided_below_s: float = 0.0, calls: list | None = None):
+    """A prober whose probes pass iff rate <= capacity; undecided while shorter than
+    ``undecided_below_s``."""
+
+    def prober(rate: float, duration: float) -> ProbeResult:
+        if calls is not None:
+            calls.append((rate, duration))
+        passed = None if duration < undecided_below_s else rate <= capacity
+        good = 1000 if rate <= capacity else 900
+        return ProbeResult(rate, duration, 1000, good, 0, 0, passed, 0.9, 1.0,
+                           None, None, None, None, rate)  # fmt: skip
+
+    return prober
+
+
+def test_search_doubles_then_bisects_to_the_knee_within_precision() -> None:
+    calls: list = []
+    search = Search(TARGET, SearchSettings(start_rate=1.0, precision=0.05, max_probes=30))
+    knee = search.run(_fake(3.3, calls=calls))
+    assert knee is not None and 3.3 / 1.05 <= knee <= 3.3
+    rates = [r for r, _ in calls]
+    assert rates[:3] == [1.0, 2.0, 4.0]  # exponential until the first failure
+    assert all(2.0 < r < 4.0 for r in rates[3:])  # then bisection between pass and fail
+
+
+def test_search_halves_when_the_first_rate_fails() -> None:
+    search = Search(TARGET, SearchSettings(start_rate=8.0, precision=0.05, max_probes=30))
+    knee = search.run(_fake(0.7))
+    assert knee is not None and 0.7 / 1.05 <= knee <= 0.7
+    assert [p.rate for p in search.probes][:5] == [8.0, 4.0, 2.0, 1.0, 0.5]
+
+
+def test_an_undecided_probe_runs_twice_as_long_until_decided() -> None:
+    calls: list = []
+    settings = SearchSettings(start_rate=1.0, min_duration_s=100, max_duration_s=1000)
+    search = Search(TARGET, settings)
+    result = search.probe(_fake(5.0, undecided_below_s=500, calls=calls), 1.0)
+    assert [d for _, d in calls] == [477, 954]  # ceil(381 x 1.25) at 1 req/s, then x2
+    assert result.passed is True and result.extended == 1 and result.decided_by == "interval"
+
+
+def test_an_undecided_probe_at_the_cap_is_judged_by_its_estimate() -> None:
+    settings = SearchSettings(start_rate=1.0, min_duration_s=100, max_duration_s=200)
+    search = Search(TARGET, settings)
+    result = search.probe(_fake(5.0, undecided_below_s=10_000), 1.0)
+    assert result.passed is True and result.decided_by == "estimate"  # 1000 of 1000
+
+
+def test_no_knee_when_nothing_passes() -> None:
+    search = Search(TARGET, SearchSettings(start_rate=1.0, min_rate=0.1))
+    assert search.run(_fake(0.01)) is None
+
+
+# -- the simulated gate ------------------------------------------------------------------------
+
+
+def test_the_simulated_gate_bounds_what_the_engine_holds_and_refuses_past_its_queue() -> None:
+    limits = GateLimits(max_inflight=4, max_queue=2, queue_timeout_s=30.0)
+    result = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, limits, seed=1)
+    assert result.batch_max == 4
+    assert result.refused > 0 and result.queue_peak is not None and result.queue_peak <= 2 + 4
+    unbounded = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, seed=1)
+    assert unbounded.refused == 0 and unbounded.batch_max > 4
+    assert unbounded.arrived == result.arrived  # the same arrivals, judged differently
+
+
+def test_queue_timeouts_refuse_and_the_output_cap_clamps() -> None:
+    limits = GateLimits(max_inflight=1, max_queue=1000, queue_timeout_s=1.0)
+    slow = run_probe(PROFILE, Traffic(), 10.0, 20.0, TARGET, limits, seed=1)
+    assert slow.refused > 0.5 * slow.arrived  # most waited past 1 s in the queue
+    long = Traffic(output_tokens=Dist("fixed", 400))
+    capped = run_probe(PROFILE, long, 1.0, 20.0, TARGET, GateLimits(max_output_tokens=50), seed=1)
+    full = run_probe(PROFILE, long, 1.0, 20.0, TARGET, seed=1)
+    # 50 tokens instead of 400: each request holds the engine an eighth as long.
+    assert capped.batch_max is not None and full.batch_max is not None
+    assert capped.batch_max < full.batch_max
+
+
+def test_a_probe_is_reproducible_for_a_seed_and_differs_with_another() -> None:
+    a = run_probe(PROFILE, Traffic(), 5.0, 60.0, TARGET, seed=3)
+    b = run_probe(PROFILE, Traffic(), 5.0, 60.0, TARGET, seed=3)
+    c = run_probe(PROFILE, Traffic(), 5.0, 60.0, TARGET, seed=4)
+    strip = ("wall_s",)
+    assert {k: v for k, v in a.to_json().items() if k not in strip} == {
+        k: v for k, v in b.to_json().items() if k not in strip
+    }
+    assert a.ttft_p99_s != c.ttft_p99_s
+
+
+def test_arrivals_are_the_load_generators_own() -> None:
+    """Same spec, same seed: the sweep's arrival times are gpuwatch load's."""
+    import random
+
+    traffic = Traffic(burstiness=0.5)
+    ours = [a.t for a in traffic.arrivals(3.0, 50.0, seed=9)]
+    spec = LoadSpec(url="x", rate=3.0, duration_s=50.0, burstiness=0.5)
+    theirs = [t for t in arrival_times(spec, random.Random(9)) if t <= 50.0]
+    assert ours == theirs
+
+
+def test_the_plan_knows_the_gates_own_defaults() -> None:
+    chat = next(lane for lane in DEFAULT_LANES if lane.name == "chat").limits
+    d = planner.GATE_DEFAULT_CHAT
+    assert (d.max_inflight, d.max_queue, d.queue_timeout_s) == (
+        chat.max_inflight, chat.max_queue, chat.queue_timeout_s,
+    )  # fmt: skip
+
+
+# -- replaying a recording ---------------------------------------------------------------------
+
+
+def _report(n: int = 5) -> dict:
+    return {
+        "start_times": [0.0, 0.5, 1.0, 3.0, 3.5][:n],
+        "input_lens": [100, 200, 300, 400, 500][:n],
+        "output_lens": [10, 0, 30, 40, 50][:n],
+        "errors": ["", "HTTP 429", "", "", ""][:n],
+        "lanes": ["chat"] * n,
+    }
+
+
+def test_a_recording_keeps_its_shape_at_any_rate() -> None:
+    rec = Recording.from_report(_report())
+    assert rec.prompts == (100, 200, 300, 400, 500)
+    assert rec.outputs[1] == 40  # a failed request gets the completed ones' median
+    native = rec.native_rate  # 5 requests over 3.5 s + one mean gap (0.875 s)
+    assert math.isclose(native, 5 / 4.375)
+    traffic = Traffic(recording=rec)
+    at_native = [a.t for a in traffic.arrivals(native, 100.0, seed=0)]
+    twice = [a.t for a in traffic.arrivals(2 * native, 100.0, seed=0)]
+    assert at_native[:5] == pytest.approx([0.0, 0.5, 1.0, 3.0, 3.5])
+    assert twice[:5] == pytest.approx([0.0, 0.25, 0.5, 1.5, 1.75])  # the same bursts, faster
+    assert at_native[5] == pytest.approx(4.375)  # looped, keeping the mean rate
+    rate = len(twice) / 100.0
+    assert abs(rate - 2 * native) / (2 * native) < 0.05
+
+
+def test_a_bad_recording_is_refused_with_the_reason(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"start_times": [0, 1]}))
+    with pytest.raises(ValueError, match="input_lens"):
+        Recording.load(bad)
+    (tmp_path / "short.json").write_text(json.dumps(_report(1)))
+    with pytest.raises(ValueError, match="at least 2"):
+        Recording.load(tmp_path / "short.json")
+
+
+# -- the recommendation ------------------------------------------------------------------------
+
+
+def _at_knee(**kw) -> ProbeResult:
+    base = ProbeResult(6.0, 480, 2800, 2790, 0, 0, True, 0.994, 0.998, 0.44, 1.76, 0.015, 0.4, 6.0,
+                       kv_peak=0.5, preemptions=0, queue_peak=18, batch_p99=114, batch_max=130)  # fmt: skip
+    for k, v in kw.items():
+        setattr(base, k, v)
+    return base
+
+
+def test_max_inflight_is_the_smaller_of_kv_fit_and_the_batch_at_the_knee() -> None:
+    traffic = Traffic(prompt_tokens=Dist("fixed", 1000), output_tokens=Dist("fixed", 250))
+    kv_bound = recommend(6.0, _at_knee(), TARGET, traffic, kv_tokens=50_000, max_num_seqs=256)
+    assert kv_bound.max_inflight == 40  # 50,000 / 1,250
+    assert "50,000 KV tokens" in kv_bound.reasons["max_inflight"]
+    batch_bound = recommend(6.0, _at_knee(), TARGET, traffic, kv_tokens=500_000)
+    assert batch_bound.max_inflight == 114
+
+
+def test_max_queue_is_what_drains_within_the_ttft_budget() -> None:
+    rec = recommend(6.0, _at_knee(), TARGET, Traffic(), kv_tokens=125_000)
+    assert rec.max_queue == math.floor(6.0 * (2.0 - 0.44))
+    squeezed = recommend(6.0, _at_knee(ttft_p50_s=1.9), TARGET, Traffic(), kv_tokens=125_000)
+    assert squeezed.max_queue == 3  # at least a quarter of the bound: 6 x 0.5
+
+
+def test_max_output_tokens_only_when_the_tail_drives_kv() -> None:
+    tail = Traffic(output_tokens=Dist("lognormal", 200, 1.0))
+    calm = recommend(6.0, _at_knee(kv_peak=0.5), TARGET, tail, kv_tokens=125_000)
+    assert calm.max_output_tokens is None and "no cap" in calm.reasons["max_output_tokens"]
+    hot = recommend(6.0, _at_knee(kv_peak=0.95, preemptions=3), TARGET, tail, kv_tokens=125_000)
+    p99 = tail.output_quantile(0.99)
+    assert hot.max_output_tokens == 64 * math.ceil(p99 / 64) and p99 > 2 * tail.output_quantile(0.5)
+    flat = Traffic(output_tokens=Dist("fixed", 256))
+    no_tail = recommend(6.0, _at_knee(kv_peak=0.95), TARGET, flat, kv_tokens=125_000)
+    assert no_tail.max_output_tokens is None
+    assert no_tail.patch() == {"lanes": {"chat": no_tail.limits()}}
+
+
+# -- the whole sweep, saved, and its pictures ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plan() -> planner.Plan:
+    return planner.sweep_sim(PROFILE, Traffic(), TARGET, seed=0)
+
+
+def test_the_sweep_finds_a_knee_and_its_checks_agree(plan: planner.Plan) -> None:
+    assert plan.knee is not None and plan.boring == pytest.approx(0.7 * plan.knee)
+    passed = [p.rate for p in plan.probes if p.passed]
+    failed = [p.rate for p in plan.probes if not p.passed]
+    assert plan.knee == max(passed) and min(failed) > plan.knee
+    assert (min(failed) - plan.knee) / plan.knee <= 0.05 + 1e-9
+    boring, over = plan.checks
+    assert boring.probe.passed and boring.limits["max_inflight"] == plan.recommended.max_inflight
+    assert not over.probe.passed and over.limits["max_inflight"] == 16
+    assert plan.simulated_s > 600
+
+
+def test_the_sweep_is_reproducible(plan: planner.Plan) -> None:
+    again = planner.sweep_sim(PROFILE, Traffic(), TARGET, seed=0)
+    volatile = ("wall_s", "created")
+
+    def stable(p: planner.Plan) -> str:
+        data = p.to_json()
+        for k in volatile:
+            data.pop(k)
+        for probe in data["probes"] + [c["probe"] for c in data["checks"]]:
+            probe.pop("wall_s")
+        return json.dumps(data, sort_keys=True)
+
+    assert stable(again) == stable(plan)
+
+
+def test_a_plan_is_saved_under_xdg_state_home_and_found_by_its_gate(
+    plan: planner.Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert planner.plans_dir() == tmp_path / "gpuwatch" / "plans"
+    assert planner.save(plan) == tmp_path / "gpuwatch" / "plans" / "rtx4090-llama3-8b-awq.json"
+    plan.gate = "http://127.0.0.1:9000"
+    try:
+        path = planner.save(plan)
+    finally:
+        plan.gate = None
+    assert path.name == "127.0.0.1-9000.json"
+    found = planner.load_for("http://127.0.0.1:9000/")
+    assert found is not None and found.knee == plan.knee
+    assert found.recommended == plan.recommended
+    assert [p.rate for p in found.probes] == [p.rate for p in plan.probes]
+    assert planner.load_for("http://127.0.0.1:9001") is None
+    assert planner.plan_key("http://[::1]:9000", "x") == "__1-9000"
+
+
+def test_the_pictures(plan: planner.Plan) -> None:
+    text = report.knee_chart(plan)
+    assert "knee" in text and "boring" in text and "requests/s" in text
+    svg = report.svg(plan)
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(root.findall(f"{ns}polyline")) == 2
+    assert len(root.findall(f"{ns}circle")) == len(plan.probes)
+    assert f"knee {plan.knee:.2f} req/s" in svg and "boring zone" in svg
+    html = report.html_report(plan)
+    assert html.startswith("<!doctype html>") and "<svg" in html and "max_inflight" in html
