@@ -45,8 +45,9 @@ def probe_rows(probes: list[ProbeResult]) -> list[list[str]]:
     ]
 
 
-HEADERS = ["req/s", "s", "n", "goodput", "95% CI", "", "TTFT p50", "p99", "ITL p50", "p99",
-           "KV peak", "preempt", "queue", "batch"]  # fmt: skip
+# Durations in simulated (or real) seconds; latencies in milliseconds.
+HEADERS = ["req/s", "s", "n", "goodput", "95% CI", "", "TTFT p50 ms", "p99", "ITL p50 ms",
+           "p99", "KV peak", "preempt", "queue", "batch"]  # fmt: skip
 
 
 def render(plan: Plan, out: IO[str], chart: bool = True) -> None:
