@@ -18,6 +18,7 @@ from typing import Any, cast
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -260,6 +261,14 @@ class GpuwatchApp(App[None]):
         dash = self._dashboard()
         if dash is None:
             return
+        try:
+            self._paint(dash, force_charts)
+        except NoMatches:
+            # The dashboard's panels are still being composed, or already being removed as
+            # the app exits: the next tick paints (or nothing needs painting).
+            return
+
+    def _paint(self, dash: Dashboard, force_charts: bool) -> None:
         m = self.monitor
         narrow = self.screen.has_class("-narrow") or self.size.width < 120
         short = self.size.height < 36

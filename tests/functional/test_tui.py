@@ -292,3 +292,17 @@ async def test_audit_trail_shows_foreign_actors_escaped() -> None:
         row = app.screen.query_one(DataTable).get_row_at(0)
         actor = str(row[2])
         assert "\u202e" not in actor and "\\u202e" in actor and "\n" not in actor
+
+
+async def test_a_repaint_while_panels_come_or_go_is_skipped() -> None:
+    """Regression: the once-a-second tick painted while the dashboard's panels were being
+    removed at exit (or not yet composed), and NoMatches ended the app with a traceback."""
+    from gpuwatch.tui.widgets.header import HeaderBar
+
+    app = GpuwatchApp(DashboardOptions(urls=[]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await app.screen.query_one(HeaderBar).remove()
+        app.repaint()  # must not raise
+        await pilot.pause()
+        assert app.is_running
