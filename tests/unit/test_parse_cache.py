@@ -14,7 +14,7 @@ from tests.conftest import FIXTURES, fixture_text
 
 NAMES = ["a", "b", "vllm:c", "d_total", "e_bucket", "f_created", "a_total", "g_count"]
 TYPES = ["counter", "gauge", "histogram", "summary", "untyped", "info", None]
-LABEL_NAMES = ["model_name", "engine", "le", "x", "quantile"]
+LABEL_NAMES = ["model_name", "engine", "x", "le", "quantile"]
 LABEL_VALUES = ["m", "0", "1", "", "a b", 'q\\"q', "b\\\\s", "n\\nl", "}", ",", "=x", "# y", "1 2"]
 VALUES = [
     "0",
@@ -47,14 +47,15 @@ class Page:
         self.rng = rng
         self.families = [self.family() for _ in range(rng.randint(0, 8))]
 
-    def labels(self) -> str:
+    def labels(self, typ: str | None) -> str:
         rng = self.rng
-        keys = rng.sample(LABEL_NAMES, rng.randint(0, 3))
+        names = LABEL_NAMES if typ not in ("histogram", "summary") else LABEL_NAMES[:3]
+        keys = rng.sample(names, rng.randint(0, 3))
         return ",".join(f'{k}="{rng.choice(LABEL_VALUES)}"' for k in keys)
 
     def value(self) -> str:
         rng = self.rng
-        return rng.choice(ODD_VALUES) if rng.random() < 0.05 else rng.choice(VALUES)
+        return rng.choice(ODD_VALUES) if rng.random() < 0.01 else rng.choice(VALUES)
 
     def family(self) -> list[list[str]]:
         """Lines as [text before the value, value] pairs; a comment has no value."""
@@ -65,7 +66,7 @@ class Page:
             lines.append([f"# HELP {name} {rng.choice(HELPS)}"])
         if typ is not None:
             lines.append([f"# TYPE {name} {typ}"])
-        if rng.random() < 0.1:
+        if rng.random() < 0.05:
             lines.append([rng.choice(["# a comment", "#", "# HELP", '# HELP "q" x', "# TYPE"])])
         for _ in range(rng.randint(0, 4)):
             lines += self.series(name, typ)
@@ -75,7 +76,7 @@ class Page:
 
     def series(self, name: str, typ: str | None) -> list[list[str]]:
         rng = self.rng
-        labels = self.labels()
+        labels = self.labels(typ)
         if typ == "histogram":
             suffixes = [
                 f'_bucket{{{labels}{"," if labels else ""}le="{le}"}}'
