@@ -8,7 +8,6 @@ dropping the other families' lines before parsing is where the time is won.
 from __future__ import annotations
 
 import asyncio
-import copy
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -198,7 +197,7 @@ def _skeleton(block: list[str]) -> tuple[str, list[str], list[int]]:
             parts.append(line)
             continue
         head, _, value = line.rpartition(" ")
-        if head and _number(value) is not None:
+        if head and len(value) <= _MAX_VALUE_CHARS and _VALUE.fullmatch(value):
             parts.append(head + " ")  # a stripped line never ends with " ": no clash with lines
             values.append(value)
             slots.append(index)
@@ -206,6 +205,14 @@ def _skeleton(block: list[str]) -> tuple[str, list[str], list[int]]:
             parts.append(line)
         index += 1
     return "\n".join(parts), values, slots
+
+
+def _with_samples(metric: Metric, samples: list[Sample]) -> Metric:
+    """A copy of ``metric`` with other samples (as ``copy.copy`` would, in a fifth the time)."""
+    new = object.__new__(Metric)
+    new.__dict__.update(metric.__dict__)
+    new.samples = samples
+    return new
 
 
 @dataclass
@@ -239,9 +246,7 @@ class _Template:
             families = list(self.families)
             for f in changed:
                 a, b = self.ranges[f]
-                metric = copy.copy(families[f])
-                metric.samples = samples[a:b]
-                families[f] = metric
+                families[f] = _with_samples(families[f], samples[a:b])
             self.families, self.samples, self.values = families, samples, values
         return count
 
@@ -291,7 +296,10 @@ class ParseCache:
     by one scrape at a time. The families it returns are shared with later calls' results: read
     them, never change them."""
 
-    def __init__(self) -> None:
+    def __init__(self, refill: bool = True) -> None:
+        """``refill=False`` reuses unchanged blocks only and parses every changed one (what the
+        benchmark compares against)."""
+        self.refill = refill
         # A block's text -> its families, skeleton and template (None where it has none).
         self._blocks: dict[str, tuple[list[Metric], str, _Template | None]] = {}
         self._templates: dict[str, _Template] = {}
@@ -310,6 +318,11 @@ class ParseCache:
             if entry is not None:
                 stats.blocks_same += 1
                 families, skeleton, template = entry
+            elif not self.refill:
+                families = list(text_string_to_metric_families(body + "\n"))
+                skeleton, template = "", None
+                stats.blocks_parsed += 1
+                stats.lines_parsed += len(block)
             else:
                 skeleton, values, slots = _skeleton(block)
                 template = templates.get(skeleton) or self._templates.get(skeleton)
