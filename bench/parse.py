@@ -241,9 +241,8 @@ def per_scrape(fn, pages: list[str]) -> float:  # type: ignore[no-untyped-def]
 
 
 def parse_only(text: str, cache: ParseCache | None) -> list:  # type: ignore[type-arg]
-    return parse_families(
-        prefilter(text, max_models=DEFAULT_MAX_ENGINES).text, filtered=False, cache=cache
-    )
+    kept = prefilter(text, max_models=DEFAULT_MAX_ENGINES, cache=cache).text
+    return parse_families(kept, filtered=False, cache=cache)
 
 
 def main() -> None:

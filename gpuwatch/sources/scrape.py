@@ -95,23 +95,54 @@ class Prefiltered:
     models_kept: int = 0
 
 
+_UNSEEN = "\x00unseen"  # compared by identity: no label read from a page is this object
+
+
 def prefilter(
-    text: str, wanted: frozenset[str] = WANTED, max_models: int | None = None
+    text: str,
+    wanted: frozenset[str] = WANTED,
+    max_models: int | None = None,
+    cache: ParseCache | None = None,
 ) -> Prefiltered:
     """Keep the lines of wanted families; the parse of the result equals the full parse
     restricted to those families. With ``max_models``, samples of models after the first
     ``max_models`` (in page order) are dropped here, before the parse, so that a page with
-    100,000 models costs a line scan, not 100,000 engines' worth of parsing and mapping."""
+    100,000 models costs a line scan, not 100,000 engines' worth of parsing and mapping.
+    A source's ``cache`` remembers each series' model label from its last page."""
     keep: list[str] = []
     models: dict[str, int] = {}
+    known = cache.model_labels if cache is not None and max_models is not None else None
+    seen: dict[str, str | None] = {}
     for line in text.split("\n"):
-        if _line_name(line) not in wanted:
+        if not line:
             continue
-        if max_models is not None and line[0] != "#":
-            model = _model_label(line)
+        if line[0] == "#":
+            if _line_name(line) in wanted:
+                keep.append(line)
+            continue
+        name = line.partition("{")[0]
+        if " " in name or "\t" in name:
+            name = _line_name(line)  # type: ignore[assignment]
+        if name not in wanted:
+            continue
+        if max_models is not None:
+            if known is None:
+                model = _model_label(line)
+            else:
+                # A model label ends with a quote: with none in the value, it lies in the head.
+                head, _, value = line.rpartition(" ")
+                if '"' in value:
+                    model = _model_label(line)
+                else:
+                    model = known.get(head, _UNSEEN)
+                    if model is _UNSEEN:
+                        model = _model_label(line)
+                    seen[head] = model
             if model is not None and models.setdefault(model, len(models)) >= max_models:
                 continue
         keep.append(line)
+    if known is not None and cache is not None:
+        cache.model_labels = seen
     keep.append("")
     return Prefiltered("\n".join(keep), len(models), min(len(models), max_models or 0))
 
@@ -304,6 +335,8 @@ class ParseCache:
         self._blocks: dict[str, tuple[list[Metric], str, _Template | None]] = {}
         self._templates: dict[str, _Template] = {}
         self.stats = CacheStats()
+        # For ``prefilter``: the model label of each series (a sample line but its value).
+        self.model_labels: dict[str, str | None] = {}
 
     def parse(self, text: str) -> list[Metric]:
         stats = CacheStats()
@@ -399,7 +432,7 @@ def map_page(
     passes the source's ``cache`` (a one-shot reader has none to keep)."""
     try:
         _refuse_html(text)  # before the prefilter, which would drop every HTML line
-        kept = prefilter(text, max_models=max_engines)
+        kept = prefilter(text, max_models=max_engines, cache=cache)
         families = parse_families(kept.text, filtered=False, cache=cache)
     except ScrapeError as exc:
         return ScrapeResult(source, error=str(exc))

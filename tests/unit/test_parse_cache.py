@@ -272,3 +272,67 @@ def test_a_line_that_loses_its_value_fails_as_the_parser_does() -> None:
     text = 'a{x="1"}\n'
     assert outcome(cache.parse, text) == outcome(text_string_to_metric_families, text)
     assert outcome(cache.parse, text)[0] == "error"
+
+
+def reference_prefilter(text: str, max_models: int | None) -> tuple[str, int, int]:
+    """The prefilter as it was before the cache (one ``_line_name`` and model regex a line)."""
+    from gpuwatch.sources.scrape import WANTED, _line_name, _model_label
+
+    keep: list[str] = []
+    models: dict[str, int] = {}
+    for line in text.split("\n"):
+        if _line_name(line) not in WANTED:
+            continue
+        if max_models is not None and line[0] != "#":
+            model = _model_label(line)
+            if model is not None and models.setdefault(model, len(models)) >= max_models:
+                continue
+        keep.append(line)
+    keep.append("")
+    return "\n".join(keep), len(models), min(len(models), max_models or 0)
+
+
+PREFILTER_NAMES = ["vllm:num_requests_running", "vllm:e2e_request_latency_seconds_bucket", "junk"]
+PREFILTER_LABELS = [
+    'model_name="a"',
+    'model="b"',
+    'model_name="c d"',
+    'x="model_name=\\"z\\""',
+    'e="1"',
+    'model_name = "sp"',
+    'q="a\\"b"',
+    'model_name="unterminated',
+]
+
+
+@st.composite
+def prefilter_lines(draw: st.DrawFn) -> str:
+    name = draw(st.sampled_from(PREFILTER_NAMES))
+    if draw(st.booleans()) and draw(st.booleans()):
+        return f"# {draw(st.sampled_from(['HELP', 'TYPE', 'x']))} {name} gauge"
+    labels = ",".join(draw(st.lists(st.sampled_from(PREFILTER_LABELS), max_size=3)))
+    body = f"{{{labels}}}" if labels or draw(st.booleans()) else ""
+    sep = draw(st.sampled_from([" ", "\t", "  ", ""]))
+    value = draw(st.sampled_from(["1", "2.5", 'x"y', "NaN", "3 4", ""]))
+    return f"{draw(st.sampled_from(['', ' ']))}{name}{body}{sep}{value}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(prefilter_lines(), max_size=12), min_size=1, max_size=4),
+    st.sampled_from([None, 1, 2, 256]),
+)
+def test_prefilter_with_and_without_a_cache_equals_the_reference(
+    pages: list[list[str]], max_models: int | None
+) -> None:
+    from gpuwatch.sources.scrape import prefilter
+
+    cache = ParseCache()
+    for lines in pages:
+        text = "\n".join(lines) + "\n"
+        expected = reference_prefilter(text, max_models)
+        for result in (
+            prefilter(text, max_models=max_models),
+            prefilter(text, max_models=max_models, cache=cache),
+        ):
+            assert (result.text, result.models_seen, result.models_kept) == expected
