@@ -5,7 +5,7 @@
 
 Run: python bench/parse.py   Prints, side by side, the full parse, the prefiltered parse (before)
 and the prefiltered parse with a per-source parse cache (after), parse alone and parse + map, in
-ms per scrape (median over 40 scrapes), the share of the page each cache parses again, and
+ms per scrape (median over 25 scrapes), the share of the page each cache parses again, and
 whether the results match a full parse.
 """
 
@@ -87,7 +87,7 @@ MODELS = [
     "google/gemma-2-9b-it",
 ]
 SERIES = [(e, model) for model in MODELS for e in range(2)]
-SCRAPES = 40
+SCRAPES = 25
 
 
 # How a line moves under steady load, scrape to scrape (1 Hz): see ``SteadyLoad.tick``.
