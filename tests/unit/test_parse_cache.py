@@ -336,3 +336,29 @@ def test_prefilter_with_and_without_a_cache_equals_the_reference(
             prefilter(text, max_models=max_models, cache=cache),
         ):
             assert (result.text, result.models_seen, result.models_kept) == expected
+
+
+async def test_each_polled_endpoint_keeps_its_own_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from gpuwatch import polling
+    from gpuwatch.model import ScrapeResult
+    from gpuwatch.monitor.state import Monitor
+
+    caches: dict[str, list[object]] = {}
+
+    async def fake_scrape(client: object, url: str, *args: object) -> ScrapeResult:
+        caches.setdefault(url, []).append(args[-1])
+        if len(caches[url]) == 3:
+            raise asyncio.CancelledError
+        return ScrapeResult(url, error="HTTP 500")
+
+    monkeypatch.setattr(polling, "scrape", fake_scrape)
+    urls = ["http://a/metrics", "http://b/metrics"]
+    monitor = Monitor(urls, interval_s=0.01)
+    for url in urls:
+        with pytest.raises(asyncio.CancelledError):
+            await polling.poll_endpoint(monitor, url, 0.01)
+    a, b = caches[urls[0]], caches[urls[1]]
+    assert isinstance(a[0], ParseCache) and a[0] is a[1] is a[2]
+    assert isinstance(b[0], ParseCache) and b[0] is not a[0]
