@@ -19,7 +19,7 @@ from gpuwatch.httpclient import async_client
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
-from gpuwatch.sources.scrape import scrape
+from gpuwatch.sources.scrape import ParseCache, scrape
 
 HOST_INTERVAL_S = 2.0
 
@@ -42,13 +42,17 @@ async def every(
 async def poll_endpoint(
     monitor: Monitor, url: str, interval_s: float, limits: ScrapeSettings | None = None
 ) -> None:
-    """One /metrics endpoint, bounded by ``[scrape]``'s timeouts, size and engine count."""
+    """One /metrics endpoint, bounded by ``[scrape]``'s timeouts, size and engine count. Its
+    parse cache keeps the last page's parsed blocks, so each scrape parses only what changed."""
     bounds = limits or ScrapeSettings()
+    cache = ParseCache()  # this endpoint's own; its scrapes never overlap
     async with async_client(bounds.connect_timeout_s, bounds.timeout_s) as client:
 
         async def once() -> None:
             monitor.apply_scrape(
-                await scrape(client, url, bounds.max_bytes, bounds.timeout_s, bounds.max_engines)
+                await scrape(
+                    client, url, bounds.max_bytes, bounds.timeout_s, bounds.max_engines, cache
+                )
             )
 
         await every(interval_s, once, url, monitor)
