@@ -238,12 +238,19 @@ class Steering:
         if ops and base is not None:
             self._spawn(self._commit(ops, base))
 
+    def _rebased(self, base: Limits) -> Limits:
+        """``base``, or the gate's present limits when only our own changes came between."""
+        current = self.view.limits() or base
+        if self._own_versions and current["version"] < max(self._own_versions):
+            self._own_versions.clear()  # the gate went back (restarted): old versions mean nothing
+        newer = range(base["version"] + 1, current["version"] + 1)
+        if newer and all(v in self._own_versions for v in newer):
+            return copy.deepcopy(current)
+        return base
+
     async def _commit(self, ops: list[Op], base: Limits) -> None:
         async with self._lock:
-            current = self.view.limits() or base
-            newer = range(base["version"] + 1, current["version"] + 1)
-            if newer and all(v in self._own_versions for v in newer):
-                base = copy.deepcopy(current)  # only our own changes came between: build on them
+            base = self._rebased(base)
             patch = patch_from(base, ops)
             if patch:
                 await self._apply(patch, base)
@@ -251,9 +258,9 @@ class Steering:
 
     async def _apply(
         self, patch: Limits, base: Limits, undo: bool = False, source: str | None = None
-    ) -> None:
+    ) -> bool:
         """Confirm if it can hurt (always, for a change from ``source``: a plan), then send it
-        with If-Match on the version it was made from."""
+        with If-Match on the version it was made from. True when the gate applied it."""
         lines = describe(base, patch)
         reason = confirmation_reason(base, patch)
         if source:
@@ -262,10 +269,10 @@ class Steering:
             details = [f"gate   {self.gate_url}", f"why    {reason}", "", *lines]
             if not await self.view.confirm("Apply this change?", details):
                 self.view.event("info", f"change cancelled: {'; '.join(lines)}")
-                return
+                return False
         if source:
             lines = [f"from {source}: {lines[0]}", *lines[1:]] if lines else lines
-        await self._send(patch, base, lines, undo)
+        return await self._send(patch, base, lines, undo)
 
     def apply_lane(self, lane: str, changes: dict[str, Any], source: str) -> None:
         """Several limits of one lane as one change made elsewhere (a plan's recommended
@@ -290,13 +297,13 @@ class Steering:
 
         self._spawn(apply())
 
-    async def _send(self, patch: Limits, base: Limits, lines: list[str], undo: bool) -> None:
+    async def _send(self, patch: Limits, base: Limits, lines: list[str], undo: bool) -> bool:
         assert self.client is not None
         try:
             after = await self.client.patch(patch, if_match=base["version"])
         except ReadOnlyError as exc:
             self.view.notify(str(exc), "warning")
-            return
+            return False
         except GateConflict as exc:
             actor = clip(exc.actor, 80) if exc.actor else "someone else"
             self.view.notify(
@@ -307,11 +314,11 @@ class Steering:
             )
             if exc.limits:
                 self.view.show_limits(exc.limits)
-            return
+            return False
         except GateError as exc:
             self.view.notify(f"change refused: {exc}", "error")
             self.view.event("bad", f"change refused: {exc}")
-            return
+            return False
         self._own_versions.add(after["version"])
         self.view.show_limits(after)
         self.view.event(
@@ -319,37 +326,54 @@ class Steering:
         )
         if not undo:
             self.history.append(Change(base, patch))
+        return True
 
     # -- undo and the form ----------------------------------------------------------------
 
     def undo(self) -> None:
-        """Put back what this operator's last change changed (itself a change, audited)."""
+        """Put back what this operator's last change changed (itself a change, audited).
+
+        Keys still waiting are sent first: they are the last change, so undo undoes them. A
+        change whose undo did not go through (refused, cancelled) stays undoable.
+        """
         if not self.allowed("undo"):
             return
-        if not self.history:
+        self.flush()
+        if not self.history and not self._tasks:
             self.view.notify("nothing to undo from this screen")
             return
-        change = self.history.pop()
-        self._spawn(self._undo(revert_of(change.before, change.patch)))
+        self._spawn(self._undo())
 
-    async def _undo(self, revert: Limits) -> None:
-        async with self._lock:
+    async def _undo(self) -> None:
+        async with self._lock:  # after the changes sent before it
+            if not self.history:
+                self.view.notify("nothing to undo from this screen")
+                return
+            change = self.history.pop()
             current = copy.deepcopy(self.view.limits())
-            if current is not None:
-                await self._apply(revert, current, undo=True)
+            done = current is not None and await self._apply(
+                revert_of(change.before, change.patch), current, undo=True
+            )
+            if not done:
+                self.history.append(change)
             self.view.changed()
 
     def edit(self) -> None:
         """Every limit of the selected lane in a form; Apply sends one change."""
         if not self.allowed("edit"):
             return
-        self._spawn(self._edit(self.selected_lane, copy.deepcopy(self.view.limits() or {})))
+        self.flush()  # keys pressed before the form are a change of their own, sent first
+        self._spawn(self._edit(self.selected_lane))
 
-    async def _edit(self, lane: str, limits: Limits) -> None:
+    async def _edit(self, lane: str) -> None:
+        earlier = [t for t in self._tasks if t is not asyncio.current_task()]
+        await asyncio.gather(*earlier, return_exceptions=True)
+        limits = copy.deepcopy(self.view.limits() or {})
         changes = await self.view.edit_form(lane, limits)
         if changes:
             async with self._lock:
-                await self._apply({"lanes": {lane: changes}}, limits)
+                # Our own changes made while the form was open are built on, not a conflict.
+                await self._apply({"lanes": {lane: changes}}, self._rebased(limits))
             self.view.changed()
 
     # -- tasks ----------------------------------------------------------------------------

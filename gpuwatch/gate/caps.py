@@ -15,7 +15,15 @@ from gpuwatch.tokens import chat_text, estimate_chat, estimate_text
 
 # Every name an OpenAI-compatible server reads as the output bound (vLLM, llama.cpp, TGI,
 # the Responses API). All present are capped, whichever the upstream happens to use.
-OUTPUT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "max_new_tokens")
+# Every name a server reads an output bound under: llama.cpp reads n_predict before
+# max_tokens even on /v1 routes.
+OUTPUT_KEYS = (
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "max_new_tokens",
+    "n_predict",
+)
 # Each answer a request asks for is generated: the cap holds their sum.
 CHOICE_KEYS = ("n", "best_of")
 # Fields that carry a prompt, by API: all are counted, so a prompt in one field cannot hide
@@ -146,7 +154,9 @@ def cap_output(body: dict[str, Any], cap: int, reject: bool, default_key: str, l
     if per_answer < 1:
         raise OverCap(f"{n} answers cannot fit lane {lane!r}'s output cap of {cap} tokens")
     present = {k: output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body}
-    over = [k for k, v in present.items() if v is not None and v > per_answer]
+    # A bound below 1 means "no bound" to some servers (llama.cpp's -1: until the context is
+    # full): under a cap it is as far over as a bound can be.
+    over = [k for k, v in present.items() if v is not None and (v > per_answer or v < 1)]
     if over and reject:
         each = f" for each of {n} answers" if n > 1 else ""
         raise OverCap(f"{over[0]} {present[over[0]]}{each} is over lane {lane!r}'s cap of {cap}")

@@ -103,6 +103,7 @@ class GateView:
     goodput: RingSeries = field(default_factory=RingSeries)
     # The worst lane's exact queue-wait p99, to tell how much it grew.
     queue_p99: RingSeries = field(default_factory=RingSeries)
+    lower_seen: int | None = None  # an older version a poll answered, not yet believed
 
     def users(self, window: str = "1m") -> UsersView | None:
         """What users felt over ``window`` across the lanes, from the gate's exact records;
@@ -225,8 +226,15 @@ class Monitor:
         self.version += 1
 
     def apply_gate(
-        self, limits: dict[str, Any] | None, status: dict[str, Any] | None, error: str | None = None
+        self,
+        limits: dict[str, Any] | None,
+        status: dict[str, Any] | None,
+        error: str | None = None,
+        *,
+        current: bool = False,
     ) -> None:
+        """A gate's answer. ``current``: the limits come from a change's reply or a 409, so they
+        are the gate's present limits whatever their version."""
         gate = self.gate
         if gate is None:
             return
@@ -234,13 +242,11 @@ class Monitor:
         if error:
             self._transition(gate.status, "DOWN", error, f"gate {gate.url}")
             return
+        was_down = gate.status.state == "DOWN"
         gate.status.last_ok = now
         self._transition(gate.status, "UP", None, f"gate {gate.url}")
-        # A poll that left before our own PATCH landed must not put back an older version.
-        if limits is not None and (
-            gate.limits is None or limits["version"] >= gate.limits["version"]
-        ):
-            gate.limits = limits
+        if limits is not None:
+            self._accept_limits(gate, limits, current or was_down)
         if status is not None:
             gate.lanes = status["lanes"]
             queued = 0
@@ -260,6 +266,23 @@ class Monitor:
                 if queue_p99 is not None:
                     gate.queue_p99.append(now, queue_p99)
         self.version += 1
+
+    def _accept_limits(self, gate: GateView, limits: dict[str, Any], current: bool) -> None:
+        shown = gate.limits
+        if shown is None or limits["version"] >= shown["version"] or current:
+            gate.limits, gate.lower_seen = limits, None
+            return
+        # An older version from a poll is usually one that left before our own change landed:
+        # not shown. Seen twice in a row, it is the gate's (restarted, or replaced): shown.
+        if gate.lower_seen == limits["version"]:
+            self.event(
+                "warn",
+                f"gate {gate.url} limits went back from v{shown['version']} to "
+                f"v{limits['version']}: restarted without its state, or another gate",
+            )
+            gate.limits, gate.lower_seen = limits, None
+        else:
+            gate.lower_seen = limits["version"]
 
     # -- derived --------------------------------------------------------------------------
 

@@ -42,15 +42,16 @@ class DashboardControl:
         self.app = app
 
     def limits(self) -> Limits | None:
+        # A gate that does not answer has no limits to steer: its last ones may be gone.
         gate = self.app.monitor.gate
-        return gate.limits if gate else None
+        return gate.limits if gate and gate.status.state == "UP" else None
 
     def gate_reason(self) -> str | None:
         gate = self.app.monitor.gate
         return gate.status.reason if gate else None
 
     def show_limits(self, limits: Limits) -> None:
-        self.app.monitor.apply_gate(limits, None)
+        self.app.monitor.apply_gate(limits, None, current=True)
 
     def event(self, level: EventLevel, text: str) -> None:
         self.app.monitor.event(level, text)

@@ -167,6 +167,25 @@ async def test_the_cap_holds_every_answer_a_request_asks_for(tmp_path: Path) -> 
         assert reply.status == 400 and "for each of 2 answers" in reply.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("field", "value"), [("n_predict", 100000), ("max_tokens", -1), ("max_tokens", 0)]
+)
+async def test_bounds_a_server_reads_as_unbounded_are_capped(
+    tmp_path: Path, field: str, value: int
+) -> None:
+    """Regression: llama.cpp reads n_predict before max_tokens, and -1 as 'until the context is
+    full'; both passed the cap untouched."""
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)  # chat: max_output_tokens 64, clamp
+        body = json.dumps({"prompt": "hi", "max_tokens": 16, field: value}).encode()
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 200, reply
+        assert r.upstream.bodies[-1][field] == 64
+        await r.patch({"lanes": {"chat": {"output_tokens_policy": "reject"}}})
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 400 and reply.json()["error"]["code"] == "max_tokens", reply
+
+
 def small() -> GateConfig:
     """Every lane takes 1 KiB bodies, and a body may pause 0.3 s."""
     lanes = tuple(replace(lane, max_body=1024) for lane in DEFAULT_LANES)

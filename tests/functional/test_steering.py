@@ -194,3 +194,49 @@ async def test_without_a_gate_the_keys_say_why() -> None:
     steering.inflight(1)
     assert steering.idle
     assert view.notes == [("warning", "no gate to steer: start gpuwatch with --admin URL")]
+
+
+async def test_undo_right_after_a_key_undoes_that_key(rig: Rig) -> None:
+    """Regression: undo did not send the pending key first, so it reverted the change before
+    it and then sent the key on top."""
+    s = rig.steering
+    s.output(True)
+    await s.settle()  # v2: output cap none -> 4096
+    s.inflight(1)  # pending
+    s.undo()
+    await s.settle()
+    limits = await rig.other.limits()
+    chat = limits["lanes"]["chat"]
+    assert limits["version"] == 4  # the key (v3), then its undo (v4)
+    assert (chat["max_inflight"], chat["max_output_tokens"]) == (16, 4096)
+
+
+async def test_an_undo_that_did_not_go_through_stays_undoable(rig: Rig) -> None:
+    """Regression: the change was taken off the history before its undo was sent; a 409 lost it."""
+    s = rig.steering
+    s.inflight(1)
+    await s.settle()  # v2, ours
+    await rig.other.patch({"lanes": {"embed": {"max_queue": 100}}}, if_match=2)  # v3, not ours
+    s.undo()  # made on v2 (the screen has not seen v3): 409
+    await s.settle()
+    assert (await rig.other.limits())["version"] == 3
+    assert len(s.history) == 1
+    s.undo()  # now on the refreshed v3
+    await s.settle()
+    limits = await rig.other.limits()
+    assert limits["version"] == 4 and limits["lanes"]["chat"]["max_inflight"] == 16
+
+
+async def test_the_form_after_a_key_builds_on_it(rig: Rig) -> None:
+    """Regression: the form took the limits before the pending key was sent and got a 409 from
+    the operator's own change."""
+    s = rig.steering
+    rig.view.form_answer = {"max_queue": 40}
+    s.inflight(1)
+    s.edit()
+    await s.settle()
+    limits = await rig.other.limits()
+    assert limits["version"] == 3
+    assert limits["lanes"]["chat"]["max_inflight"] == 17
+    assert limits["lanes"]["chat"]["max_queue"] == 40
+    assert not [n for n in rig.view.notes if n[0] != "information"]

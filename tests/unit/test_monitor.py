@@ -181,3 +181,24 @@ def test_with_a_gate_the_badge_judges_what_users_get() -> None:
     v = m.evaluate()
     assert v.level == "OVERLOADED"
     assert v.reason == "p99 TTFT 1m 2.50s > 2.00s: users at the gate, queue wait included"
+
+
+def test_limits_that_went_back_are_believed_when_the_gate_says_so_twice() -> None:
+    """Regression: after a gate restart at version 1 the screen kept version 7 for good, and
+    every change made on it got a 409 whose fresh limits were thrown away too."""
+    clock = Clock()
+    m = Monitor([], clock=clock, wall=clock, admin_url="http://127.0.0.1:9000")
+    assert m.gate is not None
+    m.apply_gate({"version": 7, "paused": False, "lanes": {}}, None)
+    m.apply_gate({"version": 6, "paused": False, "lanes": {}}, None)  # a poll that raced a PATCH
+    assert m.gate.limits["version"] == 7
+    m.apply_gate({"version": 1, "paused": True, "lanes": {}}, None)
+    assert m.gate.limits["version"] == 7  # once: maybe a race
+    m.apply_gate({"version": 1, "paused": True, "lanes": {}}, None)
+    assert m.gate.limits["version"] == 1 and "went back from v7 to v1" in m.events[-1].text
+    m.apply_gate({"version": 9, "paused": False, "lanes": {}}, None)
+    m.apply_gate({"version": 2, "paused": False, "lanes": {}}, None, current=True)  # a 409's
+    assert m.gate.limits["version"] == 2
+    m.apply_gate(None, None, "connection refused")
+    m.apply_gate({"version": 1, "paused": False, "lanes": {}}, None)  # back after being DOWN
+    assert m.gate.limits["version"] == 1
