@@ -21,7 +21,10 @@ class Exchange:
         self.received = received
         self.record: Record | None = latency.start(received) if latency is not None else None
         self._last_chunk: float | None = None
-        self._gaps: list[float] = []
+        self._gaps: list[float] = []  # not yet in the lane's ITL sketch
+        self._max_gap = 0.0
+        self._flushed = received
+        self._queued_at: float | None = None
         if self.record is None:
             metrics.other.inc()
 
@@ -29,7 +32,12 @@ class Exchange:
     def inference(self) -> bool:
         return self.record is not None
 
+    def queueing(self) -> None:
+        """It asks its lane for a slot (and may wait for one)."""
+        self._queued_at = time.monotonic()
+
     def admitted(self, queue_wait_s: float) -> None:
+        self._queued_at = None
         self.metrics.admitted.inc()
         if self.record is not None:
             self.metrics.queue_wait.observe(queue_wait_s)
@@ -45,11 +53,24 @@ class Exchange:
             self.record.ttft_s = ttft
 
     def chunk(self) -> None:
-        """Another streamed chunk: the gap since the last one is an inter-token latency."""
+        """Another streamed chunk: the gap since the last one is an inter-token latency.
+
+        Gaps reach the lane's ITL sketch once a second, so a long stream's gaps count in the
+        seconds they happened, not all in the second it ended."""
         now = time.monotonic()
         if self._last_chunk is not None and self.record is not None:
-            self._gaps.append(now - self._last_chunk)
+            gap = now - self._last_chunk
+            self._gaps.append(gap)
+            self._max_gap = max(self._max_gap, gap)
+            if now - self._flushed >= 1.0:
+                self._flush_gaps(now)
         self._last_chunk = now
+
+    def _flush_gaps(self, now: float) -> None:
+        if self._gaps and self.latency is not None:
+            self.latency.itl.add(self._gaps)
+            self._gaps = []
+        self._flushed = now
 
     def outcome(self, outcome: Outcome) -> None:
         if self.record is not None and self.record.outcome == "ok":
@@ -58,11 +79,15 @@ class Exchange:
     def end(self) -> None:
         if self.record is None:
             return
-        e2e = time.monotonic() - self.received
+        now = time.monotonic()
+        if self._queued_at is not None:
+            # Left the queue without a slot (refused on timeout, or the client gave up): the
+            # wait was real, and the worst of them belong in the queue-wait tail.
+            self.record.queue_wait_s = now - self._queued_at
+        e2e = now - self.received
         self.record.e2e_s = e2e
         if self.record.outcome in ("ok", "failed"):
             self.metrics.duration.observe(e2e)
-        if self._gaps:
-            assert self.latency is not None
-            self.latency.itl.add(self._gaps)
-            self.record.max_itl_s = max(self._gaps)
+        self._flush_gaps(now)
+        if self._max_gap:
+            self.record.max_itl_s = self._max_gap

@@ -22,7 +22,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from itertools import takewhile
 from typing import Any, Literal
 
 from gpuwatch.series import sample_quantile
@@ -136,6 +135,11 @@ class LaneLatency:
         self.itl = ItlSketch(clock)
         self._cache: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = {}
 
+    @property
+    def cached_answers(self) -> int:
+        """Answers held for reuse (at most one second's worth of distinct questions)."""
+        return len(self._cache)
+
     def _cached(
         self, key: tuple[Any, ...], compute: Callable[[], dict[str, Any]]
     ) -> dict[str, Any]:
@@ -144,19 +148,24 @@ class LaneLatency:
         if hit is not None and now - hit[0] < CACHE_S:
             return hit[1]
         value = compute()
+        # Keys carry the caller's SLO: answers past their second are dropped, so the cache
+        # holds at most what one second of distinct questions asked.
+        self._cache = {k: v for k, v in self._cache.items() if now - v[0] < CACHE_S}
         self._cache[key] = (now, value)
         return value
 
     def _since(self, window_s: float) -> list[Record]:
-        """The records that arrived in the window, newest first (they are kept in arrival
-        order, so the walk stops at the first one older than the window)."""
+        """The records that arrived in the window. Records are appended when a request's body
+        has been read, which can be long after it arrived (a slow upload), so the order is
+        nearly, not strictly, by arrival: every record is looked at."""
         since = self.clock() - window_s
-        return list(takewhile(lambda r: r.arrived > since, reversed(self.records)))
+        return [r for r in self.records if r.arrived > since]
 
     def start(self, arrived: float | None = None) -> Record:
         record = Record(self.clock() if arrived is None else arrived)
         self.records.append(record)
-        while self.records and self.records[0].arrived < record.arrived - KEEP_S:
+        horizon = self.clock() - KEEP_S
+        while self.records and self.records[0].arrived < horizon:
             self.records.popleft()
         return record
 

@@ -185,6 +185,7 @@ class Proxy:
             except BodyError as exc:
                 ex.outcome("invalid")
                 return self._client_error(400, "invalid_body", str(exc), param=exc.field)
+            ex.queueing()
             async with lane.slot() as ticket:
                 ex.admitted(ticket.queue_wait_s)
                 return await self._forward(request, ex, path, query, raw)

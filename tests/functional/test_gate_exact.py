@@ -3,6 +3,7 @@ what the client measured, goodput judged per request; non-inference calls kept a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from gpuwatch.load.spec import Dist
 from gpuwatch.series import sample_quantile
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
+from tests.functional.gatekit import rig
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 
@@ -94,3 +96,22 @@ async def test_goodput_counts_refusals_and_slow_requests_as_misses(tmp_path: Pat
     assert g["good"] + g["slow"] == len(answered) and g["slow"] > 0
     assert g["ratio"] == g["good"] / 30
     assert bad.status_code == 400 and "ttft_s must be a number" in bad.text
+
+
+async def test_a_request_refused_after_waiting_counts_its_wait(tmp_path: Path) -> None:
+    """Regression: only admitted requests had a queue wait, so the worst waits (those that
+    timed out in the queue) were missing from the queue-wait tail."""
+    async with rig(tmp_path, hold=True) as r, httpx.AsyncClient(timeout=30) as client:
+        await r.patch({"lanes": {"chat": {"max_inflight": 1, "queue_timeout_s": 0.3}}})
+        held = asyncio.create_task(
+            client.post(f"{r.url}/v1/completions", json={"prompt": "x", "tag": "held"})
+        )
+        await r.upstream.wait_until(lambda: r.upstream.active == 1)  # it holds the one slot
+        waited = await client.post(f"{r.url}/v1/completions", json={"prompt": "y"})
+        assert waited.status_code == 503
+        status = (await client.get(f"{r.url}/admin/status")).json()
+        r.upstream.release.release()
+        assert (await held).status_code == 200
+    queue = status["lanes"]["chat"]["latency"]["1m"]["queue_wait"]
+    assert queue["count"] == 2 and queue["max"] >= 0.3
+    assert status["lanes"]["chat"]["goodput"]["1m"]["refused"] == 1
