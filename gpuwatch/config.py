@@ -8,6 +8,7 @@ type is one line naming the file and the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import typing
@@ -31,14 +32,14 @@ DEFAULT_THEME = "gpuwatch-dark"
 class Slo:
     """The boring zone's thresholds, the ``[slo]`` table of the config; 0 switches one off."""
 
-    ttft_p99_s: float = 2.0
-    itl_p99_s: float = 0.0
-    kv_usage_high: float = 0.95
-    waiting_high: float = 0.0
-    preemptions_per_min: float = 1.0
+    ttft_p99_s: float = field(default=2.0, metadata={"min": 0.0})
+    itl_p99_s: float = field(default=0.0, metadata={"min": 0.0})
+    kv_usage_high: float = field(default=0.95, metadata={"min": 0.0, "max": 1.0})
+    waiting_high: float = field(default=0.0, metadata={"min": 0.0})
+    preemptions_per_min: float = field(default=1.0, metadata={"min": 0.0})
     # With a gate: the share of arriving requests that must be served within every bound
     # (refused, failed and slow ones are misses), over the last minute.
-    goodput_min: float = 0.99
+    goodput_min: float = field(default=0.99, metadata={"min": 0.0, "max": 1.0})
 
     def thresholds(self) -> dict[str, float | None]:
         """Signal key -> threshold, None where switched off (what ``judge`` takes)."""
@@ -48,6 +49,31 @@ class Slo:
 def positive(default: Any) -> Any:
     """A field whose value must be above 0 (checked when the file is read)."""
     return field(default=default, metadata={"positive": True})
+
+
+def value_problem(f: dataclasses.Field[Any], value: Any) -> str | None:
+    """Why ``value`` does not fit field ``f``'s bounds (finite; above 0; within min / max)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if f.metadata.get("positive") and not value > 0:
+        return f"must be above 0, got {value!r}"
+    low, high = f.metadata.get("min"), f.metadata.get("max")
+    if low is not None and value < low:
+        return f"must be at least {low:g}, got {value!r}"
+    if high is not None and value > high:
+        return f"must be at most {high:g} (a share: 0.99 is 99%), got {value!r}"
+    return None
+
+
+def slo_value(key: str, value: float) -> float:
+    """An SLO threshold from the command line, checked like the file's; ValueError."""
+    f = next((f for f in dataclasses.fields(Slo) if f.name == key), None)
+    if f is None:
+        raise ValueError(f"{key}: not an SLO key")
+    problem = value_problem(f, value)
+    if problem:
+        raise ValueError(f"--slo {key} {problem}")
+    return value
 
 
 @dataclass
@@ -115,8 +141,9 @@ def _build(cls: type[T], data: Mapping[str, Any], path: Path, prefix: str) -> T:
             values[key] = _build(hint, value, path, f"{dotted}.")  # type: ignore[arg-type]
         else:
             values[key] = _checked(hint, value, path, dotted)
-            if fields[key].metadata.get("positive") and not values[key] > 0:
-                raise ConfigError(f"{path}: key '{dotted}' must be above 0, got {value!r}")
+            problem = value_problem(fields[key], values[key])
+            if problem:
+                raise ConfigError(f"{path}: key '{dotted}' {problem}")
     return cls(**values)
 
 

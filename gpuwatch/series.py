@@ -209,7 +209,8 @@ class CounterRate:
         return [(p.t, p.v) for p in self._points if start < p.t <= end], end
 
     def increase(self, at: float | None = None) -> float | None:
-        """``increase(x[window])`` at ``at`` (default: the newest sample)."""
+        """``increase(x[window])`` at ``at`` (default: the newest sample). Samples are kept
+        for one window behind the newest, so ``at`` must not be earlier than the newest."""
         samples, end = self._inside(at)
         return extrapolated_increase(samples, end - self.window_s, end)
 

@@ -80,9 +80,10 @@ def parse_slo_args(items: list[str]) -> dict[str, float]:
         if not sep or key not in SIGNALS:
             raise ValueError(f"--slo {item!r}: expected one of {', '.join(SIGNALS)} =VALUE")
         try:
-            out[key] = float(raw)
+            value = float(raw)
         except ValueError:
             raise ValueError(f"--slo {item!r}: {raw!r} is not a number") from None
+        out[key] = config.slo_value(key, value)
     return out
 
 

@@ -45,6 +45,9 @@ def test_precedence_cli_over_file_over_defaults(tmp_path: Path) -> None:
         ("x = \n", "invalid TOML"),
         ("[scrape]\nmax_engines = 0\n", "key 'scrape.max_engines' must be above 0"),
         ("interval_s = -1\n", "key 'interval_s' must be above 0"),
+        ("[slo]\nttft_p99_s = nan\n", "key 'slo.ttft_p99_s' must be a finite number"),
+        ("[slo]\ngoodput_min = 99\n", "key 'slo.goodput_min' must be at most 1"),
+        ("[slo]\npreemptions_per_min = -1\n", "must be at least 0"),
     ],
 )
 def test_bad_config_is_one_line_naming_file_and_key(
@@ -72,3 +75,21 @@ def test_every_slo_key_is_a_signal_the_badge_knows() -> None:
     from gpuwatch.monitor.health import SIGNALS
 
     assert set(Slo().thresholds()) == set(SIGNALS)
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("ttft_p99_s=nan", "finite"),
+        ("goodput_min=99", "at most 1"),
+        ("kv_usage_high=-1", "least 0"),
+    ],
+)
+def test_slo_on_the_command_line_is_checked_like_the_file(arg: str, message: str) -> None:
+    """Regression: a NaN threshold hid every other signal (the badge read OK), and 99 meant as
+    99% made every miss an overload."""
+    from gpuwatch.cli.dashboard import parse_slo_args
+
+    with pytest.raises(ValueError, match=message):
+        parse_slo_args([arg])
+    assert parse_slo_args(["goodput_min=0.95"]) == {"goodput_min": 0.95}

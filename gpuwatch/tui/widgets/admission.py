@@ -40,7 +40,8 @@ class AdmissionPanel(Panel):
         )
         out = [
             f"[b]admission[/] {escape(gate.url)} v{limits['version']}{paused}{state}",
-            f"[dim] {'lane':<9}{'in-flight':>9}  {'queued':>9}  {'out cap':>7}  refused/s[/]",
+            f"[dim] {'lane':<9}{'in-flight':>9}  {'queued':>9}  {'out cap':>7}"
+            f"  refused/s {gate.refusal_window}[/]",
         ]
         for name, lane in limits["lanes"].items():
             live = gate.lanes.get(name, {})
