@@ -47,6 +47,14 @@ class Dist:
         mu = math.log(self.a) - self.b**2 / 2
         return max(1, round(rng.lognormvariate(mu, self.b)))
 
+    def __str__(self) -> str:
+        """The spelling ``parse`` reads: ``512``, ``128:2048``, ``lognormal:mean=800,sigma=0.6``."""
+        if self.kind == "fixed":
+            return f"{int(self.a)}"
+        if self.kind == "uniform":
+            return f"{int(self.a)}:{int(self.b)}"
+        return f"lognormal:mean={self.a:g},sigma={self.b:g}"
+
     @classmethod
     def parse(cls, text: str, what: str) -> Dist:
         try:

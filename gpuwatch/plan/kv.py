@@ -48,14 +48,6 @@ def dist_quantile(dist: Dist, q: float) -> int:
     return max(1, round(math.exp(mu + dist.b * NormalDist().inv_cdf(q))))
 
 
-def describe_dist(dist: Dist) -> str:
-    if dist.kind == "fixed":
-        return f"{int(dist.a)}"
-    if dist.kind == "uniform":
-        return f"{int(dist.a)}:{int(dist.b)}"
-    return f"lognormal:mean={dist.a:g},sigma={dist.b:g}"
-
-
 def n(value: float) -> str:
     """An integer with thousands separators (the explanation's numbers are exact)."""
     return f"{round(value):,}"
@@ -154,8 +146,8 @@ class KvPlan:
             "kv_pool_bytes": self.pool_bytes,
             "kv_blocks": self.blocks,
             "kv_tokens": self.tokens,
-            "prompt_tokens": describe_dist(i.prompt_tokens),
-            "output_tokens": describe_dist(i.output_tokens),
+            "prompt_tokens": str(i.prompt_tokens),
+            "output_tokens": str(i.output_tokens),
             "sessions": {s.label: s.to_json() for s in self.sessions},
             "warnings": self.warnings,
         }
@@ -180,8 +172,8 @@ def _session(
     steps.append(
         Step(
             f"{label} session",
-            f"{label} prompt {n(prompt)} ({describe_dist(i.prompt_tokens)}) + {label} output "
-            f"{n(output)} ({describe_dist(i.output_tokens)}) = {n(tokens)} tokens; "
+            f"{label} prompt {n(prompt)} ({i.prompt_tokens!s}) + {label} output "
+            f"{n(output)} ({i.output_tokens!s}) = {n(tokens)} tokens; "
             f"ceil({n(tokens)} / {bs}) = {n(full)} blocks",
             f"{n(full)} blocks",
         )

@@ -131,7 +131,7 @@ class Traffic:
         mix = ",".join(f"{k}={v:g}" for k, v in self.lane_mix.items())
         return (
             f"gamma arrivals, burstiness {self.burstiness:g}, {pattern}; prompts "
-            f"{_dist(self.prompt_tokens)}, outputs {_dist(self.output_tokens)}; lanes {mix}"
+            f"{self.prompt_tokens}, outputs {self.output_tokens}; lanes {mix}"
         )
 
     def arrivals(self, rate: float, duration_s: float, seed: int) -> Iterator[Arrival]:
@@ -197,11 +197,3 @@ def _replay(rec: Recording, rate: float, duration_s: float) -> Iterator[Arrival]
                 return
             yield Arrival(t, lane, prompt, output)
         base += period
-
-
-def _dist(d: Dist) -> str:
-    if d.kind == "fixed":
-        return f"{int(d.a)}"
-    if d.kind == "uniform":
-        return f"{int(d.a)}:{int(d.b)}"
-    return f"lognormal:mean={d.a:g},sigma={d.b:g}"
