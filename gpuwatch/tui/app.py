@@ -140,13 +140,15 @@ class GpuwatchApp(App[None]):
         Binding("ctrl+p", "command_palette", "commands", show=False),
     ]
     HELP_NOTES = [
-        "[b]health[/]: OK under 80% of every SLO, TIGHT above 80%, OVERLOADED over;",
-        "a new level shows after it held for 10 s. Percentiles are estimates from buckets,",
-        "over the last 60 s. STALE: no good answer for 3 intervals; DOWN: no answer at all.",
+        "[b]health[/]: OK under 80% of every SLO, TIGHT above 80%, OVERLOADED over, NO DATA",
+        "when nothing can be judged; a new level shows after it held for 10 s. With a gate it",
+        "judges what users get: goodput (served in time / arrived) and their exact p99 TTFT.",
+        "Engine percentiles come from histogram buckets as PromQL's histogram_quantile(rate(",
+        "...[1m])); each number says its window. STALE: no good answer for 3 intervals.",
         "",
         "[b]control[/] (with --admin): keys pressed together become one change; pausing or",
-        "cutting a lane by more than half asks first; o / O step the output cap through",
-        "4096 2048 1024 512 256 128 and none. --read-only refuses every change.",
+        "cutting a lane by more than half asks first; o / O step the output cap to the next",
+        "of 128 256 512 1024 2048 4096 and none. P: the last plan. --read-only refuses all.",
     ]
 
     def __init__(
