@@ -38,7 +38,8 @@ SIGNALS: dict[str, Signal] = {
     "kv_usage_high": Signal("KV", pct, windowed=False),
     "waiting_high": Signal("waiting", lambda v: f"{v:.0f}", windowed=False),
     "preemptions_per_min": Signal("preemptions", lambda v: f"{v:.1f}/min"),
-    "goodput_min": Signal("goodput", pct, floor=True),
+    # One decimal: 98.6% must not read as "99% < 99%".
+    "goodput_min": Signal("goodput", lambda v: f"{v:.1%}", floor=True),
 }
 
 DEFAULT_SLO = Slo().thresholds()

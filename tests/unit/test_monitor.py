@@ -172,7 +172,7 @@ def test_with_a_gate_the_badge_judges_what_users_get() -> None:
     m.apply_scrape(ScrapeResult(URL, [EngineSnapshot(URL, "vllm", "m", kv_cache_usage=0.3)]))
     m.apply_gate(limits, _status(good=91, slow=3, refused=6, ttft_p99=0.9))
     v = m.evaluate()
-    assert v == Verdict("OVERLOADED", "goodput 1m 91% < 99%: 6% refused, 3% slow")
+    assert v == Verdict("OVERLOADED", "goodput 1m 91.0% < 99.0%: 6% refused, 3% slow")
     # Capacity restored: every request served in time.
     m.apply_gate(limits, _status(good=100, slow=0, refused=0, ttft_p99=0.9))
     assert m.evaluate().level == "OK"
