@@ -158,6 +158,8 @@ class Admin:
         lanes = {
             name: {
                 "inflight": lane.inflight,
+                "inflight_tokens": lane.inflight_tokens,
+                "max_inflight_tokens": lane.limits.max_inflight_tokens,
                 "queued": len(lane.queue),
                 "oldest_queued_s": round(lane.oldest_queued_s(now), 3),
                 "admitted_total": lane.admitted_total,

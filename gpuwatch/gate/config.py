@@ -5,6 +5,8 @@ extra_paths = ["/tokenize", "/health"]     # proxied to the "default" lane; othe
 client_header_timeout_s = 10                # like nginx's client_header_timeout
 client_body_timeout_s = 30                  # longest wait for the next piece of a body
 client_send_timeout_s = 60                  # longest wait for a client to take a piece of a stream
+default_output_tokens = 512                 # output reserved from a token budget when a request
+                                            # sets no bound and its lane has no output cap
 [lanes.chat]
 prefixes = ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
 max_inflight = 8
@@ -33,6 +35,7 @@ from gpuwatch.config import ConfigError
 from gpuwatch.gate.limits import (
     DEFAULT_LANES,
     LANE_KEYS,
+    MAX_TOKENS,
     Lane,
     LaneLimits,
     Limits,
@@ -51,6 +54,9 @@ class GateConfig:
     client_body_timeout_s: float = 30.0
     # A streaming client that stops reading for this long is cut off (nginx's send_timeout).
     client_send_timeout_s: float = 60.0
+    # Output tokens reserved from a lane's max_inflight_tokens for a request that sets no
+    # bound of its own, in a lane without max_output_tokens.
+    default_output_tokens: int = 512
 
 
 TIMEOUT_KEYS = ("client_header_timeout_s", "client_body_timeout_s", "client_send_timeout_s")
@@ -102,12 +108,19 @@ def load_gate_config(path: Path | None) -> GateConfig:
         raise ConfigError(f"{path}: invalid TOML: nested too deep") from None
     lanes = {lane.name: lane for lane in DEFAULT_LANES}
     extra: tuple[str, ...] = ()
-    timeouts: dict[str, float] = {}
+    timeouts: dict[str, Any] = {}  # floats; Any so ** can pass them beside an int field
+    default_output = GateConfig.default_output_tokens
     for key, value in data.items():
         if key == "extra_paths":
             extra = _strings(path, key, value)
         elif key in TIMEOUT_KEYS:
             timeouts[key] = _seconds(path, key, value)
+        elif key == "default_output_tokens":
+            if isinstance(value, bool) or not isinstance(value, int):
+                value = 0  # refused just below
+            if not 1 <= value <= MAX_TOKENS:
+                raise ConfigError(f"{path}: key '{key}' must be an integer in [1, {MAX_TOKENS}]")
+            default_output = value
         elif key == "lanes":
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: 'lanes' must be a table ([lanes.NAME])")
@@ -115,7 +128,9 @@ def load_gate_config(path: Path | None) -> GateConfig:
                 lanes[name] = _lane(path, name, spec, lanes.get(name))
         else:
             raise ConfigError(f"{path}: unknown key '{key}'")
-    return GateConfig(tuple(lanes.values()), extra, **timeouts)
+    return GateConfig(
+        tuple(lanes.values()), extra, **timeouts, default_output_tokens=default_output
+    )
 
 
 def _lane(path: Path, name: str, spec: Any, base: Lane | None) -> Lane:

@@ -15,7 +15,14 @@ from typing import Any
 from gpuwatch.fmt import clip
 
 POLICIES = ("clamp", "reject")
-REASONS = ("queue_full", "queue_timeout", "paused", "prompt_too_long", "max_tokens")
+REASONS = (
+    "queue_full",
+    "queue_timeout",
+    "paused",
+    "prompt_too_long",
+    "max_tokens",
+    "over_token_budget",
+)
 
 
 class LimitsError(ValueError):
@@ -34,6 +41,8 @@ class LaneLimits:
     max_prompt_tokens: int | None = None
     max_output_tokens: int | None = None
     output_tokens_policy: str = "clamp"
+    # Token budget: the sum of (prompt + output bound) over the lane's requests in flight.
+    max_inflight_tokens: int | None = None
 
 
 LANE_KEYS = tuple(LaneLimits.__dataclass_fields__)
@@ -114,7 +123,7 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
         at = f"{path}.{key}"
         if key in ("max_inflight", "max_queue"):
             changes[key] = _int(at, value, 0, MAX_COUNT)
-        elif key in ("max_prompt_tokens", "max_output_tokens"):
+        elif key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens"):
             changes[key] = _int(at, value, 1, MAX_TOKENS, nullable=True)
         elif key == "queue_timeout_s":
             if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -24,6 +24,18 @@ class GateMetrics:
         self.limit_queue = Gauge(
             "gpuwatch_gate_limit_max_queue", "Current max_queue.", lane, registry=r
         )
+        self.inflight_tokens = Gauge(
+            "gpuwatch_gate_inflight_tokens",
+            "Tokens reserved by requests in flight (prompt + output bound).",
+            lane,
+            registry=r,
+        )
+        self.limit_inflight_tokens = Gauge(
+            "gpuwatch_gate_limit_max_inflight_tokens",
+            "Current max_inflight_tokens (NaN: no token budget).",
+            lane,
+            registry=r,
+        )
         self.paused = Gauge("gpuwatch_gate_paused", "1 while admission is paused.", registry=r)
         self.admitted = Counter("gpuwatch_gate_admitted", "Requests admitted.", lane, registry=r)
         self.rejected = Counter(
@@ -93,3 +105,5 @@ class LaneMetrics:
         self.queued = m.queued.labels(lane)
         self.limit_inflight = m.limit_inflight.labels(lane)
         self.limit_queue = m.limit_queue.labels(lane)
+        self.inflight_tokens = m.inflight_tokens.labels(lane)
+        self.limit_inflight_tokens = m.limit_inflight_tokens.labels(lane)

@@ -21,7 +21,16 @@ from aiohttp import web
 
 from gpuwatch.gate.admission import AdmissionLane, Refused
 from gpuwatch.gate.body import BodyRefused, read_body
-from gpuwatch.gate.caps import BodyError, OverCap, cap_output, estimate_prompt, prompt_text
+from gpuwatch.gate.caps import (
+    OUTPUT_KEYS,
+    BodyError,
+    OverCap,
+    cap_output,
+    choices,
+    estimate_prompt,
+    output_tokens,
+    prompt_text,
+)
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.errors import openai_error
 from gpuwatch.gate.exchange import Exchange
@@ -58,6 +67,7 @@ STATUS = {
     "paused": 503,
     "prompt_too_long": 400,
     "max_tokens": 400,
+    "over_token_budget": 400,
 }
 # Bodies up to this size are read whole when the upstream declares their length: cheaper than
 # streaming a short JSON answer chunk by chunk.
@@ -181,12 +191,12 @@ class Proxy:
         ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
         try:
             try:
-                raw = await self._check_body(lane, name, path, raw)
+                raw, tokens = await self._check_body(lane, name, path, raw)
             except BodyError as exc:
                 ex.outcome("invalid")
                 return self._client_error(400, "invalid_body", str(exc), param=exc.field)
             ex.queueing()
-            async with lane.slot() as ticket:
+            async with lane.slot(tokens) as ticket:
                 ex.admitted(ticket.queue_wait_s)
                 return await self._forward(request, ex, path, query, raw)
         except Refused as refused:
@@ -208,38 +218,61 @@ class Proxy:
             response.force_close()
         return response
 
-    async def _check_body(self, lane: AdmissionLane, name: str, path: str, raw: bytes) -> bytes:
-        """Apply the prompt and output caps; returns the body to send (rewritten if capped)."""
+    async def _check_body(
+        self, lane: AdmissionLane, name: str, path: str, raw: bytes
+    ) -> tuple[bytes, int]:
+        """Apply the prompt and output caps; returns the body to send (rewritten if capped) and
+        the tokens to reserve from the lane's budget (0 without a budget)."""
         limits = lane.limits
-        if limits.max_prompt_tokens is None and limits.max_output_tokens is None:
-            return raw
+        budget = limits.max_inflight_tokens
+        no_caps = limits.max_prompt_tokens is None and limits.max_output_tokens is None
+        if no_caps and (budget is None or not raw.strip()):
+            return raw, 0  # no caps, and nothing to count (a GET through the lane)
         # A body the gate cannot read is a body it cannot cap: refused, never passed on.
         try:
             body = loads_bounded(raw)
         except JSONError as exc:
             raise BodyError(
-                "body", f"lane {name!r} has caps and needs a JSON body: {exc}"
+                "body", f"lane {name!r} has caps or a token budget and needs a JSON body: {exc}"
             ) from None
         if not isinstance(body, dict):
             raise BodyError("body", "must be a JSON object")
-        if limits.max_prompt_tokens is not None:
+        tokens = None
+        if limits.max_prompt_tokens is not None or budget is not None:
             tokens = await self._prompt_tokens(name, body)
-            if tokens is not None and tokens > limits.max_prompt_tokens:
-                raise lane.refuse(
-                    "prompt_too_long",
-                    f"prompt is {tokens} tokens; lane {name!r} allows {limits.max_prompt_tokens}",
-                )
-        cap = limits.max_output_tokens
-        if cap is None:
-            return raw
-        default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
-        try:
-            changed = cap_output(
-                body, cap, limits.output_tokens_policy == "reject", default_key, name
+        if (
+            limits.max_prompt_tokens is not None
+            and tokens is not None
+            and tokens > limits.max_prompt_tokens
+        ):
+            raise lane.refuse(
+                "prompt_too_long",
+                f"prompt is {tokens} tokens; lane {name!r} allows {limits.max_prompt_tokens}",
             )
-        except OverCap as exc:
-            raise lane.refuse("max_tokens", str(exc)) from None
-        return json.dumps(body).encode() if changed else raw
+        cap = limits.max_output_tokens
+        changed = False
+        if cap is not None:
+            default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
+            try:
+                changed = cap_output(
+                    body, cap, limits.output_tokens_policy == "reject", default_key, name
+                )
+            except OverCap as exc:
+                raise lane.refuse("max_tokens", str(exc)) from None
+        reserve = 0
+        if budget is not None:
+            reserve = (tokens or 0) + self._output_bound(body, cap)
+        return (json.dumps(body).encode() if changed else raw), reserve
+
+    def _output_bound(self, body: dict[str, Any], cap: int | None) -> int:
+        """The most output tokens a (capped) body can generate, over all its answers: its own
+        bound (the largest of the names present), else the lane's cap, else the gate's
+        ``default_output_tokens``; a bound below 1 ("no bound" to some servers) counts as none.
+        """
+        bounds = [output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body]
+        given = [b for b in bounds if b is not None and b >= 1]
+        per_answer = max(given) if given else (cap or self.config.default_output_tokens)
+        return per_answer * choices(body)
 
     async def _prompt_tokens(self, name: str, body: dict[str, Any]) -> int | None:
         estimate = estimate_prompt(body)  # also the type check of every prompt field

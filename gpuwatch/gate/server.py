@@ -42,6 +42,15 @@ def _limit_queue(lane: AdmissionLane) -> float:
     return lane.limits.max_queue
 
 
+def _inflight_tokens(lane: AdmissionLane) -> float:
+    return lane.inflight_tokens
+
+
+def _limit_inflight_tokens(lane: AdmissionLane) -> float:
+    budget = lane.limits.max_inflight_tokens
+    return float("nan") if budget is None else budget
+
+
 class Gate:
     def __init__(
         self, upstream: str, config: GateConfig, state: GateState, token: str | None
@@ -78,6 +87,8 @@ class Gate:
             lm.queued.set_function(partial(_queued, lane))
             lm.limit_inflight.set_function(partial(_limit_inflight, lane))
             lm.limit_queue.set_function(partial(_limit_queue, lane))
+            lm.inflight_tokens.set_function(partial(_inflight_tokens, lane))
+            lm.limit_inflight_tokens.set_function(partial(_limit_inflight_tokens, lane))
 
     def app(self) -> web.Application:
         # The proxy reads bodies itself, bounded per lane (client_max_size is for request.read).
