@@ -21,6 +21,7 @@ FIELDS = (
     ("queue_timeout_s", "queue timeout (s)", ""),
     ("max_prompt_tokens", "max prompt tokens", "empty: no cap"),
     ("max_output_tokens", "max output tokens", "empty: no cap"),
+    ("max_inflight_tokens", "max tokens in flight", "empty: no budget"),
 )
 
 
@@ -34,6 +35,7 @@ VALIDATORS: dict[str, list[Validator]] = {
     "queue_timeout_s": [Number(minimum=0.001, failure_description="a number of seconds > 0")],
     "max_prompt_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     "max_output_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
+    "max_inflight_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
 }
 
 
@@ -41,7 +43,7 @@ def parse_field(key: str, text: str) -> Any:
     text = text.strip()
     if key == "queue_timeout_s":
         return float(text)
-    if key in ("max_prompt_tokens", "max_output_tokens") and text == "":
+    if key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens") and text == "":
         return None
     return int(text)
 
@@ -73,7 +75,7 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
             )
             lane = self.limits["lanes"][self.lane]
             for key, label, hint in FIELDS:
-                value = lane[key]
+                value = lane.get(key)
                 with Horizontal(classes="row"):
                     yield Label(label)
                     yield Input(
@@ -121,7 +123,7 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
                 valid = False
                 continue
             value = parse_field(key, field.value)
-            if value != lane[key]:
+            if value != lane.get(key):
                 out[key] = value
         policy = self.query_one("#output_tokens_policy", Select).value
         if policy != lane["output_tokens_policy"]:

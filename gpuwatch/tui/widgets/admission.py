@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.markup import escape
 
 from gpuwatch.gate.limits import REASONS
@@ -14,7 +16,27 @@ SHORT = {
     "paused": "paused",
     "prompt_too_long": "prompt",
     "max_tokens": "max_tok",
+    "over_token_budget": "budget",
 }
+
+
+def _tokens(value: float) -> str:
+    """Tokens at a glance: 512, 1.5k, 41k, 2.5M."""
+    if value >= 1_000_000:
+        return f"{value / 1e6:.1f}M".replace(".0M", "M")
+    if value >= 10_000:
+        return f"{value / 1e3:.0f}k"
+    if value >= 1000:
+        return f"{value / 1e3:.1f}k".replace(".0k", "k")
+    return f"{value:.0f}"
+
+
+def _budget(lane: dict[str, Any], live: dict[str, Any]) -> str:
+    """``41k/96k`` for a lane with a token budget, ``-`` without."""
+    budget = lane.get("max_inflight_tokens")
+    if budget is None:
+        return "-"
+    return f"{_tokens(live.get('inflight_tokens', 0))}/{_tokens(budget)}"
 
 
 class AdmissionPanel(Panel):
@@ -38,9 +60,14 @@ class AdmissionPanel(Panel):
             if gate.status.state == "UP"
             else f" [$bad]{gate.status.state}: {escape(gate.status.reason or '')}[/]"
         )
+        # The token column only when some lane has a budget: `tokens 41k/96k`.
+        budgets = any(
+            lane.get("max_inflight_tokens") is not None for lane in limits["lanes"].values()
+        )
+        tokens_head = " " * 16 if budgets else ""
         out = [
             f"[b]admission[/] {escape(gate.url)} v{limits['version']}{paused}{state}",
-            f"[dim] {'lane':<9}{'in-flight':>9}  {'queued':>9}  {'out cap':>7}"
+            f"[dim] {'lane':<9}{'in-flight':>9}  {'queued':>9}  {'out cap':>7}{tokens_head}"
             f"  refused/s {gate.refusal_window}[/]",
         ]
         for name, lane in limits["lanes"].items():
@@ -60,9 +87,10 @@ class AdmissionPanel(Panel):
             label = f"[reverse]{name:<8}[/reverse]" if name == selected else f"{name:<8}"
             flight = f"{inflight}/{lane['max_inflight']}"
             waiting = f"{queued}/{lane['max_queue']}"
+            tokens = f"  {'tokens ' + _budget(lane, live):<14}" if budgets else ""
             out.append(
                 f" {label} [{inflight_color}]{flight:>9}[/]  [{queue_color}]{waiting:>9}[/]"
-                f"  {cap!s:>7}  {shown}"
+                f"  {cap!s:>7}{tokens}  {shown}"
             )
         if pending:
             out.append(f" [$warn]sending: {escape('; '.join(pending))}[/]")
