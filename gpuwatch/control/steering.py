@@ -27,6 +27,8 @@ Limits = dict[str, Any]
 # `o` lowers the output cap to the next step below the current value, `O` raises it to the
 # next step above; above the top step there is no cap (None).
 OUTPUT_STEPS: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
+# `b` / `B` step a lane's token budget (max_inflight_tokens) the same way.
+BUDGET_STEPS: tuple[int, ...] = (8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 512_000)
 QUEUE_STEP = 8
 # Keys pressed within this long of each other become one PATCH.
 COALESCE_S = 0.4
@@ -35,20 +37,23 @@ COALESCE_S = 0.4
 Op = tuple[str, str, Callable[[Any], Any]]
 
 
-def step_output(current: int | None, down: bool) -> int | None:
-    """The next output cap from ``current`` in the direction asked, by value.
+def step_output(
+    current: int | None, down: bool, steps: tuple[int, ...] = OUTPUT_STEPS
+) -> int | None:
+    """The next output cap (or token budget, with ``BUDGET_STEPS``) from ``current`` in the
+    direction asked, by value.
 
     A cap set elsewhere (700, 3000, 100) moves to the nearest step beyond it in that direction;
     lowering below the smallest step, or raising "no cap", leaves it as it is.
     """
     if down:
         if current is None:
-            return OUTPUT_STEPS[-1]
-        below = [s for s in OUTPUT_STEPS if s < current]
+            return steps[-1]
+        below = [s for s in steps if s < current]
         return below[-1] if below else current
     if current is None:
         return None
-    above = [s for s in OUTPUT_STEPS if s > current]
+    above = [s for s in steps if s > current]
     return above[0] if above else None
 
 
@@ -63,7 +68,7 @@ def describe(before: Limits, patch: Limits) -> list[str]:
         lines.append(f"paused {str(before['paused']).lower()} -> {str(patch['paused']).lower()}")
     for lane, changes in patch.get("lanes", {}).items():
         for key, value in changes.items():
-            old = before["lanes"][lane][key]
+            old = before["lanes"][lane].get(key)  # a key an older gate lacks: none
             lines.append(f"{lane}.{key} {show_value(old)} -> {show_value(value)}")
     return lines
 
@@ -76,12 +81,12 @@ def patch_from(base: Limits, ops: list[Op]) -> Limits:
         if key == "paused":
             paused = compute(paused)
         elif lane in lanes:
-            lanes[lane][key] = compute(lanes[lane][key])
+            lanes[lane][key] = compute(lanes[lane].get(key))
     patch: Limits = {}
     if paused != base["paused"]:
         patch["paused"] = paused
     for name, values in lanes.items():
-        changed = {k: v for k, v in values.items() if base["lanes"][name][k] != v}
+        changed = {k: v for k, v in values.items() if base["lanes"][name].get(k) != v}
         if changed:
             patch.setdefault("lanes", {})[name] = changed
     return patch
@@ -93,7 +98,7 @@ def revert_of(before: Limits, patch: Limits) -> Limits:
     if "paused" in patch:
         revert["paused"] = before["paused"]
     for lane, changes in patch.get("lanes", {}).items():
-        revert.setdefault("lanes", {})[lane] = {k: before["lanes"][lane][k] for k in changes}
+        revert.setdefault("lanes", {})[lane] = {k: before["lanes"][lane].get(k) for k in changes}
     return revert
 
 
@@ -211,6 +216,9 @@ class Steering:
 
     def output(self, down: bool) -> None:
         self.propose("max_output_tokens", lambda v: step_output(v, down))
+
+    def budget(self, down: bool) -> None:
+        self.propose("max_inflight_tokens", lambda v: step_output(v, down, BUDGET_STEPS))
 
     def pause(self) -> None:
         self.propose("paused", lambda v: not v, lane="")

@@ -98,6 +98,8 @@ class Dashboard(Screen[None]):
         ),
         Binding("o", "app.output(True)", "lower output cap", show=False),
         Binding("O", "app.output(False)", "raise output cap", show=False),
+        Binding("b", "app.budget(True)", "lower token budget", show=False),
+        Binding("B", "app.budget(False)", "raise token budget", show=False),
         Binding("p", "app.pause", "pause/resume"),
         Binding("e", "app.edit", "edit lane"),
         Binding("u", "app.undo", "undo"),
@@ -148,7 +150,9 @@ class GpuwatchApp(App[None]):
         "",
         "[b]control[/] (with --admin): keys pressed together become one change; pausing or",
         "cutting a lane by more than half asks first; o / O step the output cap to the next",
-        "of 128 256 512 1024 2048 4096 and none. P: the last plan. --read-only refuses all.",
+        "of 128 256 512 1024 2048 4096 and none; b / B step the token budget in flight the",
+        "same way over 8k 16k 32k 64k 128k 256k 512k and none. P: the last plan.",
+        "--read-only refuses all.",
     ]
 
     def __init__(
@@ -394,6 +398,9 @@ class GpuwatchApp(App[None]):
 
     def action_output(self, down: bool) -> None:
         self.steering.output(down)
+
+    def action_budget(self, down: bool) -> None:
+        self.steering.budget(down)
 
     def action_pause(self) -> None:
         self.steering.pause()

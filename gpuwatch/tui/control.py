@@ -26,6 +26,7 @@ CONTROL_ACTIONS = frozenset(
         "scale_inflight",
         "queue",
         "output",
+        "budget",
         "pause",
         "edit",
         "undo",

@@ -118,6 +118,10 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
             ("O", {"max_output_tokens": 4096}),
             ("O", {"max_output_tokens": None}),
             ("slash", {"max_inflight": 16}),
+            ("b", {"max_inflight_tokens": 512_000}),
+            ("b", {"max_inflight_tokens": 256_000}),
+            ("B", {"max_inflight_tokens": 512_000}),
+            ("b", {"max_inflight_tokens": 256_000}),
         ]
         version = 1
         for key, expected in steps:
@@ -139,6 +143,7 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
             pause=pilot.pause, condition=lambda: app.monitor.gate.limits["version"] == version + 1
         )
         assert "33/32" not in text(app, "#admission") and "0/33" in text(app, "#admission")
+        assert "tokens 0/256k" in text(app, "#admission")  # chat's budget, as the gate has it
         entries = await client.audit(50)
         assert len(entries) == len(steps) + 1 and all("@" in e["actor"] for e in entries)
 

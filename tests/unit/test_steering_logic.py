@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.control.steering import describe, patch_from, revert_of, step_output
+from gpuwatch.control.steering import (
+    BUDGET_STEPS,
+    describe,
+    patch_from,
+    revert_of,
+    step_output,
+)
 
 LIMITS = {
     "version": 3,
@@ -72,3 +78,20 @@ def test_describe_and_revert() -> None:
         "paused": False,
         "lanes": {"chat": {"max_inflight": 16, "max_output_tokens": None}},
     }
+
+
+def test_the_budget_keys_step_over_their_own_steps() -> None:
+    assert step_output(None, True, BUDGET_STEPS) == 512_000
+    assert step_output(512_000, True, BUDGET_STEPS) == 256_000
+    assert step_output(100_000, False, BUDGET_STEPS) == 128_000
+    assert step_output(512_000, False, BUDGET_STEPS) is None
+    assert step_output(8_000, True, BUDGET_STEPS) == 8_000
+
+
+def test_a_patch_for_a_key_an_older_gate_lacks() -> None:
+    base = {"paused": False, "lanes": {"chat": {"max_inflight": 4}}}
+    ops = [("chat", "max_inflight_tokens", lambda v: step_output(v, True, BUDGET_STEPS))]
+    patch = patch_from(base, ops)
+    assert patch == {"lanes": {"chat": {"max_inflight_tokens": 512_000}}}
+    assert describe(base, patch) == ["chat.max_inflight_tokens none -> 512000"]
+    assert revert_of(base, patch) == {"lanes": {"chat": {"max_inflight_tokens": None}}}
