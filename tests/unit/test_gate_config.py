@@ -25,6 +25,12 @@ from gpuwatch.gate.config import load_gate_config
         ),
         ("[lanes.chat]\nmax_body = 0\n", "must be between 1 byte and 1GiB"),
         ("client_header_timeout_s = -1\n", "key 'client_header_timeout_s' must be a number"),
+        ("default_output_tokens = 0\n", "key 'default_output_tokens' must be an integer"),
+        ('default_output_tokens = "512"\n', "key 'default_output_tokens' must be an integer"),
+        (
+            "[lanes.chat]\nmax_inflight_tokens = 0\n",
+            "key 'lanes.chat.max_inflight_tokens' must be >= 1",
+        ),
     ],
 )
 def test_bad_config_is_one_line_naming_the_file(tmp_path: Path, text: str, reason: str) -> None:
@@ -46,3 +52,14 @@ def test_sizes_and_timeouts(tmp_path: Path) -> None:
     assert lanes["chat"].max_body == 2 * 1024 * 1024 and lanes["image"].max_body == 1024
     assert lanes["embed"].max_body == 4 * 1024 * 1024  # untouched lanes keep their default
     assert config.client_body_timeout_s == 5.0
+
+
+def test_token_budget_and_default_output(tmp_path: Path) -> None:
+    path = tmp_path / "gate.toml"
+    path.write_text("default_output_tokens = 256\n[lanes.chat]\nmax_inflight_tokens = 96000\n")
+    config = load_gate_config(path)
+    lanes = {lane.name: lane for lane in config.lanes}
+    assert config.default_output_tokens == 256
+    assert lanes["chat"].limits.max_inflight_tokens == 96_000
+    assert lanes["embed"].limits.max_inflight_tokens is None
+    assert load_gate_config(None).default_output_tokens == 512
