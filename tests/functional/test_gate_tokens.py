@@ -13,14 +13,17 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
+from gpuwatch.aioserve import serve
 from gpuwatch.gate.caps import estimate_prompt
 from gpuwatch.gate.config import GateConfig
-from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.limits import DEFAULT_LANES, Lane
 from gpuwatch.gate.server import start_gate
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import SimNode, start_sim
 from tests.functional.gatekit import Rig, rig
+from tests.functional.upstreams import CountingUpstream
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 
@@ -238,3 +241,42 @@ async def test_an_old_state_file_without_the_key_loads(tmp_path: Path) -> None:
         async with s.get(f"{r.url}/admin/limits") as reply:
             chat_limits = (await reply.json())["lanes"]["chat"]
         assert chat_limits["max_inflight"] == 3 and chat_limits["max_inflight_tokens"] is None
+
+
+class TokenizingUpstream(CountingUpstream):
+    """A counting upstream with a /tokenize that counts every prompt as 1000 tokens."""
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_post("/v1/{tail:.*}", self.handle)
+        self.served = await serve(app, "127.0.0.1", 0)
+        return self.served.url
+
+    async def tokenize(self, _: web.Request) -> web.Response:
+        return web.json_response({"count": 1000})
+
+
+async def test_a_lane_that_tokenizes_reserves_the_upstreams_count(tmp_path: Path) -> None:
+    upstream = TokenizingUpstream(hold=True)
+    url = await upstream.start()
+    lanes = tuple(
+        Lane(lane.name, lane.prefixes, lane.limits, tokenize=True) if lane.name == "chat" else lane
+        for lane in DEFAULT_LANES
+    )
+    _, gate = await start_gate(url, GateConfig(lanes), state_file=tmp_path / "s.json")
+    try:
+        async with aiohttp.ClientSession() as s:
+            patch_body = {"lanes": {"chat": {"max_inflight_tokens": 5000}}}
+            async with s.patch(f"{gate.url}/admin/limits", json=patch_body) as r:
+                assert r.status == 200
+            task = asyncio.create_task(s.post(f"{gate.url}/v1/chat/completions", json=chat(8, 30)))
+            await upstream.wait_until(lambda: upstream.active == 1)
+            assert (await lane_status(gate.url))["inflight_tokens"] == 1000 + 30
+            upstream.release.release()
+            async with await task as reply:
+                assert reply.status == 200
+            await wait_for(lambda: _tokens_are(gate.url, 0))
+    finally:
+        await gate.close()
+        await upstream.stop()
