@@ -306,3 +306,14 @@ async def test_a_repaint_while_panels_come_or_go_is_skipped() -> None:
         app.repaint()  # must not raise
         await pilot.pause()
         assert app.is_running
+
+
+async def test_help_lists_the_bracket_keys_as_keys() -> None:
+    """Regression: the key "[" opened a markup tag; every line after it lost its layout."""
+    app = GpuwatchApp(DashboardOptions(urls=[], admin_url="http://127.0.0.1:9"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        shown = screen_text(app)
+        assert re.search(r"\[\s+queue -8", shown) and re.search(r"\]\s+queue \+8", shown)
+        assert "[/]" not in shown

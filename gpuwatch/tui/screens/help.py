@@ -40,7 +40,10 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         lines = ["[b]gpuwatch keys[/]", ""]
         for b in self._keys:
-            lines.append(f"  [b $accent]{escape(key_label(b)):<12}[/] {escape(b.description)}")
+            # A lone "[" is left as it is by markup escapes, and then opens a tag: backslash
+            # every bracket of the key itself (after padding, so the column stays 12 wide).
+            key = key_label(b).ljust(12).replace("[", r"\[")
+            lines.append(f"  [b $accent]{key}[/] {escape(b.description)}")
         lines += ["", *self._notes, "", "[dim]esc, q or ? closes this screen[/]"]
         with VerticalScroll():
             yield Static("\n".join(lines))
