@@ -141,18 +141,18 @@ class GpuwatchApp(App[None]):
         Binding("t", "next_theme", "theme"),
         Binding("ctrl+p", "command_palette", "commands", show=False),
     ]
+    # One string a paragraph: the help screen wraps them to its width.
     HELP_NOTES = [
-        "[b]health[/]: OK under 80% of every SLO, TIGHT above 80%, OVERLOADED over, NO DATA",
-        "when nothing can be judged; a new level shows after it held for 10 s. With a gate it",
-        "judges what users get: goodput (served in time / arrived) and their exact p99 TTFT.",
-        "Engine percentiles come from histogram buckets as PromQL's histogram_quantile(rate(",
-        "...[1m])); each number says its window. STALE: no good answer for 3 intervals.",
+        "[b]health[/]: OK under 80% of every SLO, TIGHT above 80%, OVERLOADED over, NO DATA "
+        "when nothing can be judged; a new level shows after it held for 10 s. With a gate it "
+        "judges what users get: goodput (served in time / arrived) and their exact p99 TTFT. "
+        "Engine percentiles come from histogram buckets as PromQL's "
+        "histogram_quantile(rate(...[1m])); each number says its window. STALE: no good answer "
+        "for 3 intervals.",
         "",
-        "[b]control[/] (with --admin): keys pressed together become one change; pausing or",
-        "cutting a lane by more than half asks first; o / O step the output cap to the next",
-        "of 128 256 512 1024 2048 4096 and none; b / B step the token budget in flight the",
-        "same way over 8k 16k 32k 64k 128k 256k 512k and none. P: the last plan.",
-        "--read-only refuses all.",
+        "[b]control[/] (with --admin): keys pressed together become one change; pausing or "
+        "cutting a lane by more than half asks first; o / O step the output cap to the next of "
+        "128 256 512 1024 2048 4096 and none. P: the last plan. --read-only refuses all.",
     ]
 
     def __init__(
