@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from prometheus_client import generate_latest
 
-from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, Record, window_name
+from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, Record
 from gpuwatch.load.spec import Dist
 from gpuwatch.monitor.state import Monitor
+from gpuwatch.series import window_label
 from gpuwatch.sim.engine import Engine, Request
 from gpuwatch.sim.gpu import VirtualGpu
 from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
@@ -80,9 +81,9 @@ def gate_state(
         }
     if users is not None:
         # What the real gate serves in /admin/status, from the same code (gate/latency.py).
-        status["lanes"]["chat"]["latency"] = {window_name(w): users.summary(w) for w in WINDOWS_S}
+        status["lanes"]["chat"]["latency"] = {window_label(w): users.summary(w) for w in WINDOWS_S}
         status["lanes"]["chat"]["goodput"] = {
-            window_name(w): users.goodput(w, ttft_slo, None) for w in WINDOWS_S
+            window_label(w): users.goodput(w, ttft_slo, None) for w in WINDOWS_S
         }
     return limits, status
 

@@ -21,10 +21,11 @@ from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.body import BodyRefused, read_body
 from gpuwatch.gate.errors import MESSAGE_MAX, openai_error
-from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, window_name
+from gpuwatch.gate.latency import WINDOWS_S, LaneLatency
 from gpuwatch.gate.limits import LimitsError
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
 from gpuwatch.safejson import JSONError, loads_bounded
+from gpuwatch.series import window_label
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PATCH_MAX_BYTES = 64 * 1024
@@ -164,9 +165,9 @@ class Admin:
                 "oldest_queued_s": round(lane.oldest_queued_s(now), 3),
                 "admitted_total": lane.admitted_total,
                 "rejected_total": dict(lane.rejected_total),
-                "latency": {window_name(w): self.latency[name].summary(w) for w in WINDOWS_S},
+                "latency": {window_label(w): self.latency[name].summary(w) for w in WINDOWS_S},
                 "goodput": {
-                    window_name(w): self.latency[name].goodput(w, slo["ttft_s"], slo["itl_s"])
+                    window_label(w): self.latency[name].goodput(w, slo["ttft_s"], slo["itl_s"])
                     for w in WINDOWS_S
                 },
             }

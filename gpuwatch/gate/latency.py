@@ -216,7 +216,3 @@ class LaneLatency:
             "failed": failed,
             "ratio": good / total if total else None,
         }
-
-
-def window_name(seconds: float) -> str:
-    return f"{seconds / 60:g}m"

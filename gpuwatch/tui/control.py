@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gpuwatch.control.steering import Limits, Severity, Steering
+from gpuwatch.control.steering import Limits, Severity
 from gpuwatch.monitor.state import EventLevel
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
@@ -81,7 +81,3 @@ class DashboardControl:
 
         self.app.push_screen(screen, callback=done)
         return await answer
-
-
-def build_steering(app: GpuwatchApp) -> Steering:
-    return Steering(app.guard, DashboardControl(app), app.options.admin_url or "")
