@@ -25,6 +25,17 @@ def register(sub: Any) -> None:
     gate.add_argument("--config", type=Path, metavar="FILE", help="lanes and limits (TOML)")
     gate.add_argument("--state-file", type=Path, metavar="FILE", help="persisted limits + audit")
     gate.add_argument("--admin-token-file", type=Path, metavar="FILE", help=TOKEN_HELP)
+    gate.add_argument(
+        "--upstream-metrics",
+        metavar="URL",
+        help="the upstream's /metrics: KV usage and preemptions for adaptive lanes",
+    )
+    gate.add_argument(
+        "--controller",
+        choices=("aimd", "gradient"),
+        default="aimd",
+        help="adaptive lanes' controller (gradient: the rejected alternative, for comparison)",
+    )
     gate.set_defaults(func=run)
 
 
@@ -59,7 +70,14 @@ def run(args: argparse.Namespace) -> int:
     async def serve() -> int:
         try:
             gate, served = await start_gate(
-                args.upstream, gate_config, host, port, token=token, state_file=args.state_file
+                args.upstream,
+                gate_config,
+                host,
+                port,
+                token=token,
+                state_file=args.state_file,
+                upstream_metrics=args.upstream_metrics,
+                controller=args.controller,
             )
         except StateError as exc:
             return fail(
