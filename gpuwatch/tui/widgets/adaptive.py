@@ -72,6 +72,10 @@ def lane_lines(name: str, a: dict[str, Any], selected: bool, now: float) -> list
 class AdaptivePanel(Panel):
     DEFAULT_CSS = "AdaptivePanel { height: auto; }"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.display = False  # until a lane is adaptive
+
     def render_gate(self, gate: GateView | None, selected: str | None = None) -> None:
         lanes = {
             name: live["adaptive"]
