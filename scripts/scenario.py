@@ -206,3 +206,38 @@ def app_for(sc: Scenario) -> GpuwatchApp:
         urls=[], admin_url=GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
     )
     return GpuwatchApp(options, monitor=sc.monitor)
+
+
+def with_adaptive(sc: Scenario) -> Scenario:
+    """The scenario with its chat lane adaptive: the effective limit cut from 64 to 27 in three
+    steps after the spike, in the shape the gate's /admin/status serves (gate/adaptive_loop.py)."""
+    gate = sc.monitor.gate
+    assert gate is not None and gate.limits is not None
+    now = sc.monitor.wall()
+    chat = gate.limits["lanes"]["chat"]
+    chat.update(policy="adaptive", target_ttft_p99_s=1.5, min_inflight=8, min_inflight_tokens=None)
+    history = [64] * 14 + [48] * 4 + [36] * 4 + [27] * 8
+    gate.lanes["chat"].update(
+        effective_max_inflight=27,
+        adaptive={
+            "effective_max_inflight": 27,
+            "effective_max_inflight_tokens": None,
+            "min_inflight": 8,
+            "max_inflight": 64,
+            "min_inflight_tokens": None,
+            "max_inflight_tokens": None,
+            "target_ttft_p99_s": 1.5,
+            "last_decision": {
+                "time": now - 9,
+                "direction": "down",
+                "from": 36,
+                "to": 27,
+                "tokens_from": None,
+                "tokens_to": None,
+                "reason": "-25%: p99 TTFT 2.6s > 1.5s",
+            },
+            "note": "no queue: the limit is not binding",
+            "history": [[len(history) - i, n] for i, n in enumerate(history)],
+        },
+    )
+    return sc

@@ -45,6 +45,8 @@ async def main(out: Path) -> None:
         await shoot(after, size, out / f"story-after-{label}.svg")
         await shoot(normal, size, out / f"gpu-screen-{label}.svg", ["g"])
         await shoot(normal, size, out / f"help-screen-{label}.svg", ["question_mark"])
+        adaptive = scenario.with_adaptive(scenario.build(seconds=180, spike_at=140))
+        await shoot(adaptive, size, out / f"adaptive-{label}.svg")
     print(f"wrote {len(list(out.glob('*.svg')))} SVGs to {out}/")
 
 

@@ -315,7 +315,7 @@ class GpuwatchApp(App[None]):
         dash.query_one(AdmissionPanel).render_gate(
             m.gate, self.steering.selected_lane, self.steering.pending_lines()
         )
-        dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane)
+        dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, m.wall())
         users = m.gate.users(window_label(m.window_s)) if m.gate else None
         dash.query_one(UsersPanel).render_users(
             ttft_breakdown(m), users, m.health.slo, compact=narrow or short

@@ -12,10 +12,10 @@ from rich.markup import escape
 
 from gpuwatch.fmt import clip
 from gpuwatch.monitor.state import GateView
-from gpuwatch.tui.widgets.panel import Panel
+from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
 
 BARS = "▁▂▃▄▅▆▇█"
-SPARK_WIDTH = 30  # the last 30 s
+SPARK_WIDTH = 20  # the last 20 s
 
 
 def sparkline(values: list[int], low: int, high: int, width: int = SPARK_WIDTH) -> str:
@@ -42,7 +42,9 @@ def _ago(when: float | None, now: float) -> str:
     return f"{s:.0f}s ago" if s < 120 else f"{s / 60:.0f}m ago"
 
 
-def lane_lines(name: str, a: dict[str, Any], selected: bool, now: float) -> list[str]:
+def lane_lines(
+    name: str, a: dict[str, Any], selected: bool, now: float, width: int = 72
+) -> list[str]:
     eff, low, high = a["effective_max_inflight"], a["min_inflight"], a["max_inflight"]
     label = f"[reverse]{name:<8}[/reverse]" if selected else f"{name:<8}"
     color = "$warn" if eff <= low else "$foreground"
@@ -50,23 +52,24 @@ def lane_lines(name: str, a: dict[str, Any], selected: bool, now: float) -> list
     if a.get("effective_max_inflight_tokens") is not None:
         tokens = f"  tokens {a['effective_max_inflight_tokens']:,}/{a['max_inflight_tokens']:,}"
     spark = sparkline([n for _, n in a.get("history", [])], low, high)
-    head = (
-        f" {label} [{color}]{eff:>4}[/] in [{low}..{high}]{tokens}  "
-        f"target p99 TTFT {_seconds(a.get('target_ttft_p99_s'))}  [$queue]{spark}[/]"
-    )
+    head = [
+        f" {label} [{color}]{eff:>4}[/] in {escape(f'[{low}..{high}]')}{tokens}",
+        f"target p99 TTFT {_seconds(a.get('target_ttft_p99_s'))}",
+        f"[$queue]{spark}[/]",
+    ]
     last = a.get("last_decision")
     if last:
         tone = "$bad" if last["direction"] == "down" else "$ok"
-        why = (
-            f"   [{tone}]{escape(clip(str(last['reason']), 90))}[/] "
-            f"[dim]{last['from']}->{last['to']} {_ago(last.get('time'), now)}[/]"
-        )
+        why = [
+            f"[{tone}]{escape(clip(str(last['reason']), 90))}[/]",
+            f"[dim]{last['from']}->{last['to']} {_ago(last.get('time'), now)}[/]",
+        ]
     else:
-        why = "   [dim]no change yet[/]"
+        why = ["[dim]no change yet[/]"]
     note = a.get("note")
     if note:
-        why += f"  [dim]({escape(clip(str(note), 60))})[/]"
-    return [head, why]
+        why.append(f"[dim]({escape(clip(str(note), 60))})[/]")
+    return flow(head, width, indent="") + flow(why, width, indent="    ")
 
 
 class AdaptivePanel(Panel):
@@ -76,7 +79,10 @@ class AdaptivePanel(Panel):
         super().__init__(*args, **kwargs)
         self.display = False  # until a lane is adaptive
 
-    def render_gate(self, gate: GateView | None, selected: str | None = None) -> None:
+    def render_gate(
+        self, gate: GateView | None, selected: str | None = None, now: float | None = None
+    ) -> None:
+        """``now``: wall-clock time (the monitor's), for how long ago the last decision was."""
         lanes = {
             name: live["adaptive"]
             for name, live in (gate.lanes.items() if gate is not None else ())
@@ -86,8 +92,9 @@ class AdaptivePanel(Panel):
             self.display = False
             return
         self.display = True
-        now = time.time()
-        out = ["[b]adaptive admission[/] [dim]effective in-flight limit in [bounds], last 30 s[/]"]
+        now = time.time() if now is None else now
+        head = r"effective in-flight limit in \[bounds], last 20 s"
+        out = [f"[b]adaptive admission[/] [dim]{head}[/]"]
         for name, a in lanes.items():
-            out += lane_lines(name, a, name == selected, now)
+            out += lane_lines(name, a, name == selected, now, usable_width(self))
         self.show("\n".join(out))
