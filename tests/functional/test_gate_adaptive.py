@@ -21,6 +21,8 @@ from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
+from tests.functional import test_gate_cli
+from tests.functional.test_gate_cli import gw
 from tests.functional.upstreams import CountingUpstream
 from tests.helpers import eventually
 
@@ -198,3 +200,20 @@ async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None
         finally:
             await served.close()
             await upstream.stop()
+
+
+gate = test_gate_cli.gate  # the fixture: ``gpuwatch gate`` as a process, with a token
+
+
+def test_limits_cli_switches_a_lane_to_adaptive_and_shows_the_effective_limit(gate) -> None:  # type: ignore[no-untyped-def]
+    url, token, _ = gate
+    common = ["--admin", url, "--admin-token-file", str(token)]
+    out = gw("limits", "set", "chat.policy=adaptive", "chat.min_inflight=4", *common)
+    assert out.returncode == 1  # no target: the gate says which field
+    assert "lanes.chat.target_ttft_p99_s: an adaptive lane needs a target" in out.stderr
+    args = ["chat.policy=adaptive", "chat.target_ttft_p99_s=1.5", "chat.min_inflight=4"]
+    out = gw("limits", "set", *args, *common)
+    assert out.returncode == 0, out.stderr
+    assert "chat: adaptive, target p99 TTFT 1.5 s, in flight 4..16, effective 16" in out.stdout
+    out = gw("limits", "set", "chat.max_inflight=2", *common)  # under the floor: refused
+    assert out.returncode == 1 and "must be >= min_inflight (4)" in out.stderr
