@@ -54,6 +54,7 @@ class LaneControl:
     last: dict[str, Any] | None = None  # the last change: time, direction, from, to, reason
     history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=HISTORY))
     preemptions_seen: float | None = None
+    configured: LaneLimits | None = None  # the lane's limits the last change left
 
 
 class AdaptiveLoop:
@@ -72,6 +73,7 @@ class AdaptiveLoop:
         self.latency = latency
         self.metrics = metrics
         self.upstream = upstream
+        self.controller_name = controller
         self.make_controller = CONTROLLERS[controller]
         self.clock = clock
         self.control: dict[str, LaneControl] = {}
@@ -95,8 +97,9 @@ class AdaptiveLoop:
                 start = clamp_inflight(configured, configured.max_inflight)
                 ctl = LaneControl(self.make_controller(now), start, None)
                 self.control[name] = ctl
-            else:
-                ctl.controller.restart(now)
+            elif ctl.configured != configured:
+                ctl.controller.restart(now)  # new bounds or target: judge what comes after
+            ctl.configured = configured
             ctl.inflight = clamp_inflight(configured, ctl.inflight)
             ctl.tokens = tokens_for(configured, ctl.inflight)
             lane.set_limits(self._effective(configured, ctl), limits.paused)
@@ -175,6 +178,7 @@ class AdaptiveLoop:
                 {
                     "time": last.get("time", time.time()),
                     "actor": ACTOR,
+                    "controller": self.controller_name,  # not a person's change
                     "version": version,  # not a new version: the configured limits are as they were
                     "change": {
                         "lanes": {
@@ -201,17 +205,13 @@ class AdaptiveLoop:
                 entries = self.audit_entries(changes)
                 for entry in entries:
                     log.info("adaptive: %s", entry["reason"])
-                if entries:
-                    await asyncio.to_thread(self._append, entries)
+                for entry in entries:
+                    try:
+                        await self.state.record(entry)
+                    except OSError as exc:
+                        log.warning("adaptive: cannot write the audit line: %s", exc)
             except Exception:  # the controller must never take the gate down
                 log.exception("adaptive controller tick failed")
-
-    def _append(self, entries: list[dict[str, Any]]) -> None:
-        for entry in entries:
-            try:
-                self.state.log.append(entry)
-            except OSError as exc:
-                log.warning("adaptive: cannot write the audit line: %s", exc)
 
     def start(self) -> None:
         if self._task is None:

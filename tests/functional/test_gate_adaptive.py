@@ -108,11 +108,21 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
             ) as r:
                 assert r.status == 200, await r.text()
                 raised = await r.json()
+            # A change from an old version is refused naming the person, not the controller.
+            async with s.patch(
+                f"{served.url}/admin/limits",
+                json={"lanes": {"chat": {"max_queue": 10}}},
+                headers={"If-Match": '"1"'},
+            ) as r:
+                assert r.status == 409
+                conflict = await r.json()
             stop.set()
             await loader
     finally:
         await served.close()
         await sim.close()
+
+    assert conflict["actor"] == "alice"
 
     for entry in cuts:
         assert entry["version"] == 1  # the configured limits did not change
