@@ -5,6 +5,7 @@ never outside the bounds; and the measure it decides on."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,8 @@ from gpuwatch.gate.adaptive import (
 )
 from gpuwatch.gate.latency import Record
 from gpuwatch.gate.limits import LaneLimits, Limits, LimitsError, apply_patch
+from gpuwatch.gate.upstream_metrics import reading_of
+from gpuwatch.sources.scrape import map_page
 
 LANE = LaneLimits(max_inflight=16, min_inflight=2, policy="adaptive", target_ttft_p99_s=2.0)
 
@@ -145,3 +148,14 @@ def test_limits_validate_an_adaptive_lane() -> None:
     )
     chat = after.lanes["chat"]
     assert chat.policy == "adaptive" and chat.target_ttft_p99_s == 1.0 and chat.max_inflight == 16
+
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+
+
+def test_the_upstreams_page_in_its_own_dialect() -> None:
+    vllm = reading_of(map_page("u", (FIXTURES / "vllm-1.prom").read_text()))
+    assert vllm is not None and vllm.kv_usage == 0.0 and vllm.preemptions_total == 0.0
+    llama = reading_of(map_page("u", (FIXTURES / "llamacpp-1.prom").read_text()))
+    assert llama is not None and llama.kv_usage is None  # llama.cpp exports none: unknown
+    assert reading_of(map_page("u", "<html>no</html>")) is None
