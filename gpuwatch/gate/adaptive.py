@@ -23,10 +23,10 @@ toward the least latency the service can give, and find that minimum by cutting 
 periodically. On an LLM engine latency grows with the batch *by design*: a bigger batch is
 more throughput for somewhat more TTFT, so "as close to the minimum as possible" means small
 batches and a wasted GPU, and the operator's SLO (a p99 target) is nowhere in the formula.
-AIMD has the target in it: add one slot while the tail is under target and requests wait, cut a
-quarter when it is over (or preemptions appear), then hold until requests admitted under the new
-limit have been measured. ``Gradient`` below is the rejected alternative, kept so
-``bench/adaptive.py --controller gradient`` can measure it (numbers in docs/gate.md).
+AIMD has the target in it: add a step (1/32 of the bounds' span) while the tail is under
+target and requests wait, cut a quarter when it is over (or preemptions appear), then hold
+until requests admitted under the new limit have been measured. ``Gradient`` below is the
+rejected alternative, kept so ``bench/adaptive.py --controller gradient`` can measure it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,11 @@ MIN_INTERVAL_S = 1.0  # at most one decision a second
 HOLD_S = 3.0  # after a decrease, no decision until this long has passed ...
 MIN_SAMPLES = 3  # ... and this many requests admitted since have been measured
 DECREASE = 0.75  # multiplicative cut: -25%
-INCREASE = 1  # additive step: +1 request in flight
+# Additive step: a constant per lane, 1/32 of its bounds' span (at least 1), so a lane goes from
+# its floor to its ceiling in 32 good decisions whatever its size (+1 a second would take two
+# minutes from 60 to 180). Constant, not a share of the current limit: AIMD's slow climb and
+# fast cut are what keep it from ringing.
+INCREASE_SHARE = 32
 KV_FULL = 0.98  # upstream KV usage at which no slot is added (the next one would preempt)
 
 Direction = Literal["up", "down"]
@@ -128,6 +132,11 @@ def tokens_for(limits: LaneLimits, inflight: int) -> int | None:
     return max(min(low, high), min(high, scaled))
 
 
+def step_up(limits: LaneLimits) -> int:
+    low, high = bounds(limits)
+    return max(1, (high - low) // INCREASE_SHARE)
+
+
 def _s(value: float) -> str:
     return f"{value:.2f}s" if value < 1 else f"{value:.1f}s"
 
@@ -202,7 +211,7 @@ class Aimd:
         if current >= high:
             self.note = f"at the ceiling {high}: {m.queued} queued"
             return None
-        up = min(high, current + INCREASE)
+        up = min(high, current + step_up(limits))
         self.note = "adding"
         return Decision(
             "up",

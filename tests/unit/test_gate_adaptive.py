@@ -159,3 +159,11 @@ def test_the_upstreams_page_in_its_own_dialect() -> None:
     llama = reading_of(map_page("u", (FIXTURES / "llamacpp-1.prom").read_text()))
     assert llama is not None and llama.kv_usage is None  # llama.cpp exports none: unknown
     assert reading_of(map_page("u", "<html>no</html>")) is None
+
+
+def test_the_step_up_is_a_constant_share_of_the_bounds() -> None:
+    wide = replace(LANE, min_inflight=4, max_inflight=260)  # span 256: +8 a decision
+    d = Aimd().decide(10.0, wide, 60, window(0.5, queued=3))
+    assert d is not None and d.inflight == 68 and d.reason.startswith("+8:")
+    d = Aimd().decide(10.0, wide, 257, window(0.5, queued=3))
+    assert d is not None and d.inflight == 260  # never over the ceiling
