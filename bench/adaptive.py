@@ -15,8 +15,8 @@ Goal (issue 15): adaptive has the best goodput of the three in the second half, 
   wait is the rest of the user's budget), the planner's queue. Every configuration runs against
   a fresh simulator and gate (separate processes), the same seed.
 - The simulator runs ``--time-scale`` x faster than real time: every time printed is in
-  simulated seconds (wall x scale); the controller's own clock (1 decision/s, hold 3 s) is wall
-  time, so at x3 it reacts 3x slower in simulated time than it would on a real node.
+  simulated seconds (wall x scale), and the gate runs its controller at ``--adaptive-pace
+  1/scale`` so it decides once a simulated second, as it would on the node simulated.
 - Per half: goodput (requests with TTFT <= SLO per simulated second, refused ones are misses),
   p99 TTFT of the answered, refusals (429 / 503), failures, the simulator's preemptions.
 """
@@ -164,7 +164,8 @@ def run_one(label: str, lane: dict[str, Any], t: Traffic2, args: argparse.Namesp
     gate = start(["gate", "--upstream", sim_url, "--listen", f"127.0.0.1:{gate_port}",
                   "--config", str(work / f"{label}.toml"), "--state-file",
                   str(work / f"{label}-state.json"), "--upstream-metrics", f"{sim_url}/metrics",
-                  "--controller", args.controller],
+                  "--controller", args.controller,
+                  "--adaptive-pace", str(1 / args.time_scale)],
                  gate_url, work / f"{label}-gate.log")  # fmt: skip
     try:
         spec = LoadSpec(gate_url, 1.0, requests=len(t.shapes), seed=args.seed)

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.admintoken import read_token
-from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, TOKEN_HELP, fail, use_uvloop
+from gpuwatch.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    TOKEN_HELP,
+    fail,
+    positive_float,
+    use_uvloop,
+)
 
 PROG = "gpuwatch gate"
 
@@ -35,6 +42,13 @@ def register(sub: Any) -> None:
         choices=("aimd", "gradient"),
         default="aimd",
         help="adaptive lanes' controller (gradient: the rejected alternative, for comparison)",
+    )
+    gate.add_argument(
+        "--adaptive-pace",
+        type=positive_float,
+        default=1.0,
+        metavar="X",
+        help="the controller's timings x X (1/N in front of a simulator at --time-scale N)",
     )
     gate.set_defaults(func=run)
 
@@ -78,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
                 state_file=args.state_file,
                 upstream_metrics=args.upstream_metrics,
                 controller=args.controller,
+                adaptive_pace=args.adaptive_pace,
             )
         except StateError as exc:
             return fail(

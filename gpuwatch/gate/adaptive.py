@@ -40,6 +40,9 @@ from gpuwatch.gate.latency import Record
 from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.series import sample_quantile
 
+# Timings, in seconds of the upstream's time. ``pace`` scales them all: 1 on a real node; 1/X
+# in front of a simulator running X times faster than real time (bench/adaptive.py), so the
+# controller sees the same dynamics there as it would on the node it simulates.
 WINDOW_S = 10.0  # requests admitted this long ago still count (unless before a decrease)
 MIN_INTERVAL_S = 1.0  # at most one decision a second
 HOLD_S = 3.0  # after a decrease, no decision until this long has passed ...
@@ -143,6 +146,7 @@ def _s(value: float) -> str:
 
 class Controller(Protocol):
     note: str  # why the limit did not move last time (for the dashboard)
+    pace: float  # the timings' scale (see WINDOW_S)
 
     @property
     def since(self) -> float:
@@ -161,7 +165,8 @@ class Controller(Protocol):
 class Aimd:
     """Additive increase, multiplicative decrease, with a hold after each decrease."""
 
-    def __init__(self, start: float = 0.0) -> None:
+    def __init__(self, start: float = 0.0, pace: float = 1.0) -> None:
+        self.pace = pace
         self._last = -math.inf
         self._hold_until = -math.inf
         self._since = start  # requests admitted before this are not judged any more
@@ -175,7 +180,7 @@ class Aimd:
         self._since = now
 
     def decide(self, now: float, limits: LaneLimits, current: int, m: Measure) -> Decision | None:
-        if now - self._last < MIN_INTERVAL_S or now < self._hold_until:
+        if now - self._last < MIN_INTERVAL_S * self.pace or now < self._hold_until:
             return None
         self._last = now
         target = limits.target_ttft_p99_s
@@ -194,7 +199,7 @@ class Aimd:
             if cut >= current:
                 self.note = f"at the floor {low}: {why}"
                 return None
-            self._hold_until = now + HOLD_S
+            self._hold_until = now + HOLD_S * self.pace
             self._since = now
             self.note = f"holding after a cut: {why}"
             pct = round(100 * (current - cut) / current)
@@ -233,7 +238,8 @@ class Gradient:
     minRTT the least seen in the last ``MIN_RTT_WINDOW_S``. No target in it: see the module doc.
     """
 
-    def __init__(self, start: float = 0.0) -> None:
+    def __init__(self, start: float = 0.0, pace: float = 1.0) -> None:
+        self.pace = pace
         self._last = -math.inf
         self._since = start
         self._min_rtt: float | None = None
@@ -248,7 +254,7 @@ class Gradient:
         self._since = now
 
     def decide(self, now: float, limits: LaneLimits, current: int, m: Measure) -> Decision | None:
-        if now - self._last < MIN_INTERVAL_S:
+        if now - self._last < MIN_INTERVAL_S * self.pace:
             return None
         self._last = now
         p99 = m.engine_ttft_p99_s
@@ -258,7 +264,7 @@ class Gradient:
         if (
             self._min_rtt is None
             or p99 < self._min_rtt
-            or now - self._min_rtt_at > MIN_RTT_WINDOW_S
+            or now - self._min_rtt_at > MIN_RTT_WINDOW_S * self.pace
         ):
             self._min_rtt, self._min_rtt_at = p99, now
         gradient = max(0.5, min(2.0, self._min_rtt * (1 + GRADIENT_BUFFER) / max(p99, 1e-6)))
@@ -277,4 +283,4 @@ class Gradient:
         )
 
 
-CONTROLLERS: dict[str, Callable[[float], Controller]] = {"aimd": Aimd, "gradient": Gradient}
+CONTROLLERS: dict[str, Callable[[float, float], Controller]] = {"aimd": Aimd, "gradient": Gradient}

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuwatch.gate.adaptive import (
     CONTROLLERS,
+    MIN_INTERVAL_S,
     WINDOW_S,
     Controller,
     Decision,
@@ -67,6 +68,7 @@ class AdaptiveLoop:
         upstream: Callable[[], UpstreamReading | None] = lambda: None,
         controller: str = "aimd",
         clock: Callable[[], float] = time.monotonic,
+        pace: float = 1.0,
     ) -> None:
         self.state = state
         self.lanes = lanes
@@ -76,6 +78,7 @@ class AdaptiveLoop:
         self.controller_name = controller
         self.make_controller = CONTROLLERS[controller]
         self.clock = clock
+        self.pace = pace  # adaptive.py's timings x this (1/X before a simulator at X times)
         self.control: dict[str, LaneControl] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -95,7 +98,7 @@ class AdaptiveLoop:
             if ctl is None:
                 # Switched on: start from the top and let the tail say whether to cut.
                 start = clamp_inflight(configured, configured.max_inflight)
-                ctl = LaneControl(self.make_controller(now), start, None)
+                ctl = LaneControl(self.make_controller(now, self.pace), start, None)
                 self.control[name] = ctl
             elif ctl.configured != configured:
                 ctl.controller.restart(now)  # new bounds or target: judge what comes after
@@ -113,7 +116,7 @@ class AdaptiveLoop:
     def _records(self, name: str, since: float, queue_timeout_s: float) -> list[Record]:
         """The lane's records that can have been admitted after ``since``: newest first, up to
         those that arrived before it by more than a queue timeout (and 5 s of body reading)."""
-        horizon = since - queue_timeout_s - 5.0
+        horizon = since - queue_timeout_s - 5.0 * self.pace
         out = []
         for r in reversed(self.latency[name].records):
             if r.arrived < horizon:
@@ -139,7 +142,7 @@ class AdaptiveLoop:
             if total is not None and ctl.preemptions_seen is not None:
                 # A counter that went back (the upstream restarted) counts from its new value.
                 preempted = max(0.0, total - ctl.preemptions_seen)
-            since = max(now - WINDOW_S, ctl.controller.since)
+            since = max(now - WINDOW_S * self.pace, ctl.controller.since)
             m = measure(
                 self._records(name, since, configured.queue_timeout_s),
                 now,
@@ -197,9 +200,9 @@ class AdaptiveLoop:
             )
         return entries
 
-    async def run(self, interval_s: float = 1.0) -> None:
+    async def run(self) -> None:
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(MIN_INTERVAL_S * self.pace)
             try:
                 changes = self.tick()
                 entries = self.audit_entries(changes)

@@ -66,6 +66,7 @@ class Gate:
         token: str | None,
         upstream_metrics: str | None = None,
         controller: str = "aimd",
+        adaptive_pace: float = 1.0,
     ) -> None:
         self.config = config
         self.state = state
@@ -87,6 +88,7 @@ class Gate:
             self.metrics,
             self.upstream_metrics.latest if self.upstream_metrics else lambda: None,
             controller,
+            pace=adaptive_pace,
         )
         self.adaptive.apply(limits)  # an adaptive lane starts at its upper bound
         self.admin = Admin(state, self.lanes, config.client_body_timeout_s, self.latency)
@@ -156,6 +158,7 @@ async def start_gate(
     state_file: Path | None = None,
     upstream_metrics: str | None = None,
     controller: str = "aimd",
+    adaptive_pace: float = 1.0,
 ) -> tuple[Gate, Listening]:
     """Load state (persisted limits win), start serving; close with ``served.close()``."""
     defaults = {lane.name: lane.limits for lane in config.lanes}
@@ -163,6 +166,6 @@ async def start_gate(
     state = state_mod.load(path, defaults)
     if not path.exists():
         state.save()  # the file exists from the start: its path is something to show
-    gate = Gate(upstream, config, state, token, upstream_metrics, controller)
+    gate = Gate(upstream, config, state, token, upstream_metrics, controller, adaptive_pace)
     served = await listen(gate.app(), host, port, config.client_header_timeout_s)
     return gate, served
