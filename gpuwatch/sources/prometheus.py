@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -162,7 +162,7 @@ class PrometheusSource:
             )
         return body.get("data")
 
-    async def query(self, expr: str, at: float) -> list[tuple[dict[str, str], float | None]]:
+    async def query(self, expr: str, at: float) -> promql.Vector:
         data = await self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
         try:
             return promql.vector_of(data)
@@ -209,7 +209,9 @@ class PrometheusSource:
         for target in (data or {}).get("activeTargets") or []:
             if not isinstance(target, dict) or target.get("health") == "up":
                 continue
-            labels = target.get("labels") if isinstance(target.get("labels"), dict) else {}
+            labels: dict[str, Any] = (
+                target["labels"] if isinstance(target.get("labels"), dict) else {}
+            )
             out.append(
                 TargetHealth(
                     str(labels.get("instance", "?")),
@@ -226,7 +228,9 @@ class PrometheusSource:
         for alert in (data or {}).get("alerts") or []:
             if not isinstance(alert, dict) or alert.get("state") != "firing":
                 continue
-            labels = alert.get("labels") if isinstance(alert.get("labels"), dict) else {}
+            labels: dict[str, Any] = (
+                alert["labels"] if isinstance(alert.get("labels"), dict) else {}
+            )
             out.append(
                 Alert(
                     clip(str(labels.get("alertname", "?")), 80),
@@ -253,16 +257,22 @@ class PrometheusSource:
                 *(self.query(promql.gate_query(k, self.node_label), at) for k in gate_keys),
                 self.unhealthy_targets(),
                 self.firing_alerts(),
+                # Every call ends before the answer is judged: none is left behind half-open.
+                return_exceptions=True,
             )
+            failed = next((a for a in answers if isinstance(a, BaseException)), None)
+            if failed is not None:
+                raise failed
         except PrometheusError as exc:
             reading.error = str(exc)
             reading.queries = self.calls - before
             return reading
-        engine = dict(zip([k for k, _ in asked], answers[: len(asked)], strict=True))
-        gates = dict(zip(gate_keys, answers[len(asked) : len(asked) + len(gate_keys)], strict=True))
+        vectors = cast("list[promql.Vector]", answers[: len(asked) + len(gate_keys)])
+        engine = dict(zip([k for k, _ in asked], vectors[: len(asked)], strict=True))
+        gates = dict(zip(gate_keys, vectors[len(asked) :], strict=True))
         reading.rows, _ = promql.rows_from(engine, gates, self.node_label)
-        reading.unhealthy = answers[-2]  # type: ignore[assignment]
-        reading.alerts = answers[-1]  # type: ignore[assignment]
+        reading.unhealthy = cast("list[TargetHealth]", answers[-2])
+        reading.alerts = cast("list[Alert]", answers[-1])
         reading.queries = self.calls - before
         if not dialects and not gates:
             reading.warnings.append(

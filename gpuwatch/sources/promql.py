@@ -33,6 +33,7 @@ DIALECT_LABEL = "gpuwatch_dialect"
 DEFAULT_NODE_LABEL = "node"
 
 Kind = Literal["sum", "max", "quantile", "rate"]
+Vector = list[tuple[dict[str, str], float | None]]
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ def sample_value(raw: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def vector_of(data: Any) -> list[tuple[dict[str, str], float | None]]:
+def vector_of(data: Any) -> Vector:
     """(labels, value) pairs from a ``query`` answer's ``data``; ValueError when it is not one."""
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         raise ValueError("answer is not an instant vector")
@@ -218,8 +219,8 @@ def vector_of(data: Any) -> list[tuple[dict[str, str], float | None]]:
 
 
 def rows_from(
-    answers: Mapping[str, list[tuple[dict[str, str], float | None]]],
-    gates: Mapping[str, list[tuple[dict[str, str], float | None]]],
+    answers: Mapping[str, Vector],
+    gates: Mapping[str, Vector],
     node_label: str = DEFAULT_NODE_LABEL,
 ) -> tuple[list[FleetRow], dict[str, str]]:
     """Rows from each signal's answer; the gate values go on the rows of the gate's node.

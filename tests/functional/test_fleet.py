@@ -1,0 +1,189 @@
+"""The fleet through a real Prometheus: rows equal its own answers at the same instant, and one
+change reaches two marked gates (each audited; a stale one gets 409)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from aiohttp import web
+
+from gpuwatch import config
+from gpuwatch.control.fleet import FleetChange, address_of
+from gpuwatch.control.guard import Guard, ReadOnlyError
+from gpuwatch.sources import promql
+from gpuwatch.sources.prometheus import PrometheusSource
+from tests.functional.fleetkit import Fleet, fleet
+from tests.functional.servers import ThreadedServer
+from tests.helpers import refusing_port
+
+# What an operator would type into Prometheus' own console, written by hand (not generated):
+# the rows must equal these at the same evaluation time.
+BY = "by (instance, model_name)"
+HAND_WRITTEN = {
+    "running": f"sum {BY} (vllm:num_requests_running)",
+    "waiting": f"sum {BY} (vllm:num_requests_waiting)",
+    "kv": f"max {BY} (vllm:kv_cache_usage_perc)",
+    "ttft_p99": "histogram_quantile(0.99, sum by (le, instance, model_name) "
+    "(rate(vllm:time_to_first_token_seconds_bucket[1m])))",
+    "itl_p99": "histogram_quantile(0.99, sum by (le, instance, model_name) "
+    "(rate(vllm:inter_token_latency_seconds_bucket[1m])))",
+    "gen_tps": f"sum {BY} (rate(vllm:generation_tokens_total[1m]))",
+    "preempt_per_min": f"sum {BY} (rate(vllm:num_preemptions_total[1m])) * 60",
+    "gate_inflight": "sum by (instance) (gpuwatch_gate_inflight)",
+    "gate_queued": "sum by (instance) (gpuwatch_gate_queued)",
+    "gate_refused_ps": "sum by (instance) (rate(gpuwatch_gate_rejected_total[1m]))",
+}
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with fleet(tmp_path_factory.mktemp("fleet")) as f:
+        yield f
+
+
+def gates_of(f: Fleet) -> list:
+    targets = config.load(f.config).gates
+    return [address_of(url.split("://")[1], node, targets) for node, url in f.gates.items()]
+
+
+async def test_rows_equal_prometheus_answers_at_the_same_instant(rig: Fleet) -> None:
+    at = time.time() - 0.5
+    async with PrometheusSource(rig.prometheus) as source:
+        reading = await source.read_fleet(at)
+    assert reading.error is None, reading.error
+    sims = {url.split("://")[1]: node for node, url in rig.sims.items()}
+    rows = {r.instance: r for r in reading.rows}
+    assert set(rows) == set(sims), "one row per simulated node (model), no gate-only rows"
+    for instance, node in sims.items():
+        assert rows[instance].node == node and rows[instance].dialect == "vllm"
+    # The node with two engines is one row: both engines summed, as on a scraped page.
+    two = rows[rig.sims["b"].split("://")[1]]
+    engines = rig.query(f'vllm:num_requests_running{{instance="{two.instance}"}}', at)
+    assert len(engines) == 2 and two.values["running"] == sum(v for _, v in engines)
+    assert two.model == "m-two"
+    compared = 0
+    for key, expr in HAND_WRITTEN.items():
+        answer = {labels["instance"]: value for labels, value in rig.query(expr, at)}
+        for row in rows.values():
+            target = row.gate if key.startswith("gate_") else row.instance
+            if target is None:
+                assert row.values.get(key) is None, (key, row)
+                continue
+            assert row.values[key] == pytest.approx(answer[target], rel=1e-12), (key, row)
+            compared += 1
+    assert compared >= 3 * 7 + 2 * 3
+    assert rows[rig.sims["a"].split("://")[1]].gate == rig.gates["a"].split("://")[1]
+    assert any(r.values["gen_tps"] for r in rows.values()), "the load reached the engines"
+
+
+async def test_one_query_per_signal_whatever_the_fleet_size(rig: Fleet) -> None:
+    async with PrometheusSource(rig.prometheus) as source:
+        first = await source.read_fleet()
+        second = await source.read_fleet()
+    # names (once per 30 s) + 7 signals + 3 gate signals + targets + alerts
+    assert first.queries == 1 + len(promql.SIGNALS) + len(promql.GATE_SIGNALS) + 2
+    assert second.queries == first.queries - 1
+
+
+async def test_a_change_to_two_marked_gates_applies_to_both_each_audited(rig: Fleet) -> None:
+    change = FleetChange(Guard(), actor="fleet-test")
+    read = await change.read(gates_of(rig))
+    before = {p.gate.node: p.before["lanes"]["chat"]["max_inflight"] for p in read}
+    planned = change.plan(read, [("chat", "max_inflight", lambda v: v + 1)])
+    shown = [line for p in planned for line in p.summary()]
+    for p in planned:
+        old = before[p.gate.node]
+        assert (
+            f"{p.gate.node} ({p.gate.instance}) v{p.version}: chat.max_inflight {old} -> {old + 1}"
+            in shown
+        )
+    outcomes = await change.apply(planned)
+    assert [o.result for o in outcomes] == ["applied", "applied"]
+    for node, url in rig.gates.items():
+        limits = httpx.get(f"{url}/admin/limits").json()
+        assert limits["lanes"]["chat"]["max_inflight"] == before[node] + 1
+        audit = httpx.get(f"{url}/admin/audit", params={"limit": 1}).json()["entries"]
+        assert audit[0]["actor"] == "fleet-test", audit
+
+
+async def test_a_gate_changed_in_between_gets_409_and_the_other_applies(rig: Fleet) -> None:
+    change = FleetChange(Guard(), actor="fleet-test")
+    read = await change.read(gates_of(rig))
+    planned = change.plan(read, [("chat", "max_queue", lambda v: v + 8)])
+    # Someone else changes gate b after the confirmation was shown, before it is applied.
+    b = rig.gates["b"]
+    httpx.patch(f"{b}/admin/limits", json={"lanes": {"chat": {"max_queue": 3}}}).raise_for_status()
+    outcomes = {o.gate.node: o for o in await change.apply(planned)}
+    assert outcomes["a"].result == "applied"
+    assert outcomes["b"].result == "409", outcomes["b"]
+    assert httpx.get(f"{b}/admin/limits").json()["lanes"]["chat"]["max_queue"] == 3
+
+
+async def test_read_only_refuses_a_fleet_change_in_the_guard(rig: Fleet) -> None:
+    before = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
+    with pytest.raises(ReadOnlyError):
+        await FleetChange(Guard(read_only=True)).read(gates_of(rig))
+    after = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
+    assert before == after
+
+
+def test_snapshot_prometheus_json_gives_the_fleet_rows(rig: Fleet) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "snapshot", "--prometheus", rig.prometheus, "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["error"] is None and data["window"] == "1m"
+    assert {r["node"] for r in data["rows"]} == {"a", "b", "c"}
+    assert all(
+        ("ttft_p99" in r and "gate_inflight" in r) or r["gate"] is None for r in data["rows"]
+    )
+
+
+def test_watch_prometheus_prints_rows_per_interval(rig: Fleet) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "watch", "--prometheus", rig.prometheus,
+         "--count", "2", "--interval", "0.5", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    frames = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(frames) == 2 and frames[1]["at"] > frames[0]["at"]
+    assert len(frames[0]["rows"]) == 3
+
+
+async def test_a_down_prometheus_is_one_line() -> None:
+    with refusing_port() as port:
+        async with PrometheusSource(f"http://127.0.0.1:{port}") as source:
+            reading = await source.read_fleet()
+    assert reading.error is not None and "unreachable" in reading.error
+    assert "\n" not in reading.error and reading.rows == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "<html>not prometheus</html>",
+        '{"status": "error", "error": "bad_data: parse error"}',
+        '{"status": "success", "data": {"resultType": "matrix", "result": []}}',
+        '{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": 5}]}}',
+    ],
+)
+async def test_a_prometheus_answering_garbage_is_one_line(body: str) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        if request.path.endswith("/values"):
+            return web.json_response({"status": "success", "data": ["vllm:num_requests_running"]})
+        return web.Response(text=body, content_type="application/json")
+
+    with ThreadedServer({"/api/v1/{tail:.*}": answer}) as server:
+        async with PrometheusSource(server.url("")) as source:
+            reading = await source.read_fleet()
+    assert reading.error is not None and "\n" not in reading.error
+    assert reading.rows == []
