@@ -144,10 +144,11 @@ def fleet(root: Path) -> Iterator[Fleet]:
         f = Fleet(prom_url, sims, gates, config, root, procs)
 
         def scraped() -> bool:
-            # Every target up, and two scrapes of each in: rates have an answer.
-            up = f.query("up", _now())
-            rated = f.query("rate(vllm:generation_tokens_total[1m]) > 0", _now())
-            return len(up) == 5 and all(v == 1 for _, v in up) and len(rated) >= 4
+            # Every target up with five scrapes in, and requests served on every engine: every
+            # rate and quantile has an answer a few seconds back as well as now.
+            up = f.query("count_over_time(up[1m]) >= 5", _now())
+            rated = f.query("rate(vllm:time_to_first_token_seconds_count[1m]) > 0", _now())
+            return len(up) == 5 and len(rated) == 4
 
         eventually_sync(scraped, 60, message="prometheus never saw the whole fleet serving")
         yield f
