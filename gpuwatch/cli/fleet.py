@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 import time
+from datetime import datetime
 from typing import IO, Any
 
 from gpuwatch import config
@@ -24,6 +25,58 @@ def add_prometheus_args(p: argparse.ArgumentParser) -> None:
         help="read the fleet from this Prometheus (or [prometheus] url); auth from the config's "
         "token_file / password_file or $GPUWATCH_PROMETHEUS_TOKEN, never the command line",
     )
+
+
+def add_fleet_screen_args(p: argparse.ArgumentParser) -> None:
+    """What only the fleet screen takes (with --prometheus)."""
+    p.add_argument(
+        "--direct",
+        action="store_true",
+        help="with --prometheus: a drilled-into node's /metrics is also scraped directly",
+    )
+    p.add_argument(
+        "--at",
+        type=past_instant,
+        metavar="TIME",
+        help="with --prometheus: the fleet at a past instant (ISO 8601, or Unix seconds)",
+    )
+
+
+def past_instant(text: str) -> float:
+    """An argparse type: a Unix time, or an ISO 8601 date-time (local time without a zone)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (2026-11-30T08:15:00, or Unix seconds)"
+        ) from None
+
+
+def dashboard(args: argparse.Namespace, settings: config.Settings, url: str) -> int:
+    """The fleet screen (``gpuwatch --prometheus URL``)."""
+    from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+
+    try:
+        source = make_source(settings, url)
+    except ValueError as exc:
+        return fail("gpuwatch", str(exc))
+    options = FleetOptions(
+        prometheus=url,
+        source=source,
+        interval_s=args.interval or settings.interval_s,
+        slo=settings.slo.thresholds(),
+        read_only=settings.read_only,
+        gates=settings.gates,
+        direct=bool(args.direct),
+        at=args.at,
+        theme=settings.theme,
+    )
+    FleetApp(options).run()
+    return EXIT_OK
 
 
 def prometheus_url(args: argparse.Namespace, settings: config.Settings) -> str | None:

@@ -100,11 +100,16 @@ def _candidates(dialect: Dialect, signal: FleetSignal) -> tuple[str, ...]:
     return dialect.scalars.get(signal.field, ())
 
 
-def dialect_expr(dialect: Dialect, signal: FleetSignal, node_label: str) -> str | None:
-    """The signal for one dialect, or None where the dialect does not export it."""
+def dialect_expr(
+    dialect: Dialect, signal: FleetSignal, node_label: str, instance: str | None = None
+) -> str | None:
+    """The signal for one dialect (one instance's only, for a drill-down's charts), or None
+    where the dialect does not export it."""
     parts = []
     for text in _candidates(dialect, signal):
         sel = Selector.parse(text)
+        if instance is not None:
+            sel = Selector(sel.name, (*sel.labels, ("instance", instance)))
         if signal.kind == "quantile":
             inner = f"rate({_vector(f'{sel.name}_bucket', sel.labels)}[{WINDOW}])"
             parts.append(
@@ -123,10 +128,16 @@ def dialect_expr(dialect: Dialect, signal: FleetSignal, node_label: str) -> str 
 
 
 def signal_query(
-    signal: FleetSignal, dialects: Sequence[Dialect], node_label: str = DEFAULT_NODE_LABEL
+    signal: FleetSignal,
+    dialects: Sequence[Dialect],
+    node_label: str = DEFAULT_NODE_LABEL,
+    instance: str | None = None,
 ) -> str | None:
-    """One query for ``signal`` over every dialect in ``dialects``: the whole fleet at once."""
-    exprs = [e for d in dialects if (e := dialect_expr(d, signal, node_label)) is not None]
+    """One query for ``signal`` over every dialect in ``dialects``: the whole fleet at once
+    (or the one ``instance``)."""
+    exprs = [
+        e for d in dialects if (e := dialect_expr(d, signal, node_label, instance)) is not None
+    ]
     return " or ".join(exprs) if exprs else None
 
 
@@ -136,6 +147,11 @@ def gate_query(key: str, node_label: str = DEFAULT_NODE_LABEL) -> str:
     if kind == "rate":
         return f"sum {by} (rate({_vector(name)}[{WINDOW}]))"
     return f"sum {by} ({_vector(name)})"
+
+
+def dialects_named(name: str) -> list[Dialect]:
+    """The engine dialects a row's ``dialect`` names (ray and trtllm have two spellings)."""
+    return [d for d in ENGINE_DIALECTS if d.name == name]
 
 
 def dialect_names(dialect: Dialect) -> set[str]:

@@ -13,15 +13,23 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from aiohttp import web
+from textual.widgets import Static
 
 from gpuwatch import config
 from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.sources import promql
 from gpuwatch.sources.prometheus import PrometheusSource
+from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+from gpuwatch.tui.screens.confirm import ConfirmationModal
+from gpuwatch.tui.screens.fleet import FleetScreen
+from gpuwatch.tui.screens.node import NodeScreen
+from gpuwatch.tui.screens.results import ResultsScreen
+from gpuwatch.tui.widgets.engines import EnginePanel
+from gpuwatch.tui.widgets.fleet import FleetTable
 from tests.functional.fleetkit import Fleet, fleet
 from tests.functional.servers import ThreadedServer
-from tests.helpers import refusing_port
+from tests.helpers import eventually, refusing_port
 
 # What an operator would type into Prometheus' own console, written by hand (not generated):
 # the rows must equal these at the same evaluation time.
@@ -192,3 +200,107 @@ async def test_a_prometheus_answering_garbage_is_one_line(body: str) -> None:
             reading = await source.read_fleet()
     assert reading.error is not None and "\n" not in reading.error
     assert reading.rows == []
+
+
+def fleet_app(rig: Fleet, **kw: object) -> FleetApp:
+    settings = config.load(rig.config)
+    source = PrometheusSource(rig.prometheus)
+    options = FleetOptions(rig.prometheus, source, gates=settings.gates, **kw)  # type: ignore[arg-type]
+    return FleetApp(options)
+
+
+async def test_fleet_screen_filter_drill_down_and_back(rig: Fleet) -> None:
+    app = fleet_app(rig, direct=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.screen.query_one(FleetTable)
+        await eventually(lambda: table.row_count == 3, 20, pause=pilot.pause)
+        await pilot.press("slash", *"m-two", "enter")
+        await eventually(lambda: table.row_count == 1, 5, pause=pilot.pause)
+        assert table.cursor_key()[1] == "m-two"  # type: ignore[index]
+        await pilot.press("enter")
+        node = await eventually(
+            lambda: app.screen if isinstance(app.screen, NodeScreen) else None, 5, pause=pilot.pause
+        )
+        assert node.row.instance == rig.sims["b"].split("://")[1]
+        # The charts' hour comes from query_range at once, not from a minute of polling.
+        await eventually(lambda: len(node.history.get("running", [])) >= 2, 20, pause=pilot.pause)
+        await eventually(lambda: len(node.history.get("ttft_p99", [])) >= 1, 20, pause=pilot.pause)
+        # --direct: the node's own /metrics is scraped too, and shown as the engine panel.
+        panel = node.query_one(EnginePanel)
+        await eventually(lambda: "m-two" in panel.markup, 20, pause=pilot.pause)
+        await pilot.press("escape")
+        await eventually(lambda: isinstance(app.screen, FleetScreen), 5, pause=pilot.pause)
+        await pilot.press("escape")  # clears the filter
+        await eventually(lambda: table.row_count == 3, 5, pause=pilot.pause)
+
+
+async def test_fleet_screen_marked_rows_change_both_gates(rig: Fleet) -> None:
+    before = {n: httpx.get(f"{u}/admin/limits").json() for n, u in rig.gates.items()}
+    app = fleet_app(rig)
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        table = screen.query_one(FleetTable)
+        await eventually(lambda: table.row_count == 3, 20, pause=pilot.pause)
+        screen.sort = "instance"
+        gated = [r.key for r in app.state.rows if r.gate]
+        assert len(gated) == 2
+        screen.marked.update(gated)
+        screen.paint()
+        await pilot.press("plus")
+        modal = await eventually(
+            lambda: app.screen if isinstance(app.screen, ConfirmationModal) else None,
+            10,
+            pause=pilot.pause,
+        )
+        for node, limits in before.items():
+            old = limits["lanes"]["chat"]["max_inflight"]
+            v = limits["version"]
+            assert any(
+                line.startswith(f"{node} (")
+                and f"v{v}: chat.max_inflight {old} -> {old + 1}" in line
+                for line in modal.lines
+            ), modal.lines
+        await pilot.click("#apply")
+        results = await eventually(
+            lambda: app.screen if isinstance(app.screen, ResultsScreen) else None,
+            10,
+            pause=pilot.pause,
+        )
+        assert sorted(o.result for o in results.outcomes) == ["applied", "applied"]
+    for node, url in rig.gates.items():
+        after = httpx.get(f"{url}/admin/limits").json()
+        assert (
+            after["lanes"]["chat"]["max_inflight"]
+            == before[node]["lanes"]["chat"]["max_inflight"] + 1
+        )
+
+
+async def test_fleet_screen_read_only_refuses_and_sends_nothing(rig: Fleet) -> None:
+    before = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
+    app = fleet_app(rig, read_only=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        await eventually(lambda: len(app.state.rows) == 3, 20, pause=pilot.pause)
+        screen.marked.update(r.key for r in app.state.rows if r.gate)
+        await pilot.press("plus")
+        await eventually(
+            lambda: any("read-only" in e.text for e in app.state.events), 5, pause=pilot.pause
+        )
+        assert not isinstance(app.screen, ConfirmationModal)
+    after = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
+    assert before == after
+
+
+async def test_fleet_screen_survives_a_dead_prometheus() -> None:
+    with refusing_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        app = FleetApp(FleetOptions(url, PrometheusSource(url), interval_s=0.2))
+        async with app.run_test(size=(80, 24)) as pilot:
+            status = app.screen.query_one("#fleet-status", Static)
+            await eventually(lambda: "unreachable" in str(status.render()), 10, pause=pilot.pause)
+            await pilot.press("s", "m", "slash", "x", "escape")
+            assert app.is_running
+            errors = [e for e in app.state.events if "unreachable" in e.text]
+            assert len(errors) == 1, "the same failure is one line, not one a second"
