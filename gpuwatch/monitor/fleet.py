@@ -47,9 +47,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("ttft_p99", f"TTFT p99 {WINDOW}", seconds),
     Column("itl_p99", f"ITL p99 {WINDOW}", seconds),
     Column("gen_tps", f"gen tok/s {WINDOW}", _rate),
-    Column("preempt_per_min", f"preempt/min {WINDOW}", _rate),
-    Column("gate_inflight", "gate in-flight", num),
-    Column("gate_queued", "gate queued", num),
+    Column("preempt_per_min", f"preempt/m {WINDOW}", _rate),
+    # The node's gate, lanes summed.
+    Column("gate_inflight", "gate in", num),
+    Column("gate_queued", "gate q", num),
     Column("gate_refused_ps", f"refused/s {WINDOW}", _rate),
 )
 SORT_KEYS = ("health", "instance", "model", *(c.key for c in COLUMNS))

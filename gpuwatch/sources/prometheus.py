@@ -31,10 +31,17 @@ PASSWORD_ENV = "GPUWATCH_PROMETHEUS_PASSWORD"
 MAX_BYTES = 32 * 1024 * 1024
 # The names Prometheus holds change only when targets come and go: asked again this often.
 DISCOVERY_EVERY_S = 30.0
+# Scrape health and alerts change at Prometheus' own scrape / rule intervals: asked this often.
+HEALTH_EVERY_S = 5.0
 
 
 class PrometheusError(Exception):
     """One line: the server did not answer, refused, or answered something that is not its API."""
+
+
+async def _same(value: Any) -> Any:
+    """The last answer again, in the place of a call not made this refresh."""
+    return value
 
 
 def auth_headers(
@@ -124,10 +131,14 @@ class PrometheusSource:
     ) -> None:
         self.base = url.rstrip("/")
         self.node_label = node_label
-        self._client = async_client(timeout_s=timeout_s, headers=headers)
+        # Few connections: httpcore scans every pooled one per request (its cost grows with both).
+        self._client = async_client(timeout_s=timeout_s, max_connections=4, headers=headers)
         self._dialects: list[Dialect] = []
         self._gates = False
         self._discovered_at = -1e9
+        self._health_at = -1e9
+        self._unhealthy: list[TargetHealth] = []
+        self._alerts: list[Alert] = []
         self.calls = 0
 
     async def close(self) -> None:
@@ -149,7 +160,9 @@ class PrometheusSource:
                 f"Prometheus {self.base} unreachable: {type(exc).__name__}"
             ) from exc
         try:
-            body = loads_bounded(response.content, max_bytes=MAX_BYTES)
+            # No depth walk: answers are a few levels deep but thousands of nodes wide, read
+            # every second (the decoder still refuses a pathological nesting).
+            body = loads_bounded(response.content, max_depth=0, max_bytes=MAX_BYTES)
         except JSONError as exc:
             raise PrometheusError(
                 f"Prometheus {self.base}{path}: HTTP {response.status_code}, not its API ({exc})"
@@ -252,11 +265,12 @@ class PrometheusSource:
             queries = {s.key: promql.signal_query(s, dialects, self.node_label) for s in signals}
             gate_keys = list(promql.GATE_SIGNALS) if self._gates else []
             asked = [(k, q) for k, q in queries.items() if q is not None]
+            health = time.monotonic() - self._health_at >= HEALTH_EVERY_S
             answers = await asyncio.gather(
                 *(self.query(q, at) for _, q in asked),
                 *(self.query(promql.gate_query(k, self.node_label), at) for k in gate_keys),
-                self.unhealthy_targets(),
-                self.firing_alerts(),
+                self.unhealthy_targets() if health else _same(self._unhealthy),
+                self.firing_alerts() if health else _same(self._alerts),
                 # Every call ends before the answer is judged: none is left behind half-open.
                 return_exceptions=True,
             )
@@ -271,8 +285,10 @@ class PrometheusSource:
         engine = dict(zip([k for k, _ in asked], vectors[: len(asked)], strict=True))
         gates = dict(zip(gate_keys, vectors[len(asked) :], strict=True))
         reading.rows, _ = promql.rows_from(engine, gates, self.node_label)
-        reading.unhealthy = cast("list[TargetHealth]", answers[-2])
-        reading.alerts = cast("list[Alert]", answers[-1])
+        reading.unhealthy = self._unhealthy = cast("list[TargetHealth]", answers[-2])
+        reading.alerts = self._alerts = cast("list[Alert]", answers[-1])
+        if health:
+            self._health_at = time.monotonic()
         reading.queries = self.calls - before
         if not dialects and not gates:
             reading.warnings.append(

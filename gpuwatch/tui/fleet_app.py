@@ -15,6 +15,7 @@ from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
+from textual.css.query import NoMatches
 
 from gpuwatch.config import DEFAULT_THEME, GateTarget
 from gpuwatch.control.fleet import FleetChange
@@ -84,8 +85,8 @@ class FleetApp(App[None]):
             self.state.event("warn", warning)
         self.theme = self.options.theme if self.options.theme in self._themes else DEFAULT_THEME
         self.push_screen(FleetScreen())
+        # Painted when a reading arrives (and on keys): nothing moves in between.
         self.run_worker(self._poll(), group="poll", name="prometheus")
-        self.set_interval(1.0, self._tick)
 
     async def on_unmount(self) -> None:
         await self.source.close()
@@ -111,13 +112,13 @@ class FleetApp(App[None]):
                 return  # a past instant: read once
             await asyncio.sleep(max(0.05, self.options.interval_s - (time.monotonic() - started)))
 
-    def _tick(self) -> None:
-        self.paint()
-
     def paint(self) -> None:
         screen = self.screen
         if isinstance(screen, FleetScreen) and screen.is_mounted:
-            screen.paint()
+            try:
+                screen.paint()
+            except NoMatches:
+                return  # the screen is being composed, or taken down as the app exits
 
     def open_node(self, row: FleetRow) -> None:
         self.push_screen(NodeScreen(row))

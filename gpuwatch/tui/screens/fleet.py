@@ -15,7 +15,7 @@ from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input
 
 from gpuwatch.control.fleet import GateAddress, Planned, address_of, lanes_of
 from gpuwatch.control.guard import ReadOnlyError
@@ -29,6 +29,7 @@ from gpuwatch.tui.screens.edit import EditLimits
 from gpuwatch.tui.screens.results import ResultsScreen
 from gpuwatch.tui.widgets.events import EventsPanel
 from gpuwatch.tui.widgets.fleet import FleetTable, RowKey
+from gpuwatch.tui.widgets.panel import Panel
 
 if TYPE_CHECKING:
     from gpuwatch.tui.fleet_app import FleetApp
@@ -82,8 +83,8 @@ class FleetScreen(Screen[None]):
         return cast("FleetApp", self.app)
 
     def compose(self) -> ComposeResult:
-        yield Static(id="fleet-title")
-        yield Static(id="fleet-status")
+        yield Panel(id="fleet-title")
+        yield Panel(id="fleet-status")
         yield Input(placeholder="filter: instance, node, model or dialect", id="fleet-filter")
         yield FleetTable(id="fleet-table")
         yield EventsPanel(id="fleet-events")
@@ -117,7 +118,7 @@ class FleetScreen(Screen[None]):
         if self.marked:
             extra.append(f"[b]{len(self.marked)} marked[/], lane [b]{escape(self.lane)}[/]")
         title = (
-            f"[b]gpuwatch fleet[/] {escape(self.fleet.options.prometheus)}  "
+            f"[b]gpuwatch fleet[/] · {escape(self.fleet.options.prometheus)}  "
             f"{len(state.rows)} engines  {summary}  sort [b]{escape(SORT_NAMES[self.sort])}[/] "
             f"({order})  windows {WINDOW}"
         )
@@ -125,7 +126,7 @@ class FleetScreen(Screen[None]):
             title += "  [b $warn]READ-ONLY[/]"
         if self.fleet.options.at is not None:
             title += f"  [b $warn]AT {self.fleet.at_label()}[/]"
-        self.query_one("#fleet-title", Static).update(title)
+        self.query_one("#fleet-title", Panel).show(title)
         status = []
         reading = state.reading
         if reading is None:
@@ -133,7 +134,7 @@ class FleetScreen(Screen[None]):
         elif reading.error:
             status.append(f"[$bad]{escape(reading.error)}[/] [dim](last good rows shown)[/]")
         status.append("  ".join(extra))
-        self.query_one("#fleet-status", Static).update("\n".join(s for s in status if s))
+        self.query_one("#fleet-status", Panel).show("\n".join(s for s in status if s))
         self.query_one(FleetTable).render_rows(state, self.rows(), self.marked, self.sort)
         self.query_one(EventsPanel).render_events(state.events)
 
@@ -141,10 +142,6 @@ class FleetScreen(Screen[None]):
 
     def _cursor(self) -> RowKey | None:
         return self.query_one(FleetTable).cursor_key()
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        event.stop()
-        self.action_drill()
 
     def action_drill(self) -> None:
         key = self._cursor()
