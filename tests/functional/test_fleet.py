@@ -304,3 +304,31 @@ async def test_fleet_screen_survives_a_dead_prometheus() -> None:
             assert app.is_running
             errors = [e for e in app.state.events if "unreachable" in e.text]
             assert len(errors) == 1, "the same failure is one line, not one a second"
+
+
+def test_every_dialect_s_generated_query_is_valid_promql(rig: Fleet) -> None:
+    """Prometheus itself parses the query of every signal for every stack the table knows."""
+    for signal in (*promql.SIGNALS, *promql.CHART_SIGNALS):
+        query = promql.signal_query(signal, promql.ENGINE_DIALECTS)
+        assert query is not None
+        r = httpx.get(f"{rig.prometheus}/api/v1/query", params={"query": query})
+        assert r.status_code == 200 and r.json()["status"] == "success", (signal.key, r.text)
+    for key in promql.GATE_SIGNALS:
+        r = httpx.get(f"{rig.prometheus}/api/v1/query", params={"query": promql.gate_query(key)})
+        assert r.json()["status"] == "success", r.text
+
+
+async def test_the_fleet_at_a_past_instant_is_prometheus_answer_then(rig: Fleet) -> None:
+    at = time.time() - 4.0
+    app = fleet_app(rig, at=at)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await eventually(lambda: len(app.state.rows) == 3, 20, pause=pilot.pause)
+        title = app.screen.query_one("#fleet-title", Static)
+        assert "AT " in str(title.render())
+        reading = app.state.reading
+        assert reading is not None and reading.at == at
+        answer = {
+            labels["instance"]: value for labels, value in rig.query(HAND_WRITTEN["gen_tps"], at)
+        }
+        for row in app.state.rows:
+            assert row.values["gen_tps"] == pytest.approx(answer[row.instance], rel=1e-12)
