@@ -63,11 +63,13 @@ class FleetApp(App[None]):
         'tokens come from [gates."instance-glob"] in the config. --read-only refuses all.',
     ]
 
-    def __init__(self, options: FleetOptions) -> None:
+    def __init__(self, options: FleetOptions, state: FleetState | None = None) -> None:
         super().__init__()
         self.options = options
         self.source = options.source
-        self.state = FleetState(options.slo)
+        # A prebuilt state (the screenshots' scene) is shown as it is: nothing polls.
+        self.polling = state is None
+        self.state = state or FleetState(options.slo)
         # The one guard: a fleet change asks it before reading, and GateClient before PATCH.
         self.guard = Guard(read_only=options.read_only)
         self.change = FleetChange(self.guard)
@@ -86,7 +88,8 @@ class FleetApp(App[None]):
         self.theme = self.options.theme if self.options.theme in self._themes else DEFAULT_THEME
         self.push_screen(FleetScreen())
         # Painted when a reading arrives (and on keys): nothing moves in between.
-        self.run_worker(self._poll(), group="poll", name="prometheus")
+        if self.polling:
+            self.run_worker(self._poll(), group="poll", name="prometheus")
 
     async def on_unmount(self) -> None:
         await self.source.close()

@@ -66,6 +66,7 @@ class FleetScreen(Screen[None]):
     FleetScreen #fleet-filter { display: none; height: 3; }
     FleetScreen #fleet-filter.shown { display: block; }
     FleetScreen #fleet-events { height: 7; border: round $panel-lighten-2; padding: 0 1; }
+    FleetScreen.-short #fleet-events { height: 4; }
     """
 
     def __init__(self) -> None:
@@ -92,6 +93,10 @@ class FleetScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(FleetTable).focus()
+        self.paint()
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.height < 36, "-short")
         self.paint()
 
     # -- painting -------------------------------------------------------------------------

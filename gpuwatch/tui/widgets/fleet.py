@@ -28,6 +28,7 @@ HEADERS = ("", "health", "node", "instance", "model", "dialect", *(c.header for 
 # Columns left-aligned (names); the rest are numbers, right-aligned.
 TEXT_COLUMNS = 6
 GAP = "  "
+NARROW_BELOW = 120
 
 
 class FleetTable(ScrollView, can_focus=True):
@@ -50,6 +51,7 @@ class FleetTable(ScrollView, can_focus=True):
         self.levels: list[str] = []
         self.cursor_row = 0
         self.sort_column = -1
+        self.shown_columns: list[int] = list(range(len(HEADERS)))
         self._widths: list[int] = [len(h) for h in HEADERS]
         self._cache: dict[tuple[object, ...], Strip] = {}
 
@@ -73,18 +75,22 @@ class FleetTable(ScrollView, can_focus=True):
             _cells(r, level, r.key in marked) for r, level in zip(rows, self.levels, strict=True)
         ]
         keys = [c.key for c in COLUMNS]
+        # Narrow: the node names a row; instance and dialect make room for the numbers.
+        narrow = 0 < self.size.width < NARROW_BELOW
+        self.shown_columns = [i for i in range(len(HEADERS)) if not (narrow and i in (3, 5))]
         self.sort_column = TEXT_COLUMNS + keys.index(sort) if sort in keys else -1
         widths = [len(h) for h in HEADERS]
         for cells in self.cells:
             for i, text in enumerate(cells):
                 widths[i] = max(widths[i], len(text))
+        widths = [w if i in self.shown_columns else -1 for i, w in enumerate(widths)]
         if widths != self._widths:
             self._widths = widths
             self._cache.clear()
         if keep in self.keys:
             self.cursor_row = self.keys.index(keep)
         self.cursor_row = max(0, min(self.cursor_row, len(self.keys) - 1))
-        width = sum(widths) + len(GAP) * (len(widths) - 1)
+        width = sum(w + len(GAP) for w in widths if w >= 0) - len(GAP)
         size = Size(width, len(self.keys) + 1)
         if size != self.virtual_size:
             self.virtual_size = size  # lays the widget out again: only when it changed
@@ -118,12 +124,14 @@ class FleetTable(ScrollView, can_focus=True):
         return Style(color=color, bold=bold) if color else Style(bold=bold)
 
     def _line(self, cells: tuple[str, ...], styles: list[Style], base: Style) -> Strip:
-        segments = []
+        segments: list[Segment] = []
         for i, (text, width) in enumerate(zip(cells, self._widths, strict=True)):
+            if width < 0:
+                continue  # a column hidden at this width
             padded = text.ljust(width) if i < TEXT_COLUMNS else text.rjust(width)
-            segments.append(Segment(padded, base + styles[i]))
-            if i < len(cells) - 1:
+            if segments:
                 segments.append(Segment(GAP, base))
+            segments.append(Segment(padded, base + styles[i]))
         return Strip(segments)
 
     def render_line(self, y: int) -> Strip:
@@ -159,6 +167,9 @@ class FleetTable(ScrollView, can_focus=True):
             base = Style(reverse=True) if selected else Style()
             strip = self._cache[key] = self._line(cells, styles, base)
         return strip.crop_extend(scroll_x, scroll_x + width, None)
+
+    def on_resize(self) -> None:
+        self._cache.clear()  # the columns shown depend on the width
 
     def on_focus(self) -> None:
         self.refresh()
