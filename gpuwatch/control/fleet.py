@@ -88,7 +88,7 @@ class FleetChange:
 
     def _client(self, gate: GateAddress) -> GateClient:
         assert gate.admin is not None
-        token = read_token(Path(gate.token_file)) if gate.token_file else None
+        token = read_token(Path(gate.token_file).expanduser()) if gate.token_file else None
         return GateClient(gate.admin, token, self.guard, self.actor, self.timeout_s)
 
     async def read(self, gates: Sequence[GateAddress]) -> list[Planned]:

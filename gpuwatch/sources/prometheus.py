@@ -51,12 +51,14 @@ def auth_headers(
 
     (The ``[prometheus]`` settings' fields: ``config`` imports ``sources``, not the reverse.)
     """
-    token = read_token(Path(token_file) if token_file else None, TOKEN_ENV, "Prometheus token")
+    token = read_token(
+        Path(token_file).expanduser() if token_file else None, TOKEN_ENV, "Prometheus token"
+    )
     if token:
         return {"Authorization": f"Bearer {token}"}
     if basic_user:
         password = read_token(
-            Path(password_file) if password_file else None,
+            Path(password_file).expanduser() if password_file else None,
             PASSWORD_ENV,
             "Prometheus password",
         )

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from gpuwatch import config
 from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.sources import promql
-from gpuwatch.sources.prometheus import PrometheusSource
+from gpuwatch.sources.prometheus import PrometheusSource, auth_headers
 from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.fleet import FleetScreen
@@ -332,3 +333,52 @@ async def test_the_fleet_at_a_past_instant_is_prometheus_answer_then(rig: Fleet)
         }
         for row in app.state.rows:
             assert row.values["gen_tps"] == pytest.approx(answer[row.instance], rel=1e-12)
+
+
+async def test_a_protected_prometheus_gets_the_token_from_a_file(tmp_path: Path) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer s3cret":
+            return web.json_response({"status": "error", "error": "unauthorized"}, status=401)
+        if request.path.endswith("/values"):
+            return web.json_response({"status": "success", "data": []})
+        if request.path.endswith("/query"):
+            return web.json_response(
+                {"status": "success", "data": {"resultType": "vector", "result": []}}
+            )
+        return web.json_response({"status": "success", "data": {}})
+
+    (tmp_path / "token").write_text("s3cret\n")
+    with ThreadedServer({"/api/v1/{tail:.*}": answer}) as server:
+        headers = auth_headers(str(tmp_path / "token"))
+        async with PrometheusSource(server.url(""), headers) as source:
+            assert (await source.read_fleet()).error is None
+        async with PrometheusSource(server.url("")) as source:
+            refused = await source.read_fleet()
+    assert refused.error is not None and "HTTP 401: unauthorized" in refused.error
+    basic = auth_headers("", "ops", str(tmp_path / "token"))
+    assert basic == {"Authorization": "Basic b3BzOnMzY3JldA=="}
+    with pytest.raises(ValueError, match="cannot read Prometheus token file"):
+        auth_headers(str(tmp_path / "missing"))
+
+
+def test_the_cli_refuses_a_missing_token_file_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(f'[prometheus]\ntoken_file = "{tmp_path}/nope"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "snapshot", "--prometheus", "http://127.0.0.1:1",
+         "--config", str(tmp_path / "c.toml")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "Prometheus token file" in proc.stderr
+
+
+async def test_an_unreachable_or_unconfigured_gate_is_reported_not_fatal() -> None:
+    with refusing_port() as port:
+        targets = {"127.0.0.1:*": config.GateTarget(admin="http://{instance}")}
+        gone = address_of(f"127.0.0.1:{port}", "x", targets)
+        unknown = address_of("10.9.9.9:9000", "y", targets)
+        change = FleetChange(Guard())
+        read = await change.read([gone, unknown])
+        outcomes = await change.apply(change.plan(read, [("chat", "max_inflight", lambda v: 1)]))
+    assert [o.result for o in outcomes] == ["unreachable", "no admin"]
+    assert unknown.admin is None and "unreachable" in outcomes[0].detail
