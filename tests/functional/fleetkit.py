@@ -11,20 +11,20 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers import eventually_sync
+from tests.helpers import eventually_sync, refusing_port
 
 
 @dataclass
 class Fleet:
     prometheus: str
-    sims: dict[str, str]  # node -> base URL
+    sims: dict[str, str]  # node -> base URL (a fourth node, "d", is down: nothing listens)
     gates: dict[str, str]  # node -> base URL
     config: Path  # a gpuwatch config with [prometheus] and [gates."127.0.0.1:*"]
     root: Path
@@ -61,7 +61,13 @@ def _prometheus(
             for node, url in by_node.items()
         )
         jobs.append(f"  - job_name: {job}\n    static_configs:\n{statics}")
+    # An alert that always fires, so the events panel has Prometheus' own alert to show.
+    (root / "rules.yml").write_text(
+        "groups:\n  - name: fleet-test\n    rules:\n      - alert: FleetTestAlwaysFiring\n"
+        "        expr: vector(1)\n        labels: {severity: page}\n"
+    )
     config = "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+    config += f"rule_files: ['{root / 'rules.yml'}']\n"
     config += "scrape_configs:\n" + "\n".join(jobs) + "\n"
     (root / "prometheus.yml").write_text(config)
     rng = random.Random()
@@ -95,6 +101,7 @@ def fleet(root: Path) -> Iterator[Fleet]:
     if shutil.which("prometheus") is None:
         pytest.skip("prometheus not installed (Debian package prometheus; .ci/run installs it)")
     procs: list[subprocess.Popen[str]] = []
+    stack = ExitStack()
     try:
         sims, gates = {}, {}
         for node, engines, model in (("a", 1, "m-one"), ("b", 2, "m-two"), ("c", 1, "m-one")):
@@ -135,7 +142,10 @@ def fleet(root: Path) -> Iterator[Fleet]:
                     text=True,
                 )
             )
-        prom, prom_url = _prometheus(root, {"sim": sims, "gate": gates})
+        # A node that is down: Prometheus scrapes it and reports its own lastError.
+        dead = stack.enter_context(refusing_port())
+        targets = {"sim": sims, "gate": gates, "dead": {"d": f"http://127.0.0.1:{dead}"}}
+        prom, prom_url = _prometheus(root, targets)
         procs.append(prom)
         config = root / "gpuwatch.toml"
         config.write_text(
@@ -148,11 +158,13 @@ def fleet(root: Path) -> Iterator[Fleet]:
             # rate and quantile has an answer a few seconds back as well as now.
             up = f.query("count_over_time(up[1m]) >= 5", _now())
             rated = f.query("rate(vllm:time_to_first_token_seconds_count[1m]) > 0", _now())
-            return len(up) == 5 and len(rated) == 4
+            alerts = f.query('ALERTS{alertstate="firing"}', _now())
+            return len(up) == 6 and len(rated) == 4 and alerts
 
         eventually_sync(scraped, 60, message="prometheus never saw the whole fleet serving")
         yield f
     finally:
+        stack.close()
         for proc in reversed(procs):
             proc.terminate()
         for proc in procs:

@@ -19,6 +19,7 @@ from textual.widgets import Static
 from gpuwatch import config
 from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
+from gpuwatch.monitor.fleet import FleetState
 from gpuwatch.sources import promql
 from gpuwatch.sources.prometheus import PrometheusSource, auth_headers
 from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
@@ -382,3 +383,19 @@ async def test_an_unreachable_or_unconfigured_gate_is_reported_not_fatal() -> No
         outcomes = await change.apply(change.plan(read, [("chat", "max_inflight", lambda v: 1)]))
     assert [o.result for o in outcomes] == ["unreachable", "no admin"]
     assert unknown.admin is None and "unreachable" in outcomes[0].detail
+
+
+async def test_down_targets_and_firing_alerts_are_events(rig: Fleet) -> None:
+    async with PrometheusSource(rig.prometheus) as source:
+        reading = await source.read_fleet()
+    (down,) = reading.unhealthy
+    assert down.job == "dead" and down.health == "down"
+    assert "connection refused" in down.last_error  # Prometheus' own lastError
+    assert [a.name for a in reading.alerts] == ["FleetTestAlwaysFiring"]
+    state = FleetState()
+    state.apply(reading)
+    texts = [e.text for e in state.events]
+    assert any(t.startswith(f"{down.instance} (dead) DOWN: ") for t in texts), texts
+    assert "alert FleetTestAlwaysFiring firing (page)" in texts
+    state.apply(reading)
+    assert [e.text for e in state.events] == texts, "a standing problem is said once"
