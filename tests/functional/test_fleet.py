@@ -249,7 +249,7 @@ async def test_fleet_screen_marked_rows_change_both_gates(rig: Fleet) -> None:
         assert len(gated) == 2
         screen.marked.update(gated)
         screen.paint()
-        await pilot.press("plus")
+        await pilot.press("plus", "plus")  # pressed together: one change of +2
         modal = await eventually(
             lambda: app.screen if isinstance(app.screen, ConfirmationModal) else None,
             10,
@@ -260,7 +260,7 @@ async def test_fleet_screen_marked_rows_change_both_gates(rig: Fleet) -> None:
             v = limits["version"]
             assert any(
                 line.startswith(f"{node} (")
-                and f"v{v}: chat.max_inflight {old} -> {old + 1}" in line
+                and f"v{v}: chat.max_inflight {old} -> {old + 2}" in line
                 for line in modal.lines
             ), modal.lines
         await pilot.click("#apply")
@@ -274,7 +274,7 @@ async def test_fleet_screen_marked_rows_change_both_gates(rig: Fleet) -> None:
         after = httpx.get(f"{url}/admin/limits").json()
         assert (
             after["lanes"]["chat"]["max_inflight"]
-            == before[node]["lanes"]["chat"]["max_inflight"] + 1
+            == before[node]["lanes"]["chat"]["max_inflight"] + 2
         )
 
 

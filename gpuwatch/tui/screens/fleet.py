@@ -15,11 +15,12 @@ from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Input
 
 from gpuwatch.control.fleet import GateAddress, Planned, address_of, lanes_of
 from gpuwatch.control.guard import ReadOnlyError
-from gpuwatch.control.steering import QUEUE_STEP, Op
+from gpuwatch.control.steering import COALESCE_S, QUEUE_STEP, Op
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.monitor.fleet import COLUMNS, SORT_KEYS
 from gpuwatch.monitor.state import EventLevel
@@ -78,6 +79,9 @@ class FleetScreen(Screen[None]):
         self.marked: set[RowKey] = set()
         self.lane = DEFAULT_LANES[0].name
         self.lanes = [lane.name for lane in DEFAULT_LANES]
+        self._pending: list[Op] = []
+        self._pending_what: list[str] = []
+        self._flush_timer: Timer | None = None
 
     @property
     def fleet(self) -> FleetApp:
@@ -242,13 +246,34 @@ class FleetScreen(Screen[None]):
         self._change(f"edit lane {self.lane}", None)
 
     def _change(self, what: str, ops: list[Op] | None) -> None:
-        gates = self.marked_gates()
-        if not gates:
+        """Keys pressed within 0.4 s of each other become one change (as on a node: ``+ + +``
+        is one confirmation of +3); the edit form goes at once."""
+        if not self.marked_gates():
             self.notify(
                 "no gate on the marked rows: mark nodes that have one (space)", severity="warning"
             )
             return
-        self.run_worker(self._run_change(what, gates, ops), group="fleet-change", exclusive=True)
+        if ops is None:
+            self._start(what, None)
+            return
+        self._pending.extend(ops)
+        self._pending_what.append(what)
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
+        self._flush_timer = self.set_timer(COALESCE_S, self._flush)
+
+    def _flush(self) -> None:
+        ops, whats = self._pending, self._pending_what
+        self._pending, self._pending_what, self._flush_timer = [], [], None
+        if ops:
+            self._start(", ".join(dict.fromkeys(whats)), ops)
+
+    def _start(self, what: str, ops: list[Op] | None) -> None:
+        gates = self.marked_gates()
+        if gates:
+            self.run_worker(
+                self._run_change(what, gates, ops), group="fleet-change", exclusive=True
+            )
 
     async def _run_change(self, what: str, gates: list[GateAddress], ops: list[Op] | None) -> None:
         change = self.fleet.change
