@@ -141,7 +141,8 @@ class FleetScreen(Screen[None]):
         if reading is None:
             status.append("[dim]waiting for Prometheus' first answer...[/]")
         elif reading.error:
-            status.append(f"[$bad]{escape(reading.error)}[/] [dim](last good rows shown)[/]")
+            kept = " [dim](the last good rows)[/]" if reading.rows else ""
+            status.append(f"[$bad]{escape(reading.error)}[/]{kept}")
         status.append("  ".join(extra))
         self.query_one("#fleet-status", Panel).show("\n".join(s for s in status if s))
         self.query_one(FleetTable).render_rows(state, self.rows(), self.marked, self.sort)
