@@ -1,0 +1,254 @@
+"""A recording played back into a ``Monitor`` at a cursor, by the same ``apply_*`` calls at the
+same clock readings as when it was recorded: the dashboard drawn from it is the one drawn live.
+
+Moving forward applies the rows up to the cursor; moving back restarts from the nearest
+checkpoint (a copy of the monitor taken every minute of recorded time), or from an hour and a
+minute before the cursor (the longest chart window and the badge's), so any instant of a long
+recording is a bounded amount of work away.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.monitor.state import Event, EventLevel, Monitor
+from gpuwatch.record import codec, store
+from gpuwatch.record.recorder import SAME_LIMITS
+
+CHECKPOINT_EVERY_S = 60.0
+# A cold start this far before the cursor fills the longest chart window (1h) and the badge's.
+LEAD_S = 3660.0
+_BATCH = 2000
+
+
+class ReplayMonitor(Monitor):
+    """A monitor fed from a recording. The events it shows are the recorded ones (those the
+    readings raise again are dropped: they were recorded when they first happened, with the
+    ones only the live program could raise: key presses, the gate's answers to them)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.last_limits: dict[str, Any] | None = None
+
+    def event(self, level: EventLevel, text: str) -> None:
+        return
+
+    def recorded_event(self, event: Event) -> None:
+        self.events.append(event)
+        self.version += 1
+
+
+@dataclass(frozen=True)
+class Mark:
+    """An event of the recording, for jumping to it."""
+
+    wall: float
+    level: str
+    text: str
+
+
+class Player:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = store.open_recording(path)
+        self.meta = store.read_meta(self.db)
+        index = self.db.execute("SELECT id, mono, wall FROM rows ORDER BY id").fetchall()
+        if not index:
+            raise store.RecordingError(f"{path}: an empty recording (no rows)")
+        self.ids = [r[0] for r in index]
+        self.monos = [r[1] for r in index]
+        self.walls = [r[2] for r in index]
+        self.bad_rows = 0
+        self.marks = self._marks()
+        self._mono = self.monos[0]
+        self._offset = self.walls[0] - self.monos[0]
+        self.checkpoints: dict[int, tuple[ReplayMonitor, float, float]] = {}
+        self.monitor = self._fresh()
+        self.pos = 0  # the next row to apply
+        self.seek_mono(self.monos[0])
+
+    # -- time -----------------------------------------------------------------------------
+
+    @property
+    def start(self) -> float:
+        return self.walls[0]
+
+    @property
+    def end(self) -> float:
+        return self.walls[-1]
+
+    @property
+    def now(self) -> float:
+        """The cursor, wall clock."""
+        return self._mono + self._offset
+
+    def _fresh(self) -> ReplayMonitor:
+        meta = self.meta
+        clock_at = float(meta.get("started") or self.monos[0])
+        self._mono = clock_at
+        m = ReplayMonitor(
+            list(meta.get("urls") or []),
+            float(meta.get("interval_s") or 1.0),
+            meta.get("slo") or {},
+            meta.get("admin_url"),
+            float(meta.get("window_s") or 60.0),
+            # Closures, not bound methods: a checkpoint's deep copy must not copy the player.
+            clock=lambda: self._mono,
+            wall=lambda: self._mono + self._offset,
+        )
+        return m
+
+    def _marks(self) -> list[Mark]:
+        out = []
+        query = "SELECT id, mono, wall, kind, source, data FROM rows WHERE kind = 'event'"
+        for row in self._rows(query + " ORDER BY id"):
+            try:
+                e = codec.decode_payload("event", codec.unpack(row.data))
+            except codec.CodecError:
+                continue
+            out.append(Mark(e.time, e.level, e.text))
+        return out
+
+    def _rows(self, query: str, *args: Any) -> Iterator[store.Row]:
+        for r in self.db.execute(query, args):
+            yield store.Row(*r)
+
+    # -- moving ---------------------------------------------------------------------------
+
+    def seek(self, wall: float) -> None:
+        """Move the cursor to wall-clock ``wall`` (clamped to the recording)."""
+        wall = min(max(wall, self.start), self.end)
+        i = max(0, bisect.bisect_right(self.walls, wall) - 1)
+        # Between two rows the clocks run together, as they did live.
+        self.seek_mono(self.monos[i] + (wall - self.walls[i]))
+
+    def seek_mono(self, mono: float) -> None:
+        target = bisect.bisect_right(self.monos, mono)  # rows [0, target) are applied
+        if target < self.pos:
+            self._restart(target, mono)
+        self._apply_until(target)
+        self._mono = mono
+        if self.pos:
+            self._offset = self.walls[self.pos - 1] - self.monos[self.pos - 1]
+
+    def _restart(self, target: int, mono: float) -> None:
+        usable = [p for p in self.checkpoints if p <= target]
+        if usable:
+            p = max(usable)
+            saved, self._mono, self._offset = self.checkpoints[p]
+            self.monitor, self.pos = copy.deepcopy(saved), p
+            return
+        self.monitor = self._fresh()
+        self.pos = bisect.bisect_left(self.monos, mono - LEAD_S)
+
+    def _apply_until(self, target: int) -> None:
+        last_cp = max(self.checkpoints, default=-1)
+        cp_mono = self.monos[last_cp] if last_cp >= 0 else -1e300
+        while self.pos < target:
+            hi = min(target, self.pos + _BATCH)
+            rows = self._rows(
+                "SELECT id, mono, wall, kind, source, data FROM rows WHERE id >= ? AND id <= ? "
+                "ORDER BY id",
+                self.ids[self.pos],
+                self.ids[hi - 1],
+            )
+            for row in rows:
+                self._apply(row)
+                self.pos += 1
+                if row.mono - cp_mono >= CHECKPOINT_EVERY_S and self.pos not in self.checkpoints:
+                    cp_mono = row.mono
+                    self.checkpoints[self.pos] = (
+                        copy.deepcopy(self.monitor),
+                        self._mono,
+                        self._offset,
+                    )
+
+    def _apply(self, row: store.Row) -> None:
+        self._mono, self._offset = row.mono, row.wall - row.mono
+        m = self.monitor
+        try:
+            payload = codec.decode_payload(row.kind, codec.unpack(row.data))
+        except codec.CodecError:
+            self.bad_rows += 1
+            return
+        if row.kind == "scrape":
+            if payload.source in m.endpoints:
+                m.apply_scrape(payload)
+        elif row.kind == "gpus":
+            m.apply_gpus(payload)
+        elif row.kind == "host":
+            m.apply_host(payload)
+        elif row.kind == "gate":
+            limits, status, error, current = payload
+            if limits == SAME_LIMITS:
+                limits = m.last_limits
+            elif limits is not None:
+                m.last_limits = limits
+            m.apply_gate(limits, status, error, current=current)
+        elif row.kind == "event":
+            m.recorded_event(payload)
+        elif row.kind == "stale":
+            m.check_stale()
+        elif row.kind == "evaluate":
+            m.evaluate()
+
+    # -- jumps ----------------------------------------------------------------------------
+
+    def next_mark(self, after: float) -> Mark | None:
+        return next((mk for mk in self.marks if mk.wall > after + 1e-6), None)
+
+    def previous_mark(self, before: float) -> Mark | None:
+        return next((mk for mk in reversed(self.marks) if mk.wall < before - 1e-6), None)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def parse_when(text: str, start: float, end: float) -> float:
+    """A time given by a person, as wall clock: ``03:12``, ``03:12:40`` (the first such time
+    of day at or after the recording's start, local time), ``2026-11-30 03:12[:40]``, or
+    ``+90s`` / ``+5m`` / ``+1h`` from the start. ValueError with the reason."""
+    text = text.strip()
+    if text.startswith("+"):
+        units = {"s": 1, "m": 60, "h": 3600}
+        unit = units.get(text[-1], 1)
+        number = text[1:-1] if text[-1] in units else text[1:]
+        try:
+            return start + float(number) * unit
+        except ValueError:
+            raise ValueError(f"{text!r}: expected +N[s|m|h]") from None
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"):
+        try:
+            return time.mktime(time.strptime(text, fmt))
+        except ValueError:
+            continue
+    for fmt in ("%H:%M:%S", "%H:%M"):
+        try:
+            parsed = time.strptime(text, fmt)
+        except ValueError:
+            continue
+        day = time.localtime(start)
+        for shift in range(0, 9):  # the first day of the recording it falls in
+            moment = time.mktime(
+                (
+                    day.tm_year,
+                    day.tm_mon,
+                    day.tm_mday + shift,
+                    parsed.tm_hour,
+                    parsed.tm_min,
+                    parsed.tm_sec,
+                    0,
+                    0,
+                    -1,
+                )
+            )
+            if moment >= start - 1 or moment > end:
+                return moment
+        break
+    raise ValueError(f"{text!r}: expected HH:MM[:SS], YYYY-MM-DD HH:MM[:SS] or +N[s|m|h]")
