@@ -37,7 +37,8 @@ def _compact(obj: Any) -> dict[str, Any]:
 
 def _engine(snap: EngineSnapshot) -> dict[str, Any]:
     out = {f.name: getattr(snap, f.name) for f in fields(snap) if f.name != "histograms"}
-    out = {k: v for k, v in out.items() if v is not None}
+    # The identity stays, even unknown (a model of None); unknown numbers are left out.
+    out = {k: v for k, v in out.items() if v is not None or k in ("source", "dialect", "model")}
     if snap.histograms:
         out["h"] = {
             kind: [[b for b, _ in h.buckets], [c for _, c in h.buckets], h.sum, h.count]

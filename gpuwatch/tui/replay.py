@@ -88,7 +88,7 @@ class ReplayApp(GpuwatchApp):
         self._played_at = time.monotonic()
 
     def on_mount(self) -> None:
-        super().on_mount()
+        # Textual calls GpuwatchApp.on_mount too (handlers run down the class hierarchy).
         self.set_interval(PLAY_TICK_S, self._advance)
         self.call_after_refresh(self._moved)
 

@@ -15,7 +15,7 @@ def _hms(wall: float) -> str:
 
 
 class ReplayBar(Panel):
-    DEFAULT_CSS = "ReplayBar { height: 1; dock: bottom; background: $panel; }"
+    DEFAULT_CSS = "ReplayBar { height: 1; background: $panel; }"
 
     def render_bar(
         self,
