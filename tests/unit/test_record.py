@@ -1,0 +1,111 @@
+"""The recording's pure parts: a reading survives the codec unchanged, rotation drops what
+is too old or too much, the times people type."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.cli.record import age, size
+from gpuwatch.model import GpuReading, GpuSample, HostSample, ProcessInfo
+from gpuwatch.monitor.state import Event, Monitor
+from gpuwatch.record import codec, store
+from gpuwatch.record.player import Player, parse_when
+from gpuwatch.record.recorder import Recorder
+from gpuwatch.sources.scrape import map_page
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+
+
+@pytest.mark.parametrize("page", ["vllm-1.prom", "sglang-1.prom", "llamacpp-1.prom", "tgi-1.prom"])
+def test_a_scrape_survives_the_codec(page: str) -> None:
+    result = map_page("http://node:8000/metrics", (FIXTURES / page).read_text())
+    assert result.engines and not result.error
+    back = codec.decode_payload(
+        "scrape", codec.unpack(codec.pack(codec.encode_payload("scrape", result)))
+    )
+    assert back == result  # every field, every bucket (+Inf included), every float exact
+
+
+def test_gpus_host_gate_and_events_survive_the_codec() -> None:
+    gpus = GpuReading([GpuSample(0, "H100", memory_used_bytes=5, throttle_reasons=["power"],
+                                 processes=[ProcessInfo(42, "vllm", cmdline="vllm serve m")])])  # fmt: skip
+    host = HostSample(12.5, [10.0, 15.0], 1.0, 0.5, 0.25, 100, 50, 0, 0)
+    gate = ({"version": 3, "lanes": {}}, {"lanes": {"chat": {"queued": 1}}}, None, True)
+    event = Event(1e9, "warn", "SLO TIGHT: TTFT")
+    for kind, value in (("gpus", gpus), ("host", host), ("gate", gate), ("event", event)):
+        data = codec.pack(codec.encode_payload(kind, value))
+        assert codec.decode_payload(kind, codec.unpack(data)) == value, kind
+
+
+def test_rows_that_are_not_ours_are_refused_not_crashed_on() -> None:
+    with pytest.raises(codec.CodecError):
+        codec.unpack(b"not zlib")
+    with pytest.raises(codec.CodecError):
+        codec.decode_payload("scrape", {"engines": "x"})
+    with pytest.raises(codec.CodecError):
+        codec.decode_payload("teleport", {})
+    import zlib
+
+    with pytest.raises(codec.CodecError):  # a decompression bomb stops at the bound
+        codec.unpack(zlib.compress(b"[" + b" " * (codec.MAX_ROW_BYTES + 10) + b"]"))
+
+
+def recording(path: Path, rows: int, start: float) -> Monitor:
+    m = Monitor([], wall=lambda: start)
+    recorder = Recorder(path).attach(m)
+    for i in range(rows):
+        recorder.reading("event", float(i), start + i, Event(start + i, "info", "x" * 200 + str(i)))
+    recorder.close()
+    return m
+
+
+def test_rotation_by_age_and_by_size(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    now = time.time()
+    recording(path, 2000, now - 2000)
+    db = store.open_recording(path, writable=True)
+    assert store.prune(db, now, keep_s=1000.0, max_bytes=None) == 1000
+    assert db.execute("SELECT MIN(wall) FROM rows").fetchone()[0] >= now - 1000
+    before = path.stat().st_size
+    dropped = store.prune(db, now, keep_s=None, max_bytes=40_000)
+    assert dropped > 0 and store.used_bytes(db) <= 40_000
+    # The newest rows stay; the freed pages go back to the file system.
+    assert db.execute("SELECT MAX(wall) FROM rows").fetchone()[0] == now - 1
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    assert path.stat().st_size < before
+
+
+def test_a_player_moves_back_through_checkpoints(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    recording(path, 300, 1_000_000.0)
+    p = Player(path)
+    p.seek(p.end)
+    assert len(p.monitor.events) == 300 and p.checkpoints  # one a minute of recorded time
+    p.seek(p.start + 150)
+    assert [e.text[-3:] for e in p.monitor.events][-1] == "150"
+    assert len(p.monitor.events) == 151
+    assert p.next_mark(p.now) is not None and p.previous_mark(p.now) is not None
+    p.close()
+
+
+def test_times_people_type() -> None:
+    start = time.mktime((2026, 11, 30, 3, 0, 0, 0, 0, -1))
+    end = start + 3600
+    assert parse_when("03:12", start, end) == start + 12 * 60
+    assert parse_when("03:12:40", start, end) == start + 12 * 60 + 40
+    assert parse_when("2026-11-30 03:05", start, end) == start + 5 * 60
+    assert parse_when("+90s", start, end) == start + 90
+    assert parse_when("+5m", start, end) == start + 300
+    assert parse_when("02:30", start, end) > end  # a time of day before the start: the next day
+    with pytest.raises(ValueError):
+        parse_when("tea time", start, end)
+    assert age("7d") == 7 * 86400 and age("90") == 90 and age("12h") == 43200
+    assert size("500M") == 500 * 1024**2 and size("2G") == 2 * 1024**3 and size("100") == 100
+    for bad in ("0", "-1d", "soon"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            age(bad)
