@@ -9,6 +9,7 @@ sockets and no wall clock, so the pictures are the same on every machine.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import generate_latest
@@ -99,6 +100,7 @@ def build(
     slo: dict[str, float | None] | None = None,
     tighten_at: float | None = None,
     tight: tuple[int, int] = (8, 16),
+    on_monitor: Callable[[Monitor], object] | None = None,
 ) -> Scenario:
     """Run the engine for ``seconds`` of simulated time and scrape it once a second.
 
@@ -106,6 +108,7 @@ def build(
     A gate in front bounds what the engine holds at once (``max_inflight``, 64 as in the demo);
     the rest wait at the gate, up to ``max_queue``, or are refused. ``tighten_at`` is the
     operator's move: from then on the gate allows ``tight`` = (max_inflight, max_queue).
+    ``on_monitor`` is given the monitor before the first reading (a recorder attaches there).
     """
     profile = get_profile(DEFAULT_PROFILE)
     engine = Engine(profile, seed=seed)
@@ -116,6 +119,8 @@ def build(
     monitor = Monitor(
         [SIM_URL], 1.0, slo, admin_url=GATE_URL, clock=clock, wall=lambda: WALL_START + clock.now
     )
+    if on_monitor is not None:
+        on_monitor(monitor)
     rng = random.Random(seed)
     prompts, outputs = Dist("uniform", 256, 1536), Dist("lognormal", 200, 0.5)
     pending: list[Request] = []

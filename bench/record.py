@@ -1,0 +1,107 @@
+"""Bytes per hour a recording takes: per engine for a vLLM page, and for a node of 2 engines
+and a gate. The goal is <= 20 MB/h for that node.
+
+Run: python bench/record.py [SECONDS]   (simulated seconds, 900 by default; a few seconds of CPU)
+
+What is measured:
+- the simulator's vLLM page under the demo's seeded bursty load with a spike (scripts/scenario:
+  the same pipeline as live, on a simulated clock), with its GPU readings, the gate's limits and
+  status, and the once-a-second badge, recorded through the real ``Recorder`` into SQLite; the
+  file's size on disk (WAL folded in), per hour, and each kind's share;
+- a real vLLM page from tests/fixtures/metrics (vllm-1..4) as one row, times 3600: a real
+  server exports more than the simulator (its page is the per-engine figure to trust);
+- the node: the scenario's file per hour plus one more engine's rows (the second engine's page
+  is another vLLM page) plus the host sample every 2 s.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+from gpuwatch.monitor.state import Monitor
+from gpuwatch.record import codec
+from gpuwatch.record.recorder import Recorder
+from gpuwatch.sources import host
+from gpuwatch.sources.scrape import map_page
+from scripts import scenario
+
+FIXTURES = Path(__file__).parent.parent / "tests" / "fixtures" / "metrics"
+MB = 1e6
+
+
+def on_disk(db: sqlite3.Connection) -> dict[str, float]:
+    """Bytes per kind: the blob, plus the row's and its two index entries' share of the file."""
+    rows = db.execute("SELECT kind, COUNT(*), SUM(LENGTH(data)) FROM rows GROUP BY kind").fetchall()
+    pages = (
+        db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
+    )
+    blobs = sum(b or 0 for _, _, b in rows)
+    count = sum(n for _, n, _ in rows)
+    overhead = (pages - blobs) / count  # per row: ids, times, kind, source, the indexes
+    return {kind: (b or 0) + n * overhead for kind, n, b in rows} | {"_overhead": overhead}
+
+
+class FlushEverySecond:
+    """The recorder's tap, committing once a simulated second as the live writer does."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def reading(self, kind: str, mono: float, wall: float, payload: object) -> None:
+        self.recorder.reading(kind, mono, wall, payload)
+        if kind == "evaluate":
+            self.recorder.flush()
+
+
+def main() -> None:
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 900.0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.db"
+        recorder = Recorder(path, flush_s=1.0)
+
+        def attach(m: Monitor) -> None:
+            m.tap = FlushEverySecond(recorder.attach(m))
+
+        scenario.build(seconds=seconds, rate=1.5, spike_at=seconds * 0.7, on_monitor=attach)
+        recorder.close()
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        kinds = on_disk(db)
+        overhead = kinds.pop("_overhead")
+        size = path.stat().st_size
+        db.close()
+    per_h = 3600.0 / seconds
+    print(
+        f"simulated {seconds:.0f} s at 1 Hz: file {size / MB:.2f} MB -> {size * per_h / MB:.2f} MB/h"
+    )
+    for kind, b in sorted(kinds.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind:<9} {b * per_h / MB:6.2f} MB/h")
+    sim_engine = kinds.get("scrape", 0.0) * per_h
+
+    print("a real vLLM page, one row a second:")
+    real = []
+    for name in ("vllm-1.prom", "vllm-2.prom", "vllm-3.prom", "vllm-4.prom"):
+        result = map_page("http://node:8000/metrics", (FIXTURES / name).read_text())
+        row = len(codec.pack(codec.encode_payload("scrape", result))) + overhead
+        engines = max(1, len(result.engines))
+        real.append(row * 3600 / engines)
+        print(
+            f"  {name}: {engines} engine(s), {row:.0f} B a row -> {row * 3600 / engines / MB:.2f} MB/h per engine"
+        )
+    engine_h = max(max(real), sim_engine)
+    host_row = len(codec.pack(codec.encode_payload("host", host.read_host()))) + overhead
+    host_h = host_row * 1800
+    node = size * per_h + engine_h + host_h
+    print(f"per engine (worst of the above): {engine_h / MB:.2f} MB/h")
+    print(f"host sample every 2 s: {host_h / MB:.2f} MB/h")
+    print(
+        f"node, 2 engines + gate + GPU + host: {node / MB:.2f} MB/h (goal <= 20 MB/h): "
+        f"{'OK' if node <= 20 * MB else 'OVER'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
