@@ -74,6 +74,15 @@ class GoToTime(ModalScreen[str | None]):
 
 class ReplayApp(GpuwatchApp):
     DASHBOARD = ReplayDashboard
+    HELP_NOTES = [
+        *GpuwatchApp.HELP_NOTES,
+        "",
+        "[b]replay[/]: the dashboard fed from a recording by the same code, read-only. space "
+        "plays / pauses at 1x..60x (< >), left / right step one poll interval, \\[ ] a minute, "
+        "{ } jump to the previous / next event (badge changes are events), : goes to a time "
+        "(03:12:40, 2026-11-30 03:12, +5m from the start). The header's clock is the "
+        "recording's (REPLAY), the bar under the events says where in it you are.",
+    ]
 
     def __init__(self, player: Player, options: DashboardOptions) -> None:
         options.read_only = True
@@ -179,8 +188,6 @@ class ReplayApp(GpuwatchApp):
         self.push_screen(GoToTime(), chosen)
 
     def all_bindings(self) -> list[Binding]:
-        return [
-            b
-            for b in [*self.BINDINGS, *cast(list[Binding], ReplayDashboard.BINDINGS)]
-            if isinstance(b, Binding)
-        ]
+        # space plays and pauses here: the live freeze is not offered.
+        live = [b for b in self.BINDINGS if isinstance(b, Binding) and b.key != "space"]
+        return [*live, *cast(list[Binding], ReplayDashboard.BINDINGS)]
