@@ -55,6 +55,9 @@ class Recorder:
         self.db: sqlite3.Connection | None = None
         self.pending: list[tuple[Any, ...]] = []
         self.last_limits: Any = None
+        # Added to the monitor's clock: 0 unless appending to a file whose clock ran further
+        # (a recording from before a reboot), so the file's clock never runs backwards.
+        self.shift = 0.0
         self.rows_written = 0
         self.stopped: str | None = None  # why recording stopped, once it has
 
@@ -63,8 +66,13 @@ class Recorder:
         ``meta`` adds to what the file says about itself (the host, the title)."""
         try:
             self.db = store.create(self.path, {**monitor_meta(monitor), **meta})
+            last = self.db.execute("SELECT mono, wall FROM rows ORDER BY id DESC LIMIT 1")
+            row = last.fetchone()
         except sqlite3.Error as exc:
             raise store.RecordingError(f"{self.path}: cannot record: {exc}") from exc
+        if row is not None and row[0] > monitor.clock():
+            self.shift = row[0] + max(0.0, monitor.wall() - row[1]) - monitor.clock()
+            store.set_meta(self.db, {"started": monitor.started + self.shift})
         self.monitor = monitor
         monitor.tap = self
         return self
@@ -85,7 +93,7 @@ class Recorder:
             payload = (limits, status, error, current)
         encoded = codec.encode_payload(kind, payload)
         data = None if encoded is None else codec.pack(encoded)
-        self.pending.append((mono, wall, kind, source, data))
+        self.pending.append((mono + self.shift, wall, kind, source, data))
 
     # -- writing --------------------------------------------------------------------------
 

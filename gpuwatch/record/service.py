@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ async def record(options: RecordOptions, recorder: Recorder, err: IO[str] = sys.
     """Poll and record until told to stop; False when recording stopped on its own."""
     o = options
     m = Monitor(o.urls, o.interval_s, o.slo, o.admin_url)
-    recorder.attach(m, headless=True)
+    recorder.attach(m, host=socket.gethostname())
     jobs: list[Coroutine[Any, Any, None]] = [
         polling.poll_endpoint(m, url, o.interval_s, o.scrape) for url in o.urls
     ]

@@ -56,7 +56,7 @@ def create(path: Path, meta: dict[str, Any]) -> sqlite3.Connection:
     """A new recording at ``path`` (an existing one is appended to if it is ours)."""
     if path.exists() and path.stat().st_size > 0:
         db = open_recording(path, writable=True)
-        _set_meta(db, {k: v for k, v in meta.items() if k not in ("created",)})
+        set_meta(db, {k: v for k, v in meta.items() if k not in ("created",)})
         return db
     db = sqlite3.connect(path, isolation_level=None)
     # Before the first table: free pages go back to the file system on rotation.
@@ -64,11 +64,11 @@ def create(path: Path, meta: dict[str, Any]) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
     db.executescript(_DDL)
-    _set_meta(db, {"app": APP, "schema": SCHEMA, "created": time.time(), **meta})
+    set_meta(db, {"app": APP, "schema": SCHEMA, "created": time.time(), **meta})
     return db
 
 
-def _set_meta(db: sqlite3.Connection, meta: dict[str, Any]) -> None:
+def set_meta(db: sqlite3.Connection, meta: dict[str, Any]) -> None:
     db.executemany(
         "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
         [(k, json.dumps(v)) for k, v in meta.items()],

@@ -173,6 +173,14 @@ class ReplayApp(GpuwatchApp):
         self.speed = SPEEDS[min(max(i + direction, 0), len(SPEEDS) - 1)]
         self._paint_bar()
 
+    def action_audit(self) -> None:
+        """The gate's audit trail as it was recorded, up to the cursor."""
+        from gpuwatch.record.store import audit_entries
+        from gpuwatch.tui.screens.audit import AuditScreen
+
+        entries = audit_entries(self.player.db, end=self.player.now)
+        self.push_screen(AuditScreen(entries[::-1][:50]))
+
     def action_goto(self) -> None:
         def chosen(text: str | None) -> None:
             if not text:

@@ -175,3 +175,20 @@ def test_full_disk_stops_cleanly_and_the_file_stays_readable(sim_url: str, tmp_p
     player.seek(player.end)
     assert player.monitor.serving_engines()
     player.close()
+
+
+def test_sigterm_commits_and_closes_the_file(sim_url: str, tmp_path: Path) -> None:
+    """What systemd sends on stop: the last rows committed, the WAL folded back, exit 0."""
+    path = tmp_path / "service.db"
+    proc = subprocess.Popen(record_args(sim_url, path), stderr=subprocess.PIPE, text=True)
+    try:
+        eventually_sync(lambda: committed_rows(path) >= 20, 60, message="rows never committed")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert err == ""
+    assert not path.with_name(path.name + "-wal").exists()  # closed cleanly: WAL checkpointed
+    player = Player(path)
+    assert player.meta["host"] and len(player.ids) >= 20
+    player.close()

@@ -109,3 +109,18 @@ def test_times_people_type() -> None:
     for bad in ("0", "-1d", "soon"):
         with pytest.raises(argparse.ArgumentTypeError):
             age(bad)
+
+
+def test_appending_after_a_reboot_keeps_the_clock_running_forward(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    recording(path, 10, 1_000_000.0)  # monitor clock 0..9
+    clock = [2.0]  # a new boot: the monotonic clock starts again below the file's
+    m = Monitor([], clock=lambda: clock[0], wall=lambda: 1_000_100.0)
+    recorder = Recorder(path).attach(m)
+    m.event("info", "after the reboot")
+    recorder.close()
+    p = Player(path)
+    assert p.monos == sorted(p.monos) and p.monos[-1] >= 9 + 100 - 10  # the wall gap kept
+    p.seek(p.end)
+    assert p.monitor.events[-1].text == "after the reboot"
+    p.close()
