@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import generate_latest
 
@@ -25,6 +27,9 @@ from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader
 from gpuwatch.sources.scrape import map_page
 from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+
+if TYPE_CHECKING:
+    from gpuwatch.tui.replay import ReplayApp
 
 SIM_URL = "http://127.0.0.1:8000/metrics"
 GATE_URL = "http://127.0.0.1:9000"
@@ -211,3 +216,25 @@ def app_for(sc: Scenario) -> GpuwatchApp:
         urls=[], admin_url=GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
     )
     return GpuwatchApp(options, monitor=sc.monitor)
+
+
+def replay_for(path: Path, at: float, **build_args: Any) -> ReplayApp:
+    """A scenario recorded into ``path`` through the real recorder, and the replay app on it
+    with its cursor ``at`` seconds into the run: ``gpuwatch replay`` as a person sees it."""
+    from gpuwatch.record.player import Player
+    from gpuwatch.record.recorder import Recorder
+    from gpuwatch.tui.replay import ReplayApp
+
+    recorder = Recorder(path)
+    title = "127.0.0.1:8000"
+    build(**build_args, on_monitor=lambda m: recorder.attach(m, host="gpu-node-1", title=title))
+    recorder.close()
+    player = Player(path)
+    player.seek(WALL_START + at)
+    options = DashboardOptions(
+        urls=list(player.meta["urls"]),
+        admin_url=GATE_URL,
+        hostname="gpu-node-1",
+        title_endpoint=title,
+    )
+    return ReplayApp(player, options)

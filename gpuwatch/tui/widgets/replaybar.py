@@ -35,6 +35,8 @@ class ReplayBar(Panel):
         bar = "-" * at + "[b]|[/]" + "-" * (track - 1 - at)
         upcoming = f"  next: {escape(next_mark)}" if next_mark else ""
         self.show(
-            f"[b reverse $accent] REPLAY [/] {state} {speed}x  {_hms(now)}  {span} [dim]{bar}[/]"
+            # RO here too: on a narrow terminal the header's end, where RO is, is cut off.
+            f"[b reverse $accent] REPLAY [/][b reverse $warn] RO [/] {state} {speed}x  "
+            f"{_hms(now)}  {span} [dim]{bar}[/]"
             f"{upcoming}"
         )
