@@ -19,10 +19,12 @@ from __future__ import annotations
 import sqlite3
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.record import codec
+from gpuwatch.record.player import Player
 from gpuwatch.record.recorder import Recorder
 from gpuwatch.sources import host
 from gpuwatch.sources.scrape import map_page
@@ -49,11 +51,16 @@ class FlushEverySecond:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
+        self.spent_s = 0.0  # in the recorder: encoding, compressing, committing
+        self.rows = 0
 
     def reading(self, kind: str, mono: float, wall: float, payload: object) -> None:
+        started = time.perf_counter()
         self.recorder.reading(kind, mono, wall, payload)
         if kind == "evaluate":
             self.recorder.flush()
+        self.spent_s += time.perf_counter() - started
+        self.rows += 1
 
 
 def main() -> None:
@@ -62,8 +69,11 @@ def main() -> None:
         path = Path(tmp) / "bench.db"
         recorder = Recorder(path, flush_s=1.0)
 
+        taps: list[FlushEverySecond] = []
+
         def attach(m: Monitor) -> None:
-            m.tap = FlushEverySecond(recorder.attach(m))
+            taps.append(FlushEverySecond(recorder.attach(m)))
+            m.tap = taps[0]
 
         scenario.build(seconds=seconds, rate=1.5, spike_at=seconds * 0.7, on_monitor=attach)
         recorder.close()
@@ -73,7 +83,25 @@ def main() -> None:
         overhead = kinds.pop("_overhead")
         size = path.stat().st_size
         db.close()
+        started = time.perf_counter()
+        player = Player(path)
+        player.seek(player.end)
+        cold = time.perf_counter() - started
+        started = time.perf_counter()
+        player.seek(player.end - 30)
+        back = time.perf_counter() - started
+        rows = len(player.ids)
+        player.close()
     per_h = 3600.0 / seconds
+    tap = taps[0]
+    print(
+        f"recorder: {tap.spent_s / tap.rows * 1e6:.0f} us a row on the event loop, "
+        f"{tap.spent_s * per_h:.1f} s of CPU an hour"
+    )
+    print(
+        f"replay: open and play all {rows} rows {cold:.2f} s ({rows / cold:.0f} rows/s); "
+        f"30 s back from a checkpoint {back * 1000:.0f} ms"
+    )
     print(
         f"simulated {seconds:.0f} s at 1 Hz: file {size / MB:.2f} MB -> {size * per_h / MB:.2f} MB/h"
     )

@@ -2,8 +2,8 @@
 same clock readings as when it was recorded: the dashboard drawn from it is the one drawn live.
 
 Moving forward applies the rows up to the cursor; moving back restarts from the nearest
-checkpoint (a copy of the monitor taken every minute of recorded time), or from an hour and a
-minute before the cursor (the longest chart window and the badge's), so any instant of a long
+checkpoint (a copy of the monitor taken every minute of recorded time), or from 16 minutes
+before the cursor (the 15-minute chart window and the badge's), so any instant of a long
 recording is a bounded amount of work away.
 """
 
@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import bisect
 import copy
+import math
+import sqlite3
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +25,13 @@ from gpuwatch.record import codec, store
 from gpuwatch.record.recorder import SAME_LIMITS
 
 CHECKPOINT_EVERY_S = 60.0
-# A cold start this far before the cursor fills the longest chart window (1h) and the badge's.
-LEAD_S = 3660.0
+# Each is a copy of the monitor (an hour of history): beyond this many, the farthest from the
+# cursor goes (a jump far back starts cold, an hour early, instead).
+MAX_CHECKPOINTS = 90
+# A cold start this far before the cursor makes the 1m, 5m and 15m chart windows, every
+# number and the badge what they were live. Not the 1h window: replaying costs what the live
+# monitor spent (~2.5 ms a scrape), and an hour of two engines is ~20 s to wait for a jump.
+LEAD_S = 16 * 60.0
 _BATCH = 2000
 
 
@@ -57,13 +65,23 @@ class Player:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.db = store.open_recording(path)
-        self.meta = store.read_meta(self.db)
-        index = self.db.execute("SELECT id, mono, wall FROM rows ORDER BY id").fetchall()
-        if not index:
-            raise store.RecordingError(f"{path}: an empty recording (no rows)")
-        self.ids = [r[0] for r in index]
-        self.monos = [r[1] for r in index]
-        self.walls = [r[2] for r in index]
+        # Compact arrays: a week's recording is millions of rows.
+        self.ids, self.monos, self.walls = array("q"), array("d"), array("d")
+        try:
+            self.meta = _checked_meta(store.read_meta(self.db), path)
+            for row_id, mono, wall in self.db.execute(
+                "SELECT id, mono, wall FROM rows ORDER BY id"
+            ):
+                self.ids.append(row_id)
+                self.monos.append(mono)
+                self.walls.append(wall)
+            if not self.ids:
+                raise store.RecordingError(f"{path}: an empty recording (no rows)")
+        except (store.RecordingError, TypeError, sqlite3.Error) as exc:
+            self.db.close()
+            if isinstance(exc, store.RecordingError):
+                raise
+            raise store.RecordingError(f"{path}: damaged recording ({exc})") from exc
         self.bad_rows = 0
         self.marks = self._marks()
         self._mono = self.monos[0]
@@ -163,39 +181,44 @@ class Player:
                 self.pos += 1
                 if row.mono - cp_mono >= CHECKPOINT_EVERY_S and self.pos not in self.checkpoints:
                     cp_mono = row.mono
-                    self.checkpoints[self.pos] = (
-                        copy.deepcopy(self.monitor),
-                        self._mono,
-                        self._offset,
-                    )
+                    self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        self.checkpoints[self.pos] = (copy.deepcopy(self.monitor), self._mono, self._offset)
+        if len(self.checkpoints) > MAX_CHECKPOINTS:
+            del self.checkpoints[max(self.checkpoints, key=lambda p: abs(p - self.pos))]
 
     def _apply(self, row: store.Row) -> None:
         self._mono, self._offset = row.mono, row.wall - row.mono
-        m = self.monitor
         try:
             payload = codec.decode_payload(row.kind, codec.unpack(row.data))
-        except codec.CodecError:
+            self._feed(row.kind, payload)
+        except (codec.CodecError, KeyError, TypeError, ValueError, AttributeError):
+            # A row of the right kind with the wrong insides (a file edited, or damaged):
+            # skipped and counted, the rest still plays.
             self.bad_rows += 1
-            return
-        if row.kind == "scrape":
+
+    def _feed(self, kind: str, payload: Any) -> None:
+        m = self.monitor
+        if kind == "scrape":
             if payload.source in m.endpoints:
                 m.apply_scrape(payload)
-        elif row.kind == "gpus":
+        elif kind == "gpus":
             m.apply_gpus(payload)
-        elif row.kind == "host":
+        elif kind == "host":
             m.apply_host(payload)
-        elif row.kind == "gate":
+        elif kind == "gate":
             limits, status, error, current = payload
             if limits == SAME_LIMITS:
                 limits = m.last_limits
             elif limits is not None:
                 m.last_limits = limits
             m.apply_gate(limits, status, error, current=current)
-        elif row.kind == "event":
+        elif kind == "event":
             m.recorded_event(payload)
-        elif row.kind == "stale":
+        elif kind == "stale":
             m.check_stale()
-        elif row.kind == "evaluate":
+        elif kind == "evaluate":
             m.evaluate()
 
     # -- jumps ----------------------------------------------------------------------------
@@ -208,6 +231,30 @@ class Player:
 
     def close(self) -> None:
         self.db.close()
+
+
+def _checked_meta(meta: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The recording's description, checked: what builds the monitor must have its types."""
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    urls, slo = meta.get("urls"), meta.get("slo")
+    problems = [
+        key
+        for key, ok in (
+            ("urls", isinstance(urls, list) and all(isinstance(u, str) for u in urls)),
+            ("interval_s", number(meta.get("interval_s")) and meta["interval_s"] > 0),
+            ("window_s", number(meta.get("window_s")) and meta["window_s"] > 0),
+            ("slo", isinstance(slo, dict) and all(v is None or number(v) for v in slo.values())),
+            ("admin_url", meta.get("admin_url") is None or isinstance(meta["admin_url"], str)),
+            ("started", meta.get("started") is None or number(meta["started"])),
+        )
+        if not ok
+    ]
+    if problems:
+        raise store.RecordingError(f"{path}: damaged recording (meta: {', '.join(problems)})")
+    return meta
 
 
 def parse_when(text: str, start: float, end: float) -> float:

@@ -120,7 +120,27 @@ def test_appending_after_a_reboot_keeps_the_clock_running_forward(tmp_path: Path
     m.event("info", "after the reboot")
     recorder.close()
     p = Player(path)
-    assert p.monos == sorted(p.monos) and p.monos[-1] >= 9 + 100 - 10  # the wall gap kept
+    assert list(p.monos) == sorted(p.monos) and p.monos[-1] >= 9 + 100 - 10  # the wall gap kept
     p.seek(p.end)
     assert p.monitor.events[-1].text == "after the reboot"
     p.close()
+
+
+def test_a_row_with_the_wrong_insides_is_skipped_and_a_bad_meta_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    recording(path, 5, 1_000_000.0)
+    db = store.open_recording(path, writable=True)
+    # A gate row that decodes but is not a gate's answer (no lanes in its status).
+    bad = codec.pack({"limits": None, "status": {"no": "lanes"}, "error": None, "current": False})
+    store.insert_rows(db, [(5.0, 1_000_005.0, "gate", None, bad)])
+    store.set_meta(db, {"admin_url": "http://127.0.0.1:9000"})  # so the gate row is applied
+    db.close()
+    p = Player(path)
+    p.seek(p.end)
+    assert p.bad_rows == 1 and len(p.monitor.events) == 5
+    p.close()
+    db = store.open_recording(path, writable=True)
+    store.set_meta(db, {"urls": "http://not-a-list"})
+    db.close()
+    with pytest.raises(store.RecordingError, match="meta: urls"):
+        Player(path)
