@@ -8,10 +8,11 @@ What is measured:
   the same pipeline as live, on a simulated clock), with its GPU readings, the gate's limits and
   status, and the once-a-second badge, recorded through the real ``Recorder`` into SQLite; the
   file's size on disk (WAL folded in), per hour, and each kind's share;
-- a real vLLM page from tests/fixtures/metrics (vllm-1..4) as one row, times 3600: a real
-  server exports more than the simulator (its page is the per-engine figure to trust);
-- the node: the scenario's file per hour plus one more engine's rows (the second engine's page
-  is another vLLM page) plus the host sample every 2 s.
+- a real vLLM page from tests/fixtures/metrics (vllm-1..4) as one row, times 3600, compressed
+  without a dictionary (there is one page of each): an upper bound for a real engine;
+- the node: the scenario's file per hour plus one more engine (the worst of the above), the
+  host sample every 2 s and the tick's stale check (as many rows as the badge's; the scenario
+  has neither).
 """
 
 from __future__ import annotations
@@ -122,9 +123,10 @@ def main() -> None:
     engine_h = max(max(real), sim_engine)
     host_row = len(codec.pack(codec.encode_payload("host", host.read_host()))) + overhead
     host_h = host_row * 1800
-    node = size * per_h + engine_h + host_h
+    stale_h = kinds.get("evaluate", 0.0) * per_h
+    node = size * per_h + engine_h + host_h + stale_h
     print(f"per engine (worst of the above): {engine_h / MB:.2f} MB/h")
-    print(f"host sample every 2 s: {host_h / MB:.2f} MB/h")
+    print(f"host sample every 2 s: {host_h / MB:.2f} MB/h; stale checks {stale_h / MB:.2f} MB/h")
     print(
         f"node, 2 engines + gate + GPU + host: {node / MB:.2f} MB/h (goal <= 20 MB/h): "
         f"{'OK' if node <= 20 * MB else 'OVER'}"

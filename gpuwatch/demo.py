@@ -179,7 +179,12 @@ def run_demo(
         app = GpuwatchApp(options, background=jobs)
         if recorder is not None:
             try:
-                recorder.attach(app.monitor, host=options.hostname, title=options.title_endpoint)
+                recorder.attach(
+                    app.monitor,
+                    host=options.hostname,
+                    title=options.title_endpoint,
+                    max_engines=options.scrape.max_engines,
+                )
             except RecordingError as exc:
                 print(f"gpuwatch demo: {exc}", file=sys.stderr)
                 return 2

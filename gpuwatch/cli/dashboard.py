@@ -155,7 +155,9 @@ def run(args: argparse.Namespace) -> int:
     app = GpuwatchApp(options, background=jobs)
     try:
         if recorder is not None:
-            recorder.attach(app.monitor, host=options.hostname)
+            recorder.attach(
+                app.monitor, host=options.hostname, max_engines=options.scrape.max_engines
+            )
     except RecordingError as exc:
         return fail("gpuwatch", str(exc))
     try:

@@ -1,15 +1,17 @@
 """A reading the monitor is fed, to a compact row and back (JSON, zlib-compressed).
 
-Only what ``Monitor.apply_*`` reads is kept: ``None`` fields are left out, a histogram is its
-bounds and counts. Floats go through ``repr`` both ways, so a decoded reading is equal to the
-one recorded, and the monitor fed it computes the same numbers.
+A scrape is kept as the prefiltered page it was mapped from (the wanted families only, not
+the raw page), and mapped again on replay by the same dialects (``Page``); a scrape without
+one (an error, or made by hand) as its engines. Elsewhere only what ``Monitor.apply_*`` reads
+is kept: ``None`` fields are left out, a histogram is its bounds and counts. Floats go
+through ``repr`` both ways, so a decoded reading equals the one recorded.
 """
 
 from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from gpuwatch.model import (
@@ -25,6 +27,15 @@ from gpuwatch.monitor.state import Event
 
 # A row larger than this once decompressed is not one we wrote (a 256-engine page is ~2 MB).
 MAX_ROW_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Page:
+    """A recorded scrape that answered: its prefiltered page, to be mapped again."""
+
+    source: str
+    text: str
+    warnings: list[str]
 
 
 class CodecError(ValueError):
@@ -67,6 +78,11 @@ def encode_payload(kind: str, payload: Any) -> Any:
     if kind == "scrape":
         r: ScrapeResult = payload
         out: dict[str, Any] = {"source": r.source}
+        if r.page is not None and r.engines and r.error is None:
+            out["page"] = r.page
+            if r.warnings:
+                out["warnings"] = r.warnings
+            return out
         if r.engines:
             out["engines"] = [_engine(e) for e in r.engines]
         if r.error is not None:
@@ -93,6 +109,8 @@ def encode_payload(kind: str, payload: Any) -> Any:
 def decode_payload(kind: str, data: Any) -> Any:
     """The reading back from ``encode_payload``'s form; CodecError when it is not one."""
     try:
+        if kind == "scrape" and "page" in data:
+            return Page(str(data["source"]), str(data["page"]), list(data.get("warnings", [])))
         if kind == "scrape":
             return ScrapeResult(
                 data["source"],
@@ -116,16 +134,30 @@ def decode_payload(kind: str, data: Any) -> Any:
     raise CodecError(f"unknown row kind {kind!r}")
 
 
-def pack(value: Any) -> bytes:
+def to_json(value: Any) -> bytes:
     # +Inf is a bucket bound: Python's JSON writes it as Infinity and reads it back.
-    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 6)
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
-def unpack(blob: bytes | None) -> Any:
+def dictionary_key(kind: str, source: str | None) -> str:
+    """Rows of one kind from one source share a compression dictionary."""
+    return f"{kind} {source or ''}"
+
+
+def pack(value: Any, zdict: bytes = b"") -> bytes:
+    """``value`` (or its JSON, already made) compressed; with ``zdict``, against that
+    dictionary: the first row of the same kind and source, whose names, labels and bucket
+    bounds the later rows repeat (a page's row shrinks to about a third)."""
+    raw = value if isinstance(value, bytes) else to_json(value)
+    packer = zlib.compressobj(6, zdict=zdict) if zdict else zlib.compressobj(6)
+    return packer.compress(raw) + packer.flush()
+
+
+def unpack(blob: bytes | None, zdict: bytes = b"") -> Any:
     if blob is None:
         return None
     try:
-        d = zlib.decompressobj()
+        d = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
         raw = d.decompress(blob, MAX_ROW_BYTES)
         if d.unconsumed_tail:
             raise CodecError(f"a row over {MAX_ROW_BYTES} bytes")

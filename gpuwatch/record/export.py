@@ -16,14 +16,14 @@ from gpuwatch.record.recorder import SAME_LIMITS
 LEAD_S = 120.0
 
 
-def _limits_before(db: sqlite3.Connection, wall: float) -> object:
+def _limits_before(db: sqlite3.Connection, wall: float, zdict: bytes) -> object:
     """The gate's limits in force just before ``wall`` (rows store them only when they change)."""
     rows = db.execute(
         "SELECT data FROM rows WHERE kind = 'gate' AND wall < ? ORDER BY id DESC", (wall,)
     )
     for (data,) in rows:
         try:
-            limits = codec.unpack(data).get("limits")
+            limits = codec.unpack(data, zdict).get("limits")
         except (codec.CodecError, AttributeError):
             continue
         if isinstance(limits, dict):
@@ -50,22 +50,25 @@ def export(src: Path, dst: Path, start: float, end: float) -> int:
         meta.pop("created", None)
         out = store.create(dst, meta)
         try:
-            limits = _limits_before(db, lo)
+            dictionaries = store.dictionaries(db)
+            gate_dict = dictionaries.get(codec.dictionary_key("gate", None), b"")
+            limits = _limits_before(db, lo, gate_dict)
             rows = []
             for row in store.rows_between(db, lo, end):
                 data = row.data
                 if row.kind == "gate" and limits is not None:
                     # The first gate row may say "the same as before": say what that was.
                     try:
-                        body = codec.unpack(data)
+                        body = codec.unpack(data, gate_dict)
                         if body.get("limits") == SAME_LIMITS:
                             body["limits"] = limits
-                            data = codec.pack(body)
+                            data = codec.pack(body, gate_dict)
                         limits = None
                     except (codec.CodecError, AttributeError):
                         pass
                 rows.append((row.mono, row.wall, row.kind, row.source, data))
-            store.insert_rows(out, rows)
+            # Every dictionary: the copied rows were compressed against them.
+            store.insert_rows(out, rows, dictionaries.items())
             store.insert_audit(out, store.audit_entries(db, lo, end))
         finally:
             out.close()

@@ -2,8 +2,8 @@
 same clock readings as when it was recorded: the dashboard drawn from it is the one drawn live.
 
 Moving forward applies the rows up to the cursor; moving back restarts from the nearest
-checkpoint (a copy of the monitor taken every minute of recorded time), or from 16 minutes
-before the cursor (the 15-minute chart window and the badge's), so any instant of a long
+checkpoint (a copy of the monitor taken every minute of recorded time), or from 6 minutes
+before the cursor (the 5-minute chart window and the badge's), so any instant of a long
 recording is a bounded amount of work away.
 """
 
@@ -20,18 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.model import ScrapeResult
 from gpuwatch.monitor.state import Event, EventLevel, Monitor
 from gpuwatch.record import codec, store
 from gpuwatch.record.recorder import SAME_LIMITS
+from gpuwatch.sources.scrape import DEFAULT_MAX_ENGINES, ParseCache, map_page
 
 CHECKPOINT_EVERY_S = 60.0
 # Each is a copy of the monitor (an hour of history): beyond this many, the farthest from the
 # cursor goes (a jump far back starts cold, an hour early, instead).
 MAX_CHECKPOINTS = 90
-# A cold start this far before the cursor makes the 1m, 5m and 15m chart windows, every
-# number and the badge what they were live. Not the 1h window: replaying costs what the live
-# monitor spent (~2.5 ms a scrape), and an hour of two engines is ~20 s to wait for a jump.
-LEAD_S = 16 * 60.0
+# A cold start this far before the cursor makes the 1m and 5m chart windows, every number and
+# the badge what they were live. Not the longer windows: replaying costs what the live program
+# spent on the same pages (parse, dialects, windowed quantiles: ~5 ms a scrape of the
+# simulator's page), and an hour of two engines would be half a minute to wait for a jump.
+LEAD_S = 6 * 60.0
 _BATCH = 2000
 
 
@@ -83,6 +86,10 @@ class Player:
                 raise
             raise store.RecordingError(f"{path}: damaged recording ({exc})") from exc
         self.bad_rows = 0
+        self.dictionaries = store.dictionaries(self.db)
+        self.caches: dict[str, ParseCache] = {}
+        max_engines = self.meta.get("max_engines")
+        self.max_engines = max_engines if isinstance(max_engines, int) else DEFAULT_MAX_ENGINES
         self.marks = self._marks()
         self._mono = self.monos[0]
         self._offset = self.walls[0] - self.monos[0]
@@ -127,7 +134,7 @@ class Player:
         query = "SELECT id, mono, wall, kind, source, data FROM rows WHERE kind = 'event'"
         for row in self._rows(query + " ORDER BY id"):
             try:
-                e = codec.decode_payload("event", codec.unpack(row.data))
+                e = codec.decode_payload("event", self._unpack(row))
             except codec.CodecError:
                 continue
             out.append(Mark(e.time, e.level, e.text))
@@ -183,6 +190,21 @@ class Player:
                     cp_mono = row.mono
                     self._checkpoint()
 
+    def _unpack(self, row: store.Row) -> Any:
+        zdict = self.dictionaries.get(codec.dictionary_key(row.kind, row.source), b"")
+        return codec.unpack(row.data, zdict)
+
+    def _mapped(self, page: codec.Page) -> ScrapeResult:
+        """The recorded page through the same prefilter, parse and dialects as live (with
+        the source's own parse cache, as its poller had)."""
+        cache = self.caches.setdefault(page.source, ParseCache())
+        result = map_page(page.source, page.text, self.max_engines, cache)
+        # Warnings about the full page (models past the cap) came from the live page.
+        for warning in page.warnings:
+            if warning not in result.warnings:
+                result.warnings.append(warning)
+        return result
+
     def _checkpoint(self) -> None:
         self.checkpoints[self.pos] = (copy.deepcopy(self.monitor), self._mono, self._offset)
         if len(self.checkpoints) > MAX_CHECKPOINTS:
@@ -191,7 +213,7 @@ class Player:
     def _apply(self, row: store.Row) -> None:
         self._mono, self._offset = row.mono, row.wall - row.mono
         try:
-            payload = codec.decode_payload(row.kind, codec.unpack(row.data))
+            payload = codec.decode_payload(row.kind, self._unpack(row))
             self._feed(row.kind, payload)
         except (codec.CodecError, KeyError, TypeError, ValueError, AttributeError):
             # A row of the right kind with the wrong insides (a file edited, or damaged):
@@ -201,6 +223,8 @@ class Player:
     def _feed(self, kind: str, payload: Any) -> None:
         m = self.monitor
         if kind == "scrape":
+            if isinstance(payload, codec.Page):
+                payload = self._mapped(payload)
             if payload.source in m.endpoints:
                 m.apply_scrape(payload)
         elif kind == "gpus":

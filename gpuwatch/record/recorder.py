@@ -54,6 +54,8 @@ class Recorder:
         self.monitor: Monitor | None = None
         self.db: sqlite3.Connection | None = None
         self.pending: list[tuple[Any, ...]] = []
+        self.dictionaries: dict[str, bytes] = {}
+        self.new_dictionaries: list[tuple[str, bytes]] = []
         self.last_limits: Any = None
         # Added to the monitor's clock: 0 unless appending to a file whose clock ran further
         # (a recording from before a reboot), so the file's clock never runs backwards.
@@ -68,6 +70,7 @@ class Recorder:
             self.db = store.create(self.path, {**monitor_meta(monitor), **meta})
             last = self.db.execute("SELECT mono, wall FROM rows ORDER BY id DESC LIMIT 1")
             row = last.fetchone()
+            self.dictionaries = store.dictionaries(self.db)
         except sqlite3.Error as exc:
             raise store.RecordingError(f"{self.path}: cannot record: {exc}") from exc
         if row is not None and row[0] > monitor.clock():
@@ -92,7 +95,15 @@ class Recorder:
                     self.last_limits = limits
             payload = (limits, status, error, current)
         encoded = codec.encode_payload(kind, payload)
-        data = None if encoded is None else codec.pack(encoded)
+        data = None
+        if encoded is not None:
+            raw = codec.to_json(encoded)
+            key = codec.dictionary_key(kind, source)
+            zdict = self.dictionaries.get(key)
+            if zdict is None:
+                zdict = self.dictionaries[key] = raw
+                self.new_dictionaries.append((key, raw))
+            data = codec.pack(raw, zdict)
         self.pending.append((mono + self.shift, wall, kind, source, data))
 
     # -- writing --------------------------------------------------------------------------
@@ -105,7 +116,8 @@ class Recorder:
         if not rows:
             return True
         try:
-            store.insert_rows(self.db, rows)
+            store.insert_rows(self.db, rows, self.new_dictionaries)
+            self.new_dictionaries = []
         except sqlite3.Error as exc:
             self.stop(str(exc))
             return False

@@ -43,7 +43,7 @@ async def record(options: RecordOptions, recorder: Recorder, err: IO[str] = sys.
     """Poll and record until told to stop; False when recording stopped on its own."""
     o = options
     m = Monitor(o.urls, o.interval_s, o.slo, o.admin_url)
-    recorder.attach(m, host=socket.gethostname())
+    recorder.attach(m, host=socket.gethostname(), max_engines=o.scrape.max_engines)
     jobs: list[Coroutine[Any, Any, None]] = [
         polling.poll_endpoint(m, url, o.interval_s, o.scrape) for url in o.urls
     ]

@@ -2,7 +2,9 @@
 
 One table of rows in the order the monitor was fed them (``kind``: scrape, gpus, host, gate,
 event, stale, evaluate; ``mono`` the monitor's clock, ``wall`` the wall clock), one of the
-gate's audit entries, and ``meta`` (what was recorded: the sources, the SLO, the interval).
+gate's audit entries, one of compression dictionaries (the first row of each kind and
+source, which the later ones are compressed against), and ``meta`` (what was recorded: the
+sources, the SLO, the interval).
 Rows are written a second's worth per transaction; WAL with ``synchronous=NORMAL`` means a
 killed process loses at most the transaction it was in, and never corrupts what was committed.
 """
@@ -14,6 +16,7 @@ import json
 import os
 import sqlite3
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,7 @@ CREATE TABLE rows (
 CREATE INDEX rows_wall ON rows (wall);
 CREATE INDEX rows_kind ON rows (kind, wall);
 CREATE TABLE audit (version INTEGER PRIMARY KEY, wall REAL NOT NULL, entry TEXT NOT NULL);
+CREATE TABLE dicts (key TEXT PRIMARY KEY, data BLOB NOT NULL);
 """
 
 
@@ -88,7 +92,7 @@ def open_recording(path: Path, writable: bool = False) -> sqlite3.Connection:
         raise RecordingError(f"{path}: cannot open: {exc}") from exc
     try:
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not {"meta", "rows", "audit"} <= names:
+        if not {"meta", "rows", "audit", "dicts"} <= names:
             raise RecordingError(f"{path}: not a gpuwatch recording (no recording tables)")
         meta = read_meta(db)
         if meta.get("app") != APP:
@@ -127,10 +131,19 @@ def read_meta(db: sqlite3.Connection) -> dict[str, Any]:
     return out
 
 
-def insert_rows(db: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
-    """``(mono, wall, kind, source, data)`` tuples, in one transaction."""
+def insert_rows(
+    db: sqlite3.Connection,
+    rows: Iterable[tuple[Any, ...]],
+    dictionaries: Iterable[tuple[str, bytes]] = (),
+) -> None:
+    """``(mono, wall, kind, source, data)`` tuples and the new compression dictionaries
+    they use, in one transaction."""
     db.execute("BEGIN")
     try:
+        db.executemany(
+            "INSERT OR IGNORE INTO dicts (key, data) VALUES (?, ?)",
+            [(key, zlib.compress(data)) for key, data in dictionaries],
+        )
         db.executemany(
             "INSERT INTO rows (mono, wall, kind, source, data) VALUES (?, ?, ?, ?, ?)", rows
         )
@@ -139,6 +152,18 @@ def insert_rows(db: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+
+
+def dictionaries(db: sqlite3.Connection) -> dict[str, bytes]:
+    """The compression dictionaries, by ``codec.dictionary_key``; a damaged one is left out
+    (its rows then fail to decode, one by one)."""
+    out = {}
+    for key, data in db.execute("SELECT key, data FROM dicts"):
+        try:
+            out[str(key)] = zlib.decompress(data)
+        except (zlib.error, TypeError):
+            continue
+    return out
 
 
 def insert_audit(db: sqlite3.Connection, entries: Iterable[dict[str, Any]]) -> int:
