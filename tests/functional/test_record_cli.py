@@ -192,3 +192,18 @@ def test_sigterm_commits_and_closes_the_file(sim_url: str, tmp_path: Path) -> No
     player = Player(path)
     assert player.meta["host"] and len(player.ids) >= 20
     player.close()
+
+
+def test_dashboard_and_demo_refuse_a_file_they_cannot_record_to(tmp_path: Path) -> None:
+    """``--record`` is checked before any screen (or child process) starts."""
+    notes = tmp_path / "notes.db"
+    notes.write_text("mine\n" * 100)
+    for args in (
+        ["--metrics", "http://127.0.0.1:9/metrics", "--no-gpu", "--record", str(notes)],
+        ["--metrics", "http://127.0.0.1:9/metrics", "--no-gpu",
+         "--record", str(tmp_path / "no-such-dir" / "x.db")],
+    ):  # fmt: skip
+        proc = gw(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and str(tmp_path) in proc.stderr
+    assert notes.read_text() == "mine\n" * 100  # untouched
