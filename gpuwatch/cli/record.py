@@ -41,9 +41,14 @@ def add_recording_args(p: argparse.ArgumentParser, out: str = "--record") -> Non
         required=required,
         help="record what is polled into FILE (SQLite; appended to if it is a recording)",
     )
-    p.add_argument("--keep", type=age, metavar="AGE", help="drop rows older than AGE (7d)")
     p.add_argument(
-        "--max-size", type=size, metavar="SIZE", help="drop the oldest rows past SIZE (500M)"
+        "--keep", type=age, metavar="AGE", help="drop rows older than AGE, e.g. 7d (keep all)"
+    )
+    p.add_argument(
+        "--max-size",
+        type=size,
+        metavar="SIZE",
+        help="drop the oldest rows past SIZE, e.g. 500M (no limit)",
     )
 
 
