@@ -7,28 +7,13 @@ where the range itself begins (``view_from``) and a replay opens there.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from gpuwatch.record import codec, store
+from gpuwatch.record.player import limits_before
 from gpuwatch.record.recorder import SAME_LIMITS
 
 LEAD_S = 120.0
-
-
-def _limits_before(db: sqlite3.Connection, wall: float, zdict: bytes) -> object:
-    """The gate's limits in force just before ``wall`` (rows store them only when they change)."""
-    rows = db.execute(
-        "SELECT data FROM rows WHERE kind = 'gate' AND wall < ? ORDER BY id DESC", (wall,)
-    )
-    for (data,) in rows:
-        try:
-            limits = codec.unpack(data, zdict).get("limits")
-        except (codec.CodecError, AttributeError):
-            continue
-        if isinstance(limits, dict):
-            return limits
-    return None
 
 
 def export(src: Path, dst: Path, start: float, end: float) -> int:
@@ -52,7 +37,8 @@ def export(src: Path, dst: Path, start: float, end: float) -> int:
         try:
             dictionaries = store.dictionaries(db)
             gate_dict = dictionaries.get(codec.dictionary_key("gate", None), b"")
-            limits = _limits_before(db, lo, gate_dict)
+            first = db.execute("SELECT MIN(id) FROM rows WHERE wall >= ?", (lo,)).fetchone()[0]
+            limits = limits_before(db, first, gate_dict) if first is not None else None
             rows = []
             for row in store.rows_between(db, lo, end):
                 data = row.data

@@ -171,6 +171,10 @@ class Player:
             return
         self.monitor = self._fresh()
         self.pos = bisect.bisect_left(self.monos, mono - LEAD_S)
+        if self.pos:  # gate rows say "the same limits" until they change: say which
+            zdict = self.dictionaries.get(codec.dictionary_key("gate", None), b"")
+            limits = limits_before(self.db, self.ids[self.pos], zdict)
+            self.monitor.last_limits = limits if isinstance(limits, dict) else None
 
     def _apply_until(self, target: int) -> None:
         last_cp = max(self.checkpoints, default=-1)
@@ -255,6 +259,22 @@ class Player:
 
     def close(self) -> None:
         self.db.close()
+
+
+def limits_before(db: sqlite3.Connection, row_id: int, zdict: bytes) -> object:
+    """The gate's limits in force before row ``row_id``: rows carry them only when they
+    change. None when no earlier row has them."""
+    rows = db.execute(
+        "SELECT data FROM rows WHERE kind = 'gate' AND id < ? ORDER BY id DESC", (row_id,)
+    )
+    for (data,) in rows:
+        try:
+            limits = codec.unpack(data, zdict).get("limits")
+        except (codec.CodecError, AttributeError):
+            continue
+        if isinstance(limits, dict):
+            return limits
+    return None
 
 
 def _checked_meta(meta: dict[str, Any], path: Path) -> dict[str, Any]:

@@ -153,3 +153,29 @@ def test_a_row_with_the_wrong_insides_is_skipped_and_a_bad_meta_refused(tmp_path
     db.close()
     with pytest.raises(store.RecordingError, match="meta: urls"):
         Player(path)
+
+
+def test_a_cold_jump_knows_the_limits_recorded_long_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gate rows carry the limits only when they change: a jump that starts replaying after
+    the last change still shows them."""
+    from gpuwatch.record import player as player_module
+
+    path = tmp_path / "r.db"
+    clock = [0.0]
+    m = Monitor([], clock=lambda: clock[0], wall=lambda: 1e6 + clock[0], admin_url="http://g")
+    recorder = Recorder(path).attach(m)
+    limits = {"version": 7, "paused": False, "lanes": {"chat": {"max_inflight": 8}}}
+    for i in range(100):
+        clock[0] = float(i)
+        m.apply_gate(limits, {"lanes": {}})
+    recorder.close()
+    monkeypatch.setattr(player_module, "LEAD_S", 5.0)
+    monkeypatch.setattr(player_module, "CHECKPOINT_EVERY_S", 1e9)
+    p = Player(path)
+    p.seek(p.end)
+    p.seek(p.end - 10)  # back, with no checkpoint: a cold start 5 s earlier
+    assert p.pos > 50 and p.monitor.gate is not None
+    assert p.monitor.gate.limits == limits
+    p.close()
