@@ -60,8 +60,9 @@ class Mark:
     """An event of the recording, for jumping to it."""
 
     wall: float
-    level: str
+    level: EventLevel
     text: str
+    row_id: int
 
 
 class Player:
@@ -137,7 +138,7 @@ class Player:
                 e = codec.decode_payload("event", self._unpack(row))
             except codec.CodecError:
                 continue
-            out.append(Mark(e.time, e.level, e.text))
+            out.append(Mark(e.time, e.level, e.text, row.id))
         return out
 
     def _rows(self, query: str, *args: Any) -> Iterator[store.Row]:
@@ -175,6 +176,10 @@ class Player:
             zdict = self.dictionaries.get(codec.dictionary_key("gate", None), b"")
             limits = limits_before(self.db, self.ids[self.pos], zdict)
             self.monitor.last_limits = limits if isinstance(limits, dict) else None
+            # The events list reaches back further than the lead: as live, the last ones.
+            first, keep = self.ids[self.pos], self.monitor.events.maxlen or 0
+            for mk in [mk for mk in self.marks if mk.row_id < first][-keep:]:
+                self.monitor.recorded_event(Event(mk.wall, mk.level, mk.text))
 
     def _apply_until(self, target: int) -> None:
         last_cp = max(self.checkpoints, default=-1)

@@ -155,11 +155,11 @@ def test_a_row_with_the_wrong_insides_is_skipped_and_a_bad_meta_refused(tmp_path
         Player(path)
 
 
-def test_a_cold_jump_knows_the_limits_recorded_long_before(
+def test_a_cold_jump_knows_the_limits_and_events_recorded_long_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Gate rows carry the limits only when they change: a jump that starts replaying after
-    the last change still shows them."""
+    """Gate rows carry the limits only when they change, and events are rare: a jump that
+    starts replaying after both still shows them."""
     from gpuwatch.record import player as player_module
 
     path = tmp_path / "r.db"
@@ -170,6 +170,8 @@ def test_a_cold_jump_knows_the_limits_recorded_long_before(
     for i in range(100):
         clock[0] = float(i)
         m.apply_gate(limits, {"lanes": {}})
+        if i == 10:
+            m.event("info", "long before the jump")
     recorder.close()
     monkeypatch.setattr(player_module, "LEAD_S", 5.0)
     monkeypatch.setattr(player_module, "CHECKPOINT_EVERY_S", 1e9)
@@ -178,4 +180,6 @@ def test_a_cold_jump_knows_the_limits_recorded_long_before(
     p.seek(p.end - 10)  # back, with no checkpoint: a cold start 5 s earlier
     assert p.pos > 50 and p.monitor.gate is not None
     assert p.monitor.gate.limits == limits
+    # The events list as live showed it: the old event is still there.
+    assert [e.text for e in p.monitor.events][-1] == "long before the jump"
     p.close()
