@@ -183,3 +183,26 @@ def test_a_cold_jump_knows_the_limits_and_events_recorded_long_before(
     # The events list as live showed it: the old event is still there.
     assert [e.text for e in p.monitor.events][-1] == "long before the jump"
     p.close()
+
+
+def test_a_full_disk_stops_recording_with_an_event_and_the_file_stays_readable(
+    tmp_path: Path,
+) -> None:
+    """SQLITE_FULL, provoked with max_page_count: the dashboard's side of a full disk."""
+    path = tmp_path / "r.db"
+    m = Monitor([], wall=lambda: 1e6)
+    recorder = Recorder(path).attach(m)
+    m.event("info", "before the disk filled")
+    assert recorder.flush() and recorder.db is not None
+    pages = recorder.db.execute("PRAGMA page_count").fetchone()[0]
+    recorder.db.execute(f"PRAGMA max_page_count = {pages + 1}")
+    for i in range(300):  # incompressible text: pages fill fast
+        m.event("info", f"{i} " + "".join(chr(33 + (i * 7 + j * 13) % 90) for j in range(400)))
+    assert recorder.flush() is False
+    assert recorder.stopped is not None and "full" in recorder.stopped
+    assert m.tap is None and recorder.db is None
+    assert m.events[-1].level == "bad" and "stopped: database or disk is full" in m.events[-1].text
+    m.event("info", "the dashboard goes on")  # nothing raises, nothing is written
+    p = Player(path)
+    assert [mk.text for mk in p.marks] == ["before the disk filled"]
+    p.close()
