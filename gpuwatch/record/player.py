@@ -28,7 +28,7 @@ from gpuwatch.sources.scrape import DEFAULT_MAX_ENGINES, ParseCache, map_page
 
 CHECKPOINT_EVERY_S = 60.0
 # Each is a copy of the monitor (an hour of history): beyond this many, the farthest from the
-# cursor goes (a jump far back starts cold, an hour early, instead).
+# cursor goes (a jump far back starts cold, LEAD_S early, instead).
 MAX_CHECKPOINTS = 90
 # A cold start this far before the cursor makes the 1m and 5m chart windows, every number and
 # the badge what they were live. Not the longer windows: replaying costs what the live program
