@@ -55,6 +55,7 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
         policy="adaptive",
         target_ttft_p99_s=0.001,  # nothing meets this: every window is over target
         min_inflight=4,
+        max_inflight_tokens=48_000,  # the effective budget moves with the count
     )
     gate, served = await start_gate(sim.url, config, state_file=tmp_path / "s.json")
     statuses: list[int] = []
@@ -133,6 +134,9 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
     assert limits["version"] == 1 and limits["lanes"]["chat"]["max_inflight"] == 24
     assert limits["effective"]["chat"]["max_inflight"] < 24
     assert status["max_inflight"] == 24 and 4 <= status["effective_max_inflight"] < 24
+    # 48,000 tokens for 24 in flight: 2,000 a slot, configured budget apart from effective.
+    assert status["max_inflight_tokens"] == 48_000
+    assert status["effective_max_inflight_tokens"] == 2_000 * status["effective_max_inflight"]
     adaptive = status["adaptive"]
     assert adaptive["last_decision"]["direction"] == "down"
     assert adaptive["target_ttft_p99_s"] == 0.001 and adaptive["min_inflight"] == 4
