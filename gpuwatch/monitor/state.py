@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from gpuwatch.fmt import clip
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
 from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict
 from gpuwatch.series import CounterRate, EngineHistory, RingSeries, window_label
@@ -243,6 +244,21 @@ class Monitor:
         self.host = sample
         self.version += 1
 
+    def _adaptive_events(self, before: dict[str, Any], after: dict[str, Any]) -> None:
+        """An event per move of an adaptive lane's effective limit seen since the last poll
+        (the controller's changes are not new versions of the limits: no other event shows
+        them)."""
+        for lane, data in after.items():
+            new = (data.get("adaptive") or {}).get("last_decision")
+            old = ((before.get(lane) or {}).get("adaptive") or {}).get("last_decision")
+            if new and new != old and lane in before:
+                level: EventLevel = "warn" if new.get("direction") == "down" else "info"
+                self.event(
+                    level,
+                    f"gate {lane}: adaptive {new.get('from')} -> {new.get('to')} in flight: "
+                    f"{clip(str(new.get('reason')), 80)}",
+                )
+
     def apply_gate(
         self,
         limits: dict[str, Any] | None,
@@ -267,6 +283,7 @@ class Monitor:
         if limits is not None:
             self._accept_limits(gate, limits, current or was_down)
         if status is not None:
+            self._adaptive_events(gate.lanes, status["lanes"])
             gate.lanes = status["lanes"]
             queued = 0
             for lane, data in gate.lanes.items():

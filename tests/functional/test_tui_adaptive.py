@@ -86,6 +86,13 @@ async def test_the_panel_shows_the_controllers_cut_and_why(stack) -> None:  # ty
             )
             shown = text(app, "#adaptive")
             assert "16->12" in shown and "in [2..16]" in shown
+            # The controller's move is an event too (it is no new version of the limits).
+            await eventually(
+                pause=pilot.pause,
+                condition=lambda: (
+                    "gate chat: adaptive 16 -> 12 in flight: -25%: p99 TTFT" in text(app, "#events")
+                ),
+            )
     finally:
         load.stop()
         await task

@@ -202,3 +202,26 @@ def test_limits_that_went_back_are_believed_when_the_gate_says_so_twice() -> Non
     m.apply_gate(None, None, "connection refused")
     m.apply_gate({"version": 1, "paused": False, "lanes": {}}, None)  # back after being DOWN
     assert m.gate.limits["version"] == 1
+
+
+def test_a_move_of_the_adaptive_controller_is_one_event() -> None:
+    clock = Clock()
+    m = Monitor([], clock=clock, wall=clock, admin_url="http://127.0.0.1:9000")
+
+    def status(decision: dict | None) -> dict:
+        lane = {"queued": 0, "rejected_total": {}, "adaptive": {"last_decision": decision}}
+        return {"lanes": {"chat": lane}}
+
+    cut = {"time": 5.0, "direction": "down", "from": 16, "to": 12, "reason": "-25%: p99 TTFT 3.0s > 2.0s"}  # fmt: skip
+    m.apply_gate(None, status(cut))  # the first poll: a decision from before, no event
+    before = len(m.events)
+    m.apply_gate(None, status(cut))  # the same decision polled again: nothing new
+    assert len(m.events) == before
+    up = {"time": 9.0, "direction": "up", "from": 12, "to": 13, "reason": "+1: p99 TTFT 0.5s <= 2.0s, 3 queued"}  # fmt: skip
+    m.apply_gate(None, status(up))
+    assert len(m.events) == before + 1
+    assert (
+        m.events[-1].text
+        == "gate chat: adaptive 12 -> 13 in flight: +1: p99 TTFT 0.5s <= 2.0s, 3 queued"
+    )
+    assert m.events[-1].level == "info"
