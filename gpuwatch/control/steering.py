@@ -82,6 +82,13 @@ def patch_from(base: Limits, ops: list[Op]) -> Limits:
             paused = compute(paused)
         elif lane in lanes:
             lanes[lane][key] = compute(lanes[lane].get(key))
+    for values in lanes.values():
+        # An adaptive lane's bounds move together: `-` under its floor takes the floor along
+        # (1 at the least), rather than a change the gate would refuse.
+        if values.get("policy") == "adaptive" and values.get("max_inflight") is not None:
+            values["min_inflight"] = min(
+                values.get("min_inflight", 1), max(1, values["max_inflight"])
+            )
     patch: Limits = {}
     if paused != base["paused"]:
         patch["paused"] = paused
