@@ -122,7 +122,9 @@ class SideApi:
                 "size",
             )
         await side.generate(job)
-        item = {"b64_json": _PNG_B64} if parsed.b64 else {"url": "data:image/png;base64," + _PNG_B64}
+        item = (
+            {"b64_json": _PNG_B64} if parsed.b64 else {"url": "data:image/png;base64," + _PNG_B64}
+        )
         return web.json_response(
             {
                 "created": self.node.created,
@@ -131,4 +133,3 @@ class SideApi:
                 "steps": parsed.steps,
             }
         )
-

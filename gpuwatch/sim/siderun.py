@@ -16,7 +16,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 
 from gpuwatch.sim.gpu import VirtualGpu
-from gpuwatch.sim.profiles import BGE_LARGE, SDXL, IMAGE_RESERVE_BYTES, Profile
+from gpuwatch.sim.profiles import BGE_LARGE, IMAGE_RESERVE_BYTES, SDXL, Profile
 from gpuwatch.sim.sidemetrics import EmbedMetrics, ImageMetrics
 from gpuwatch.sim.sidework import EmbedJob, EmbedQueue, ImageJob, ImagePool
 
