@@ -24,15 +24,12 @@ import argparse
 import asyncio
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from gpuwatch.demo import DEMO_GATE_TOML, start_stack  # noqa: E402
-from gpuwatch.load import LoadRun, LoadSpec  # noqa: E402
-from gpuwatch.load.report import percentile  # noqa: E402
-from gpuwatch.load.runner import Result, Shape  # noqa: E402
-from gpuwatch.load.spec import Dist, ImageShape  # noqa: E402
+from gpuwatch.demo import DEMO_GATE_TOML, start_stack
+from gpuwatch.load import LoadRun, LoadSpec
+from gpuwatch.load.report import percentile
+from gpuwatch.load.runner import Result, Shape
+from gpuwatch.load.spec import Dist, ImageShape
 
 BURST_AT_S = 10.0
 
