@@ -223,7 +223,8 @@ def run_demo(
         )
         load = LoadRun(demo_load(stack.gate_url, rate, burstiness))
         embeds = LoadRun(embed_load(stack.gate_url))
-        images = LoadRun(*image_load(stack.gate_url))
+        image_spec, image_shapes = image_load(stack.gate_url)
+        images = LoadRun(image_spec, shapes=image_shapes)
         app = GpuwatchApp(options, background=[load.run, embeds.run, images.run])
         with contextlib.suppress(KeyboardInterrupt):
             app.run()

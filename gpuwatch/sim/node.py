@@ -83,6 +83,7 @@ class SimNode:
         # The other workloads run beside engine 0, on the first GPU.
         self.side = SideWork(
             profile, self.gpus[0], self.metrics.registry, self.sim_now, time_scale,
+            lambda: not self.engines[0].idle,
             embed=embed, image=image, image_reserve=image_reserve,
         )  # fmt: skip
         self._wake = [asyncio.Event() for _ in self.engines]
@@ -128,7 +129,7 @@ class SimNode:
                 # The CPU fell behind the simulated GPU; skip ahead rather than drift.
                 engine.now = self.sim_now()
             if i == 0:
-                engine.slowdown = text_slowdown(self.side.share)
+                engine.slowdown = text_slowdown(self.side.weight)
             result = engine.step()
             if result.duration == 0:
                 wake.clear()

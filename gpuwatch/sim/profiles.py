@@ -289,13 +289,15 @@ class EmbeddingModel:
     max_input_tokens: int = 512
     max_batch_tokens: int = 16384
     max_inputs: int = 32
-    # Share of the GPU a running batch takes from the text engine (compute-bound, short).
-    gpu_share: float = 0.3
     step_overhead_s: float = 0.002
 
     def batch_seconds(self, gpu: Gpu, tokens: int, efficiency: float = 0.5) -> float:
         """One forward pass over ``tokens`` tokens: 2 x params x tokens FLOPs, plus overhead."""
         return self.step_overhead_s + 2 * self.params * tokens / (gpu.fp16_flops * efficiency)
+
+    def weight(self, tokens: int) -> float:
+        """Its weight against the text engine while a batch runs (see ``DiffusionModel``)."""
+        return min(1.0, tokens / self.max_batch_tokens)
 
 
 @dataclass(frozen=True)
@@ -306,8 +308,6 @@ class DiffusionModel:
     decode_flops: float  # the VAE decode of one image at ``ref_pixels``
     activation_bytes: int  # peak activations of one image at ``ref_pixels``
     ref_pixels: int = 1024 * 1024
-    # Share of the GPU one image at ref_pixels takes while it runs; smaller images less.
-    gpu_share: float = 0.5
     efficiency: float = 0.45
 
     def seconds(self, gpu: Gpu, pixels: int, steps: int, n: int) -> float:
@@ -319,8 +319,11 @@ class DiffusionModel:
     def bytes_for(self, pixels: int, n: int) -> int:
         return int(self.activation_bytes * pixels / self.ref_pixels * n)
 
-    def share(self, pixels: int, n: int) -> float:
-        return min(self.gpu_share, self.gpu_share * pixels * n / self.ref_pixels)
+    def weight(self, pixels: int, n: int) -> float:
+        """How much GPU time a running request claims against the other work on the GPU:
+        1 for a 1024x1024 image or more (it keeps the GPU as busy as the text engine does, so
+        time slicing gives each half), less for smaller ones, in proportion to pixels x n."""
+        return min(1.0, pixels * n / self.ref_pixels)
 
 
 BGE_LARGE = EmbeddingModel("BAAI/bge-large-en-v1.5", 335e6, int(0.67 * GB))

@@ -89,9 +89,10 @@ class ImageMetrics:
             "VRAM held by the activations of the running image requests.",
             registry=registry,
         )
-        self.share = Gauge(
-            "sim_image_gpu_share",
-            "Fraction of the GPU the running image requests take from the text engine.",
+        self.weight = Gauge(
+            "sim_image_gpu_weight",
+            "Time-slicing weight of the running image requests against the text engine "
+            "(1 = one 1024x1024 image; the text engine weighs 1 while busy).",
             registry=registry,
         )
         self.duration = Histogram(

@@ -2,7 +2,7 @@
 
 The pure models are in gpuwatch/sim/sidework.py; this module runs them as asyncio tasks,
 keeps their metrics (gpuwatch/sim/sidemetrics.py), tells the text engine how much of the GPU
-they take (``share``) and the virtual GPU how much VRAM and time they use.
+they weigh against it (``weight``) and the virtual GPU how much VRAM and time they use.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class SideWork:
         registry: CollectorRegistry,
         clock: Callable[[], float],
         time_scale: float,
+        text_busy: Callable[[], bool],
         *,
         embed: bool,
         image: bool,
@@ -40,6 +41,7 @@ class SideWork:
     ) -> None:
         self.gpu = gpu
         self.clock = clock  # simulated seconds
+        self.text_busy = text_busy
         self.scale = time_scale
         self.embed_model = BGE_LARGE if embed else None
         self.image_model = SDXL if image else None
@@ -50,7 +52,7 @@ class SideWork:
         self.weights = (BGE_LARGE.weight_bytes if embed else 0) + (
             SDXL.weight_bytes if image else 0
         )
-        self._embed_share = 0.0
+        self._embed_weight = 0.0
         self._image_wake = asyncio.Event()
         self._embed_wake = asyncio.Event()
         self._done: dict[str, asyncio.Future[None]] = {}
@@ -60,8 +62,9 @@ class SideWork:
     # -- what the text engine and the GPU see ---------------------------------------------
 
     @property
-    def share(self) -> float:
-        return (self.images.share if self.images else 0.0) + self._embed_share
+    def weight(self) -> float:
+        """What the images and embeddings running now weigh against the text engine."""
+        return (self.images.weight if self.images else 0.0) + self._embed_weight
 
     def _sync_gpu(self) -> None:
         held = self.images.bytes_in_use if self.images else 0
@@ -71,7 +74,7 @@ class SideWork:
             m.running.set(len(self.images.running))
             m.waiting.set(len(self.images.queue))
             m.memory.set(held)
-            m.share.set(self.images.share)
+            m.weight.set(self.images.weight)
 
     def _wall(self, sim_seconds: float) -> float:
         return sim_seconds / self.scale
@@ -102,7 +105,7 @@ class SideWork:
         """Queue the job and wait until its images are done (cancelled: the job is dropped)."""
         pool = self.images
         assert pool is not None and self.image_metrics is not None
-        pool.advance(self.clock())
+        self._advance()
         done = asyncio.get_running_loop().create_future()
         self._done[job.rid] = done
         pool.add(job)
@@ -135,12 +138,19 @@ class SideWork:
                     await asyncio.wait_for(self._image_wake.wait(), wait)
             now = self.clock()
             busy = bool(pool.running)
-            for job in pool.advance(now):
-                self._finish_image(job)
+            self._advance()
             if busy:
                 wall_now = time.monotonic()
                 self.gpu.busy(wall_now - self._wall(now - start), wall_now, 1.0)
             self._sync_gpu()
+
+    def _advance(self) -> None:
+        """Run the images up to now, at the speed the rest of the GPU's work left them."""
+        pool = self.images
+        assert pool is not None
+        for job in pool.advance(self.clock()):
+            self._finish_image(job)
+        pool.others = (1.0 if self.text_busy() else 0.0) + self._embed_weight
 
     def _finish_image(self, job: ImageJob) -> None:
         m = self.image_metrics
@@ -203,12 +213,12 @@ class SideWork:
             m.batch_current_size.set(len(batch))
             m.batch_next_size.observe(len(batch))
             m.batch_next_tokens.observe(tokens)
-            self._embed_share = model.gpu_share
+            self._embed_weight = model.weight(tokens)
             begin = time.monotonic()
             try:
                 await asyncio.sleep(self._wall(seconds))
             finally:
-                self._embed_share = 0.0
+                self._embed_weight = 0.0
                 m.batch_current_size.set(0)
             self.gpu.busy(begin, time.monotonic(), 1.0)
             end = self.clock()

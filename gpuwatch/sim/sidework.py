@@ -1,19 +1,21 @@
 """The other work on the simulated GPU, pure and clock-free: image generation and embeddings.
 
-Images (``ImagePool``): a job costs ``steps x pixels x n`` (gpuwatch/sim/profiles.py,
-``DiffusionModel``). Jobs start first come first served while their activations fit in the
-image reserve of VRAM; the ones that do not fit wait in the queue. Running jobs share the
-image part of the GPU (processor sharing): alone, a job takes ``gpu_share`` of the GPU for its
-standalone time; together they get at most ``MAX_SHARE`` of it, split in proportion to their
-shares, so two big images each run at less than their standalone speed.
+How they share the GPU with the text engine: time slicing between busy processes, weighted by
+how much of the GPU each one keeps busy. The text engine, while it has work, weighs 1; a
+running image request weighs ``DiffusionModel.weight`` (1 for 1024x1024 or more, less for
+smaller ones); an embedding batch ``EmbeddingModel.weight``. With total weight W:
+
+- the text engine's steps take ``text_slowdown(others) = 1 + others`` times as long (it gets
+  1 / W of the GPU): one 1024x1024 image doubles them, two at once triple them;
+- each image runs at ``min(1, 1 / W)`` of its speed alone on an idle GPU.
+
+Images (``ImagePool``): a request costs ``steps x pixels x n`` (gpuwatch/sim/profiles.py,
+``DiffusionModel``). Requests start first come first served while their activations fit in
+the image reserve of VRAM; the ones that do not fit wait in the queue.
 
 Embeddings (``EmbedQueue``): requests queue; a batch takes whole requests in arrival order up
 to the model's ``max_batch_tokens`` (at least one), as TEI batches, and runs for the model's
 time for that many tokens.
-
-Both take a share of the GPU from the text engine while they run: ``text_slowdown`` turns the
-shares in use into the factor the text engine's step times are multiplied by (time slicing:
-the text engine gets the rest of the GPU).
 """
 
 from __future__ import annotations
@@ -23,13 +25,10 @@ from dataclasses import dataclass, field
 
 from gpuwatch.sim.profiles import DiffusionModel, EmbeddingModel, Gpu
 
-# The text engine always keeps a tenth of the GPU: time slicing never starves a process.
-MAX_SHARE = 0.9
 
-
-def text_slowdown(share: float) -> float:
-    """Step-time factor for the text engine when other work takes ``share`` of the GPU."""
-    return 1.0 / (1.0 - min(MAX_SHARE, max(0.0, share)))
+def text_slowdown(others: float) -> float:
+    """Step-time factor for the text engine while other work of weight ``others`` runs."""
+    return 1.0 + max(0.0, others)
 
 
 @dataclass(eq=False)
@@ -40,10 +39,10 @@ class ImageJob:
     steps: int
     n: int
     arrival: float
-    work: float = 0.0  # GPU-seconds: standalone time x its share
-    demand: float = 0.0  # its share of the GPU when alone
+    alone: float = 0.0  # seconds alone on an idle GPU
+    weight: float = 0.0
     bytes: int = 0
-    remaining: float = 0.0
+    remaining: float = 0.0  # seconds alone still to go
     started: float | None = None
     finished: float | None = None
 
@@ -58,16 +57,18 @@ class ImagePool:
     gpu: Gpu
     reserve_bytes: int
     now: float = 0.0
+    # The weight of the rest of the GPU's work now: 1 while the text engine is busy, plus an
+    # embedding batch's. The caller sets it before ``advance``.
+    others: float = 0.0
     queue: deque[ImageJob] = field(default_factory=deque)
     running: list[ImageJob] = field(default_factory=list)
     images_done: int = 0
     steps_done: int = 0
 
     def cost(self, job: ImageJob) -> None:
-        """Fill in what the job costs: GPU-seconds, its share and its activations."""
-        alone = self.model.seconds(self.gpu, job.pixels, job.steps, job.n)
-        job.demand = self.model.share(job.pixels, job.n)
-        job.work = job.remaining = alone * job.demand
+        """Fill in what the job costs: its time alone, its weight and its activations."""
+        job.alone = job.remaining = self.model.seconds(self.gpu, job.pixels, job.steps, job.n)
+        job.weight = self.model.weight(job.pixels, job.n)
         job.bytes = self.model.bytes_for(job.pixels, job.n)
 
     def fits_ever(self, job: ImageJob) -> bool:
@@ -78,17 +79,17 @@ class ImagePool:
         return sum(j.bytes for j in self.running)
 
     @property
-    def share(self) -> float:
-        """The part of the GPU the running images take."""
-        return min(MAX_SHARE, sum(j.demand for j in self.running))
+    def weight(self) -> float:
+        """The running images' weight against the rest of the GPU's work."""
+        return sum(j.weight for j in self.running)
 
-    def _rate(self, job: ImageJob) -> float:
-        """GPU-seconds of work per second this job gets now."""
-        total = sum(j.demand for j in self.running)
-        return job.demand * (self.share / total) if total else 0.0
+    @property
+    def speed(self) -> float:
+        """Each running image's speed, as a fraction of its speed alone on an idle GPU."""
+        return min(1.0, 1.0 / (self.others + self.weight)) if self.running else 0.0
 
     def add(self, job: ImageJob) -> None:
-        if not job.work:
+        if not job.alone:
             self.cost(job)
         self.queue.append(job)
         self._admit()
@@ -116,7 +117,7 @@ class ImagePool:
         """Simulated time of the next completion if nothing arrives before it."""
         if not self.running:
             return None
-        return self.now + min(j.remaining / self._rate(j) for j in self.running)
+        return self.now + min(j.remaining for j in self.running) / self.speed
 
     def advance(self, to: float) -> list[ImageJob]:
         """Run the pool until ``to``; return the jobs that finished, in order."""
@@ -125,9 +126,9 @@ class ImagePool:
             finish = self.next_finish()
             assert finish is not None
             until = min(finish, to)
-            rates = {id(j): self._rate(j) for j in self.running}
+            speed = self.speed
             for j in self.running:
-                j.remaining -= rates[id(j)] * (until - self.now)
+                j.remaining -= speed * (until - self.now)
             self.now = until
             if finish > to:
                 break

@@ -124,7 +124,7 @@ async def test_images_that_do_not_fit_queue_and_too_big_is_a_400(mix) -> None:
     assert "10.0 GiB" in message and "image reserve of 5.0 GiB" in message
 
 
-async def test_an_image_in_progress_slows_text_decode_by_its_share(mix) -> None:
+async def test_an_image_in_progress_slows_text_decode_by_its_weight(mix) -> None:
     node, url = mix
     body = {"prompt": "hello " * 20, "max_tokens": 60, "ignore_eos": True}
 
@@ -139,22 +139,22 @@ async def test_an_image_in_progress_slows_text_decode_by_its_share(mix) -> None:
 
     alone = await itl_mean()
     image = asyncio.create_task(ask(url, IMAGES, {"prompt": "p", "steps": 200}))
-    await eventually(lambda: node.side.share > 0, 5, message="the image did not start")
+    await eventually(lambda: node.side.weight > 0, 5, message="the image did not start")
     shared = await itl_mean()
     m = await scrape(url)
-    assert m["sim_image_gpu_share{}"] == pytest.approx(SDXL.gpu_share)
-    # One 1024x1024 image takes half the GPU: decode steps take twice as long.
+    assert m["sim_image_gpu_weight{}"] == 1.0
+    # One 1024x1024 image weighs as much as the text engine: decode steps take twice as long.
     assert 1.7 < shared / alone < 2.3, (alone, shared)
-    # The client goes away: the image is dropped and gives its share back.
+    # The client goes away: the image is dropped and gives its GPU time back.
     image.cancel()
 
     async def dropped() -> bool:
         m = await scrape(url)
         return m.get('sim_image_requests_total{"outcome": "abort"}') == 1 and (
-            m["sim_image_gpu_share{}"] == 0
+            m["sim_image_gpu_weight{}"] == 0
         )
 
-    await eventually(dropped, 5, message="a cancelled image kept its share of the GPU")
+    await eventually(dropped, 5, message="a cancelled image kept its GPU time")
 
 
 async def test_embeddings_batched_inputs_cost_by_tokens() -> None:
