@@ -111,6 +111,7 @@ def build(
     tight: tuple[int, int] = (8, 16),
     images_at: float | None = None,
     images: int = 8,
+    image_size: tuple[int, int] = (768, 768),
 ) -> Scenario:
     """Run the engine for ``seconds`` of simulated time and scrape it once a second.
 
@@ -120,8 +121,8 @@ def build(
     operator's move: from then on the gate allows ``tight`` = (max_inflight, max_queue).
 
     ``images_at``: the node also serves SDXL images (the simulator's ``--workloads image``, so
-    vLLM has a smaller share of the GPU) and ``images`` 1024x1024 requests arrive then, half a
-    second apart, through an image lane of one in flight (as in the demo): its queue fills,
+    vLLM has a smaller share of the GPU) and ``images`` requests of ``image_size`` arrive then,
+    half a second apart, through an image lane of one in flight (as in the demo): its queue fills,
     and each running image takes GPU time from the text engine (gpuwatch/sim/sidework.py).
     """
     profile = get_profile(DEFAULT_PROFILE)
@@ -190,7 +191,7 @@ def build(
             pool.others = 0.0 if engine.idle else 1.0
             while image_arrivals and image_arrivals[-1] <= engine.now:
                 at = image_arrivals.pop()
-                image_gate.append(ImageJob(f"i{len(image_arrivals)}", 1024, 1024, 30, 1, at))
+                image_gate.append(ImageJob(f"i{len(image_arrivals)}", *image_size, 30, 1, at))
             while image_gate and not pool.running and not pool.queue:  # the lane: one at a time
                 pool.add(image_gate.pop(0))
             engine.slowdown = text_slowdown(pool.weight)
