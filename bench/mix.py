@@ -6,6 +6,7 @@ Run: python bench/mix.py [--seconds 60] [--images 12] [--rate 2] [--seed 0]
 The simulator (RTX 4090 profile, also serving SDXL images and embeddings, real time) runs as a
 child process, and for two of the three setups a gate in front of it:
 
+- ``chat alone (no images)``: the reference, chat straight to the simulator without the burst;
 - ``no gate``: the load goes straight to the simulator, which runs as many images at once as
   its image VRAM reserve holds (two at 1024x1024);
 - ``gate, image lane loose``: through the gate, the image lane with max_inflight 16;
@@ -41,7 +42,9 @@ LANES = {
 }
 
 
-async def measure(url: str, args: argparse.Namespace) -> tuple[list[Result], list[Result]]:
+async def measure(
+    url: str, args: argparse.Namespace, images_on: bool = True
+) -> tuple[list[Result], list[Result]]:
     chat = LoadSpec(
         url=url,
         rate=args.rate,
@@ -55,6 +58,8 @@ async def measure(url: str, args: argparse.Namespace) -> tuple[list[Result], lis
     shapes: list[Shape] = [
         (BURST_AT_S + i / args.images, "image", 0, 0) for i in range(args.images)
     ]
+    if not images_on:
+        return await LoadRun(chat).run(), []
     chat_run, image_run = LoadRun(chat), LoadRun(images, shapes=shapes)
     chat_results, image_results = await asyncio.gather(chat_run.run(), image_run.run())
     return chat_results, image_results
@@ -99,14 +104,14 @@ def main() -> int:
         f"{'setup':<24}{'TTFT p50':>9}{'TTFT p99':>9}{'burst p50':>10}{'burst p99':>10}"
         f"{'ITL mean':>9}{'img p50':>9}{'img max':>9}{'burst s':>9}{'chat':>6}{'fail':>6}"
     )
-    setups: list[tuple[str, str | None]] = [("no gate", None)]
+    setups: list[tuple[str, str | None]] = [("chat alone (no images)", None), ("no gate", None)]
     setups += [(name, DEMO_GATE_TOML.split("[lanes.image]")[0] + toml)
                for name, toml in LANES.items()]  # fmt: skip
     for name, toml in setups:
         stack = start_stack(None, seed=args.seed, gate_toml=toml or DEMO_GATE_TOML)
         try:
             url = stack.gate_url if toml else stack.sim_url
-            chat, images = asyncio.run(measure(url, args))
+            chat, images = asyncio.run(measure(url, args, images_on=name != setups[0][0]))
         finally:
             stack.stop()
         print(row(name, chat, images), flush=True)
