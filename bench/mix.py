@@ -72,7 +72,8 @@ def ms(values: list[float], p: int) -> str:
 def row(name: str, chat: list[Result], images: list[Result]) -> str:
     ok = [r for r in chat if r.ok and r.ttft is not None]
     done = [r.sent + (r.e2e or 0) for r in images if r.ok]
-    burst_end = max(done) if done else BURST_AT_S
+    # Without images, the same window as the bursts: from BURST_AT_S to the end of the run.
+    burst_end = max(done) if done else max((r.sent for r in chat), default=BURST_AT_S)
     during = [r.ttft for r in ok if BURST_AT_S <= r.sent <= burst_end and r.ttft is not None]
     ttft = [r.ttft for r in ok if r.ttft is not None]
     itl = [g for r in ok for g in r.itl]
