@@ -173,19 +173,21 @@ def embed_load(gate_url: str, seed: int = 0) -> LoadSpec:
     )
 
 
-IMAGE_BURST = 8  # images in each burst, half a second apart
-# 768x768, the size an image lane's pixel cap would hold requests to: at 1024x1024 one image
-# doubles chat's step times and the demo's chat load leaves its zone (bench/mix.py measures it).
-IMAGE_SIZE = (768, 768)
+IMAGE_BURST = 16  # images in each burst, half a second apart
+# 512x512, the size an image lane's pixel cap would hold requests to. Resolution matters as
+# much as the lane: at 768x768 one image at a time already pushes the demo's chat TTFT p99 over
+# 1 s (the engine's bucket estimate then reads over 2 s), at 1024x1024 it doubles chat's step
+# times (bench/mix.py measures that).
+IMAGE_SIZE = (512, 512)
 IMAGE_PERIOD_S = 120.0
 IMAGE_AT_S = 40.0  # into each period: away from the chat spike at the end of it
 
 
 def image_load(gate_url: str, seed: int = 0) -> tuple[LoadSpec, list[Shape]]:
-    """A burst of SDXL 768x768 / 30-step images 40 s into every two minutes, for an hour.
+    """A burst of 16 SDXL 512x512 / 30-step images 40 s into every two minutes, for an hour.
 
-    Each image takes 2.6 s alone on the RTX 4090 profile and about 4 s beside busy chat, so
-    with the image lane running one at a time a burst keeps it busy for about 30 s, with the
+    Each image takes 1.2 s alone on the RTX 4090 profile and about 1.5 s beside busy chat, so
+    with the image lane running one at a time a burst keeps it busy for about 25 s, with the
     rest waiting in its queue."""
     spec = LoadSpec(url=gate_url, rate=1.0, duration_s=3600.0, lane_mix={"image": 1.0},
                     image=ImageShape((IMAGE_SIZE,)), seed=seed + 2)  # fmt: skip

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from prometheus_client import generate_latest
 
+from gpuwatch.demo import IMAGE_BURST, IMAGE_SIZE
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, Record
 from gpuwatch.load.spec import Dist
 from gpuwatch.monitor.state import Monitor
@@ -110,8 +111,8 @@ def build(
     tighten_at: float | None = None,
     tight: tuple[int, int] = (8, 16),
     images_at: float | None = None,
-    images: int = 8,
-    image_size: tuple[int, int] = (768, 768),
+    images: int = IMAGE_BURST,
+    image_size: tuple[int, int] = IMAGE_SIZE,
 ) -> Scenario:
     """Run the engine for ``seconds`` of simulated time and scrape it once a second.
 

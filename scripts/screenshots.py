@@ -37,9 +37,9 @@ async def main(out: Path) -> None:
     # The story, in one seeded run: a spike overloads the node, the operator tightens the gate.
     before = scenario.build(seconds=150, spike_at=100)
     after = scenario.build(seconds=235, spike_at=100, tighten_at=150)
-    # The mix: 8 SDXL 768x768 images at 160 s through an image lane of one, 20 s later: the
-    # image lane's queue holds the rest of the burst and chat keeps its zone.
-    mix = scenario.build(seconds=180, images_at=160)
+    # The mix: the demo's burst of 16 SDXL 512x512 images at 165 s through an image lane of
+    # one, 15 s later: the image lane's queue holds the rest of the burst, chat keeps its zone.
+    mix = scenario.build(seconds=180, images_at=165)
     for label, size in SIZES.items():
         await shoot(normal, size, out / f"dashboard-normal-{label}.svg")
         await shoot(overloaded, size, out / f"dashboard-overloaded-{label}.svg")

@@ -199,7 +199,9 @@ class LoadRun:
                         continue
                     payload = line[6:].strip()
                     if payload == b"[DONE]":
-                        break
+                        # Read on to the end of the body: closing the connection under the
+                        # server's last write makes a gate count a whole answer as abandoned.
+                        continue
                     data = json.loads(payload)
                     usage = data.get("usage")
                     if usage and usage.get("completion_tokens") is not None:
