@@ -165,3 +165,27 @@ async def test_cli_prints_the_split_and_refuses_bad_mixes(tmp_path: Any) -> None
         code, _, err = await _cli("--url", "http://127.0.0.1:9", "--requests", "1",
                                   "--rate", "1", *extra)  # fmt: skip
         assert code == 2 and message in err, (extra, err)
+
+
+async def test_a_stream_read_to_its_end_is_a_whole_answer_at_the_gate() -> None:
+    """Regression: the generator closed its connection at ``[DONE]``, under the gate's last
+    write, and the gate counted a few percent of whole answers as abandoned ("failed"). The
+    demo's stack (simulator and gate in their own processes), as the demo showed it."""
+    import httpx
+
+    from gpuwatch.demo import start_stack
+
+    stack = await asyncio.to_thread(start_stack, None, 10.0, 12, workloads=())
+    try:
+        spec = LoadSpec(url=stack.gate_url, rate=60.0, requests=200, seed=12,
+                        prompt_tokens=Dist("fixed", 16), output_tokens=Dist("fixed", 4))  # fmt: skip
+        results = await LoadRun(spec).run()
+        assert all(r.ok for r in results)
+        headers = {"Authorization": f"Bearer {stack.token}"}
+        async with httpx.AsyncClient(headers=headers) as client:
+            url = f"{stack.gate_url}/admin/status"
+            status = (await client.get(url, params={"ttft_s": "100"})).json()
+        goodput = status["lanes"]["chat"]["goodput"]["5m"]
+        assert goodput["ended"] == 200 and goodput["failed"] == 0, goodput
+    finally:
+        await asyncio.to_thread(stack.stop)
