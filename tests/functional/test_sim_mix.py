@@ -237,3 +237,19 @@ async def test_models_lists_every_served_model(mix) -> None:
     async with aiohttp.ClientSession() as s, s.get(f"{url}/v1/models") as r:
         ids = [m["id"] for m in (await r.json())["data"]]
     assert ids == ["sim-model", BGE_LARGE.name, SDXL.name]
+
+
+def test_sim_cli_refuses_unknown_workloads_and_a_mix_that_does_not_fit() -> None:
+    import subprocess
+    import sys
+
+    def sim(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gpuwatch", "sim", "--listen", "127.0.0.1:0",
+                               *args], capture_output=True, text=True, timeout=30)  # fmt: skip
+
+    bad = sim("--workloads", "embed,video")
+    assert bad.returncode == 2 and "unknown 'video' (known: embed, image)" in bad.stderr
+    # 67.7 GiB of 70B weights leave no room for SDXL and its reserve on an 80 GB H100.
+    full = sim("--profile", "h100-llama3-70b-fp8", "--workloads", "image")
+    assert full.returncode == 2 and "weights 67.7 GiB > usable" in full.stderr
+    assert "Traceback" not in bad.stderr + full.stderr
