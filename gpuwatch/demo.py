@@ -199,6 +199,23 @@ def image_load(gate_url: str, seed: int = 0) -> tuple[LoadSpec, list[Shape]]:
     return spec, shapes
 
 
+def fitting_workloads(profile: str | None) -> tuple[str, ...]:
+    """The mix this profile's GPU holds beside its model: embeddings and images, embeddings
+    alone, or chat alone (70B on an 80 GB H100 leaves no room for SDXL)."""
+    from gpuwatch.sim.profiles import DEFAULT_PROFILE, PROFILES, ProfileError, with_side_models
+
+    base = PROFILES.get(profile or DEFAULT_PROFILE)
+    if base is None:
+        return WORKLOADS  # an unknown name: the simulator says so
+    for workloads in (WORKLOADS, ("embed",)):
+        try:
+            with_side_models(base, "embed" in workloads, "image" in workloads)
+        except ProfileError:
+            continue
+        return workloads
+    return ()
+
+
 def run_demo(
     profile: str | None,
     rate: float,
@@ -211,8 +228,9 @@ def run_demo(
     from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
     from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 
+    workloads = fitting_workloads(profile)
     try:
-        stack = start_stack(profile)
+        stack = start_stack(profile, workloads=workloads)
     except DemoError as exc:
         print(f"gpuwatch demo: {exc}", file=sys.stderr)
         return 1
@@ -227,11 +245,13 @@ def run_demo(
             read_only=read_only,
             title_endpoint=f"demo sim {stack.sim_url.split('//')[1]}",
         )
-        load = LoadRun(demo_load(stack.gate_url, rate, burstiness))
-        embeds = LoadRun(embed_load(stack.gate_url))
-        image_spec, image_shapes = image_load(stack.gate_url)
-        images = LoadRun(image_spec, shapes=image_shapes)
-        app = GpuwatchApp(options, background=[load.run, embeds.run, images.run])
+        runs = [LoadRun(demo_load(stack.gate_url, rate, burstiness))]
+        if "embed" in workloads:
+            runs.append(LoadRun(embed_load(stack.gate_url)))
+        if "image" in workloads:
+            image_spec, image_shapes = image_load(stack.gate_url)
+            runs.append(LoadRun(image_spec, shapes=image_shapes))
+        app = GpuwatchApp(options, background=[run.run for run in runs])
         with contextlib.suppress(KeyboardInterrupt):
             app.run()
     finally:

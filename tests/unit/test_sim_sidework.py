@@ -63,3 +63,16 @@ def test_embedding_batches_take_whole_requests_up_to_the_token_budget() -> None:
     batch, tokens, _ = queue.next_batch()
     assert [j.rid for j in batch] == ["2"] and tokens == 100
     assert queue.next_batch() == ([], 0, 0.0)
+
+
+def test_the_demo_runs_the_mix_each_profile_holds() -> None:
+    from gpuwatch.demo import fitting_workloads
+    from gpuwatch.sim.profiles import PROFILES, ProfileError, with_side_models
+
+    assert fitting_workloads(None) == ("embed", "image")
+    # 70B FP8 on an 80 GB H100: no room for SDXL and its reserve, embeddings fit.
+    assert fitting_workloads("h100-llama3-70b-fp8") == ("embed",)
+    with pytest.raises(ProfileError, match="weights 67.7 GiB > usable"):
+        with_side_models(PROFILES["h100-llama3-70b-fp8"], embed=True, image=True)
+    shared = with_side_models(PROFILES["rtx4090-llama3-8b-awq"], embed=True, image=True)
+    assert shared.gpu_memory_utilization == 0.47 and shared.kv_tokens == 40_720
