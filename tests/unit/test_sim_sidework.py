@@ -72,7 +72,7 @@ def test_the_demo_runs_the_mix_each_profile_holds() -> None:
     assert fitting_workloads(None) == ("embed", "image")
     # 70B FP8 on an 80 GB H100: no room for SDXL and its reserve, embeddings fit.
     assert fitting_workloads("h100-llama3-70b-fp8") == ("embed",)
-    with pytest.raises(ProfileError, match="weights 67.7 GiB > usable"):
+    with pytest.raises(ProfileError, match=r"weights 67\.7 GiB > usable"):
         with_side_models(PROFILES["h100-llama3-70b-fp8"], embed=True, image=True)
     shared = with_side_models(PROFILES["rtx4090-llama3-8b-awq"], embed=True, image=True)
     assert shared.gpu_memory_utilization == 0.47 and shared.kv_tokens == 40_720
