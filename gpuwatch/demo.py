@@ -18,11 +18,16 @@ import secrets
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpuwatch.load.runner import Shape
 from gpuwatch.load.spec import Dist, EmbedShape, ImageShape, LoadSpec, Pattern
+
+if TYPE_CHECKING:
+    from gpuwatch.record.recorder import Recorder
 
 # Loose on purpose: with the default load, spikes push the engine out of its boring zone, and
 # tightening admission from the keyboard is what brings it back.
@@ -223,8 +228,10 @@ def run_demo(
     theme: str,
     read_only: bool,
     slo: dict[str, float | None] | None = None,
+    recorder: Recorder | None = None,
 ) -> int:
     from gpuwatch.load import LoadRun
+    from gpuwatch.record.store import RecordingError
     from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
     from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 
@@ -251,9 +258,25 @@ def run_demo(
         if "image" in workloads:
             image_spec, image_shapes = image_load(stack.gate_url)
             runs.append(LoadRun(image_spec, shapes=image_shapes))
-        app = GpuwatchApp(options, background=[run.run for run in runs])
+        jobs: list[Callable[[], Any]] = [run.run for run in runs]
+        if recorder is not None:
+            jobs.append(lambda: recorder.run(stack.gate_url, stack.token))
+        app = GpuwatchApp(options, background=jobs)
+        if recorder is not None:
+            try:
+                recorder.attach(
+                    app.monitor,
+                    host=options.hostname,
+                    title=options.title_endpoint,
+                    max_engines=options.scrape.max_engines,
+                )
+            except RecordingError as exc:
+                print(f"gpuwatch demo: {exc}", file=sys.stderr)
+                return 2
         with contextlib.suppress(KeyboardInterrupt):
             app.run()
     finally:
         stack.stop()
+        if recorder is not None:
+            recorder.close()
     return 0
