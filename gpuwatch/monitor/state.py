@@ -123,16 +123,28 @@ class GateView:
         }
         if not lanes:
             return None
-        totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
-        for data in lanes.values():
-            for key in totals:
-                totals[key] += data.get("goodput", {}).get(window, {}).get(key) or 0
         tails = {
             name: data["latency"][window]
             for name, data in lanes.items()
             if data["latency"][window].get("requests")
         }
-        ranked = [(t["ttft"]["p99"], n) for n, t in tails.items() if t["ttft"].get("p99")]
+        # The TTFT SLO is about tokens. A lane whose answers come in one piece (embeddings,
+        # images: no gap between tokens in the window) while another lane streams has a "TTFT"
+        # that is its whole generation and queue: it is shown, but neither its tails nor its
+        # goodput are judged against a chat SLO. With no lane streaming, every lane is judged.
+        streaming = {n for n, t in tails.items() if (t.get("itl") or {}).get("count")}
+        whole = set(tails) - streaming if streaming else set()
+        totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
+        for name, data in lanes.items():
+            if name in whole:
+                continue
+            for key in totals:
+                totals[key] += data.get("goodput", {}).get(window, {}).get(key) or 0
+        ranked = [
+            (t["ttft"]["p99"], n)
+            for n, t in tails.items()
+            if t["ttft"].get("p99") and n not in whole
+        ]
         worst = max(ranked, default=None)
         return UsersView(window, totals, tails, worst[0] if worst else None, worst and worst[1])
 
