@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Static
+from textual.widgets import Footer, Input, Static
 
 from gpuwatch.control.guard import Guard
 from gpuwatch.record.player import Player, parse_when
@@ -46,8 +46,10 @@ class ReplayDashboard(Dashboard):
     ]
 
     def compose(self) -> ComposeResult:
-        yield from super().compose()
-        yield ReplayBar(id="replaybar")
+        # The bar takes the footer's line (the keys are on the bar's end and under ?), so the
+        # panels keep the live layout, row for row: a replayed screen is the live one.
+        for widget in super().compose():
+            yield ReplayBar(id="replaybar") if isinstance(widget, Footer) else widget
 
 
 class GoToTime(ModalScreen[str | None]):
@@ -113,6 +115,10 @@ class ReplayApp(GpuwatchApp):
             self._moved()
             return
         self.go(self.player.now + elapsed * self.speed)
+
+    def drawn_at(self) -> tuple[float, float]:
+        # The cursor: the header's REPLAY clock says where it is, between ticks too.
+        return self.monitor.clock(), self.monitor.wall()
 
     def go(self, wall: float) -> None:
         self.player.seek(wall)
@@ -191,9 +197,20 @@ class ReplayApp(GpuwatchApp):
                 self.notify(str(exc), severity="warning")
                 return
             self.playing = False
-            self.go(when)
+            # Moved once the dialog is gone: panels updated under a modal screen keep the
+            # heights they had (the dashboard is laid out again only when it is on top).
+            self.call_after_refresh(self._go_to_tick, when)
 
         self.push_screen(GoToTime(), chosen)
+
+    def _go_to_tick(self, when: float) -> None:
+        # The screen the live dashboard drew with that clock: its tick in that second.
+        tick = self.player.tick_in(when)
+        if tick is None:
+            self.go(when)
+        else:
+            self.player.seek_mono(tick)
+            self._moved()
 
     def all_bindings(self) -> list[Binding]:
         # space plays and pauses here: the live freeze is not offered.
