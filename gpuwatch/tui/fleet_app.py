@@ -3,7 +3,8 @@ change for many gates.
 
 Its own app beside the node dashboard (``app.py``): one poll loop reads the whole fleet once
 per interval (one query per signal, whatever the number of engines) into ``FleetState``; the
-screens only read it. ``--at TIME`` shows a past instant: one reading, evaluated then.
+screens only read it. ``--at TIME`` shows a past instant, read-only, with the replay's
+cursor keys (``timecursor.py``, ``screens/fleet_history.py``): each move reads the fleet there.
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ from gpuwatch.monitor.fleet import FleetState
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.promql import FleetRow
 from gpuwatch.tui.screens.fleet import FleetScreen
+from gpuwatch.tui.screens.fleet_history import FleetHistoryScreen
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.screens.node import NodeScreen
 from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
+from gpuwatch.tui.timecursor import TimeCursor
+
+HISTORY_READ_ONLY = "the fleet in the past is read-only"
 
 
 @dataclass
@@ -38,7 +43,7 @@ class FleetOptions:
     read_only: bool = False
     gates: dict[str, GateTarget] = field(default_factory=dict)
     direct: bool = False  # drill-down also scrapes the node's /metrics itself
-    at: float | None = None  # a past instant (Unix time): one reading, evaluated then
+    at: float | None = None  # a past instant (Unix time): where the time cursor starts
     theme: str = DEFAULT_THEME
 
 
@@ -70,8 +75,14 @@ class FleetApp(App[None]):
         # A prebuilt state (the screenshots' scene) is shown as it is: nothing polls.
         self.polling = state is None
         self.state = state or FleetState(options.slo)
+        # In the past (--at) a time cursor says where; each move reads the fleet there.
+        self.cursor = TimeCursor(options.at, options.interval_s) if options.at is not None else None
         # The one guard: a fleet change asks it before reading, and GateClient before PATCH.
-        self.guard = Guard(read_only=options.read_only)
+        self.guard = (
+            Guard(read_only=True, reason=HISTORY_READ_ONLY)
+            if self.cursor is not None
+            else Guard(read_only=options.read_only)
+        )
         self.change = FleetChange(self.guard)
         self._themes: list[str] = []
 
@@ -86,7 +97,7 @@ class FleetApp(App[None]):
         for warning in warnings:
             self.state.event("warn", warning)
         self.theme = self.options.theme if self.options.theme in self._themes else DEFAULT_THEME
-        self.push_screen(FleetScreen())
+        self.push_screen(FleetHistoryScreen() if self.cursor is not None else FleetScreen())
         # Painted when a reading arrives (and on keys): nothing moves in between.
         if self.polling:
             self.run_worker(self._poll(), group="poll", name="prometheus")
@@ -95,7 +106,7 @@ class FleetApp(App[None]):
         await self.source.close()
 
     def now(self) -> float:
-        return self.options.at if self.options.at is not None else time.time()
+        return self.cursor.at if self.cursor is not None else time.time()
 
     def at_label(self) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.now()))
@@ -105,15 +116,26 @@ class FleetApp(App[None]):
         while True:
             started = time.monotonic()
             try:
-                self.state.apply(await self.source.read_fleet(self.options.at))
+                at = self.cursor.at if self.cursor is not None else None
+                reading = await self.source.read_fleet(at)
+                if self.cursor is not None:
+                    # Each instant judged on its own values: no hold carried over a jump.
+                    self.state.badges.clear()
+                self.state.apply(reading)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a bug must not take the screen down: one line
                 self.state.event("bad", f"fleet poll: {type(exc).__name__}: {exc}")
             self.paint()
-            if self.options.at is not None and self.state.reading and not self.state.reading.error:
-                return  # a past instant: read once
+            if self.cursor is not None and self.state.reading and not self.state.reading.error:
+                return  # a past instant: read once, again when the cursor moves
             await asyncio.sleep(max(0.05, self.options.interval_s - (time.monotonic() - started)))
+
+    def moved(self) -> None:
+        """The time cursor moved: read the fleet there (a reading under way is dropped)."""
+        self.paint()
+        if self.polling:
+            self.run_worker(self._poll(), group="poll", name="prometheus", exclusive=True)
 
     def paint(self) -> None:
         screen = self.screen

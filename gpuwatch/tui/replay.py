@@ -20,9 +20,9 @@ from gpuwatch.control.guard import Guard
 from gpuwatch.record.player import Player, parse_when
 from gpuwatch.tui.app import Dashboard, DashboardOptions, GpuwatchApp
 from gpuwatch.tui.control import CONTROL_ACTIONS
+from gpuwatch.tui.timecursor import next_speed
 from gpuwatch.tui.widgets.replaybar import ReplayBar
 
-SPEEDS = (1, 2, 5, 10, 30, 60)
 PLAY_TICK_S = 0.25
 REPLAY_READ_ONLY = "a replay is read-only"
 # The live keys a replay takes over: its own cursor keys use them.
@@ -62,9 +62,15 @@ class GoToTime(ModalScreen[str | None]):
                           padding: 1 2; }
     """
 
+    def __init__(
+        self, hint: str = "go to: HH:MM[:SS], YYYY-MM-DD HH:MM[:SS], or +90s / +5m from the start"
+    ) -> None:
+        super().__init__()
+        self.hint = hint
+
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("go to: HH:MM[:SS], YYYY-MM-DD HH:MM[:SS], or +90s / +5m from the start")
+            yield Static(self.hint)
             yield Input(placeholder="03:12:40", id="when")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -175,8 +181,7 @@ class ReplayApp(GpuwatchApp):
         self.notify(mark.text, timeout=3)
 
     def action_speed(self, direction: int) -> None:
-        i = SPEEDS.index(self.speed) if self.speed in SPEEDS else 0
-        self.speed = SPEEDS[min(max(i + direction, 0), len(SPEEDS) - 1)]
+        self.speed = next_speed(self.speed, direction)
         self._paint_bar()
 
     def action_audit(self) -> None:
