@@ -32,6 +32,13 @@ from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
 from gpuwatch.tui.timecursor import TimeCursor
 
 HISTORY_READ_ONLY = "the fleet in the past is read-only"
+HISTORY_NOTE = (
+    "[b]the past[/] (--at TIME): the fleet as Prometheus answers at the cursor (REPLAY in the "
+    "title), read-only. space plays / pauses at 1x..60x (< >), left / right step one interval, "
+    "\\[ ] a minute, : goes to a time (03:12:40 within the last day, 2026-11-30 03:12, or "
+    "+90s / -5m from the cursor); each move reads every signal at that instant. Badges are "
+    "the SLO rules on that instant's values (no 10 s hold across a move)."
+)
 
 
 @dataclass
@@ -149,8 +156,10 @@ class FleetApp(App[None]):
         self.push_screen(NodeScreen(row))
 
     def action_help(self) -> None:
-        keys = [b for b in [*self.BINDINGS, *FleetScreen.BINDINGS] if isinstance(b, Binding)]
-        self.push_screen(HelpScreen(keys, self.HELP_NOTES))
+        screen = FleetHistoryScreen if self.cursor is not None else FleetScreen
+        keys = [b for b in [*self.BINDINGS, *screen.BINDINGS] if isinstance(b, Binding)]
+        notes = [*self.HELP_NOTES, "", HISTORY_NOTE] if self.cursor is not None else self.HELP_NOTES
+        self.push_screen(HelpScreen(keys, notes))
 
     def action_next_theme(self) -> None:
         if self._themes:

@@ -88,8 +88,9 @@ class ReplayApp(GpuwatchApp):
         "[b]replay[/]: the dashboard fed from a recording by the same code, read-only. space "
         "plays / pauses at 1x..60x (< >), left / right step one poll interval, \\[ ] a minute, "
         "{ } jump to the previous / next event (badge changes are events), : goes to a time "
-        "(03:12:40, 2026-11-30 03:12, +5m from the start). The header's clock is the "
-        "recording's (REPLAY), the bar under the events says where in it you are.",
+        "(03:12:40, 2026-11-30 03:12, +5m from the start; a time to the second lands on the "
+        "tick the live screen was drawn at, its header showing that clock). The header's "
+        "clock is the recording's (REPLAY), the bar under the events says where in it you are.",
     ]
 
     def __init__(self, player: Player, options: DashboardOptions) -> None:

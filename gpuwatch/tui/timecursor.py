@@ -40,8 +40,8 @@ class TimeCursor:
 
     def __post_init__(self) -> None:
         self.at = min(self.at, self.now())
-        # Where the replay bar's track starts: a day back, or the first instant if older.
-        self.earliest = min(self.at, self.now() - LOOKBACK_S)
+        # Where the replay bar's track starts: the earliest instant the cursor has been at.
+        self.earliest = self.at
 
     def move(self, wall: float) -> None:
         self.at = min(wall, self.now())

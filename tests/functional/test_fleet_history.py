@@ -19,6 +19,7 @@ from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
 from gpuwatch.tui.replay import GoToTime
 from gpuwatch.tui.screens.fleet_history import FleetHistoryScreen
+from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.timecursor import TimeCursor
 from gpuwatch.tui.widgets.replaybar import ReplayBar
 from tests.functional.fleetkit import Fleet, fleet
@@ -131,6 +132,10 @@ async def test_the_cursor_keys_move_the_fleet_through_prometheus_history(rig: Fl
         await eventually(
             lambda: any("read-only" in e.text for e in app.state.events), 5, pause=pilot.pause
         )
+        await pilot.press("question_mark")  # the help lists the cursor keys and says how
+        await eventually(lambda: isinstance(app.screen, HelpScreen), 5, pause=pilot.pause)
+        shown = str(app.screen.query_one(Static).render())
+        assert "go to time" in shown and "play/pause" in shown and "the past" in shown
     assert versions == [
         httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()
     ]
