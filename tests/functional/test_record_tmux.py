@@ -38,7 +38,7 @@ LIVE_CLOCK = re.compile(r" RW\s+(\d\d:\d\d:\d\d)")
 # The header's mode and clock, live or replayed: the part of the header that may differ.
 MODE_CLOCK = re.compile(r"\s+R[OW]\s+(?:REPLAY )?\d\d:\d\d:\d\d\s+")
 RECORD_S = 60.0
-INSTANTS_S = (15.0, 35.0, 55.0)  # into the recording: where the three live panes are taken
+INSTANTS_S = (12.0, 30.0, 48.0)  # into the recording: where the three live panes are taken
 CHARTS_FROM_COLUMN = 80  # at 160x48 the charts are the right half of the body
 
 
