@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.record import codec
+from gpuwatch.safejson import JSONError, loads_bounded
+
 APP = "gpuwatch-recording"
 SCHEMA = 1
 
@@ -125,8 +128,8 @@ def read_meta(db: sqlite3.Connection) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in db.execute("SELECT key, value FROM meta"):
         try:
-            out[key] = json.loads(value)
-        except (TypeError, ValueError):
+            out[key] = loads_bounded(value)  # bounded: a file's JSON can nest 100,000 deep
+        except (TypeError, JSONError):
             out[key] = None
     return out
 
@@ -160,8 +163,8 @@ def dictionaries(db: sqlite3.Connection) -> dict[str, bytes]:
     out = {}
     for key, data in db.execute("SELECT key, data FROM dicts"):
         try:
-            out[str(key)] = zlib.decompress(data)
-        except (zlib.error, TypeError):
+            out[str(key)] = codec.inflate(data)
+        except codec.CodecError:
             continue
     return out
 
@@ -196,8 +199,8 @@ def audit_entries(
         "SELECT entry FROM audit WHERE wall >= ? AND wall <= ? ORDER BY version", (lo, hi)
     ):
         try:
-            entry = json.loads(text)
-        except ValueError:
+            entry = loads_bounded(text)
+        except (TypeError, JSONError):
             continue
         if isinstance(entry, dict):
             out.append(entry)
