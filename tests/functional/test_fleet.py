@@ -3,6 +3,7 @@ change reaches two marked gates (each audited; a stale one gets 409)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
@@ -21,7 +22,7 @@ from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.monitor.fleet import FleetState
 from gpuwatch.sources import promql
-from gpuwatch.sources.prometheus import PrometheusSource, auth_headers
+from gpuwatch.sources.prometheus import MAX_BYTES, PrometheusSource, auth_headers
 from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.fleet import FleetScreen
@@ -399,3 +400,45 @@ async def test_down_targets_and_firing_alerts_are_events(rig: Fleet) -> None:
     assert "alert FleetTestAlwaysFiring firing (page)" in texts
     state.apply(reading)
     assert [e.text for e in state.events] == texts, "a standing problem is said once"
+
+
+async def test_a_prometheus_answering_an_endless_or_trickling_body_is_one_line() -> None:
+    """The body is read with a bound on its size and on its whole time (httpx's timeout is per
+    read): an endless answer stops at the limit, a trickle at the timeout, each one line."""
+    sent: list[int] = []  # bytes of body sent, per request
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("/values"):
+            return web.json_response({"status": "success", "data": ["vllm:num_requests_running"]})
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"status": "success", "data": "')
+        chunk = b"x" * (1 << 20)
+        mine = len(sent)
+        sent.append(0)
+        while sent[mine] < 2 * MAX_BYTES:  # the client must hang up long before this
+            await response.write(chunk)
+            sent[mine] += len(chunk)
+        return response
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        for _ in range(600):  # 60 s of a byte every 0.1 s: each read well within the timeout
+            await response.write(b" ")
+            await asyncio.sleep(0.1)
+        return response
+
+    with ThreadedServer({"/api/v1/{tail:.*}": endless}) as server:
+        async with PrometheusSource(server.url("")) as source:
+            reading = await asyncio.wait_for(source.read_fleet(), 60)
+    assert reading.error is not None and "\n" not in reading.error
+    assert "exceeds the 32 MiB limit" in reading.error, reading.error
+    assert sent and max(sent) < 1.25 * MAX_BYTES  # it hung up at the limit, not at the end
+
+    started = time.monotonic()
+    with ThreadedServer({"/api/v1/{tail:.*}": trickle}) as server:
+        async with PrometheusSource(server.url(""), timeout_s=1.0) as source:
+            reading = await asyncio.wait_for(source.read_fleet(), 60)
+    assert reading.error is not None and "timed out" in reading.error, reading.error
+    assert time.monotonic() - started < 10
