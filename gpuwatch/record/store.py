@@ -170,10 +170,16 @@ def dictionaries(db: sqlite3.Connection) -> dict[str, bytes]:
 
 
 def insert_audit(db: sqlite3.Connection, entries: Iterable[dict[str, Any]]) -> int:
+    """The changes of the limits among ``entries``, once each (keyed by their version).
+
+    An adaptive controller's lines are left out: they carry the version in force, not a new
+    one, so the first of them would take the person's change's key (and the rest be dropped).
+    Its moves are recorded anyway, in the gate's status rows (``last_decision``), which replay
+    shows as events the way the live dashboard does."""
     before = db.total_changes
     db.executemany(
         "INSERT OR IGNORE INTO audit (version, wall, entry) VALUES (?, ?, ?)",
-        [(e["version"], float(e["time"]), json.dumps(e)) for e in entries],
+        [(e["version"], float(e["time"]), json.dumps(e)) for e in entries if "controller" not in e],
     )
     return db.total_changes - before
 
