@@ -70,6 +70,13 @@ def _prometheus(
     config += f"rule_files: ['{root / 'rules.yml'}']\n"
     config += "scrape_configs:\n" + "\n".join(jobs) + "\n"
     (root / "prometheus.yml").write_text(config)
+    return start_prometheus(root)
+
+
+def start_prometheus(root: Path) -> tuple[subprocess.Popen[str], str]:
+    """Prometheus on ``root/prometheus.yml`` and ``root/data``, and its URL.
+
+    Prometheus cannot report a port it picked itself; try ports until one is ours."""
     rng = random.Random()
     for _ in range(20):
         port = rng.randint(20000, 60000)
