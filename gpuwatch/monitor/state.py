@@ -132,8 +132,11 @@ class GateView:
         # images: no gap between tokens in the window) while another lane streams has a "TTFT"
         # that is its whole generation and queue: it is shown, but neither its tails nor its
         # goodput are judged against a chat SLO. With no lane streaming, every lane is judged.
+        # A lane is one of answers in one piece only when it gave answers: a token lane that
+        # answered nothing in the window (all refused, all failed) is the worst, not left out.
         streaming = {n for n, t in tails.items() if (t.get("itl") or {}).get("count")}
-        whole = set(tails) - streaming if streaming else set()
+        answered = {n for n, t in tails.items() if (t.get("ttft") or {}).get("count")}
+        whole = (answered - streaming) if streaming else set()
         totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
         for name, data in lanes.items():
             if name in whole:
