@@ -18,6 +18,8 @@ from aiohttp import web
 from textual.widgets import Static
 
 from gpuwatch import config
+from gpuwatch.aioserve import serve
+from gpuwatch.config import GateTarget
 from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.monitor.fleet import FleetState
@@ -442,3 +444,33 @@ async def test_a_prometheus_answering_an_endless_or_trickling_body_is_one_line()
             reading = await asyncio.wait_for(source.read_fleet(), 60)
     assert reading.error is not None and "timed out" in reading.error, reading.error
     assert time.monotonic() - started < 10
+
+
+async def test_a_gate_without_an_integer_version_is_not_patched_blind() -> None:
+    """A fleet change is based on each gate's version; a gate that does not give one (an older
+    or broken admin API) is reported, never sent a PATCH without If-Match."""
+    patches: list[str | None] = []
+
+    async def limits(_: web.Request) -> web.Response:
+        body = {"version": "7", "paused": False, "lanes": {"chat": {"max_inflight": 4}}}
+        return web.json_response(body)
+
+    async def patch(request: web.Request) -> web.Response:
+        patches.append(request.headers.get("If-Match"))
+        return web.json_response({"version": 8, "paused": False, "lanes": {}})
+
+    app = web.Application()
+    app.router.add_get("/admin/limits", limits)
+    app.router.add_patch("/admin/limits", patch)
+    served = await serve(app, "127.0.0.1", 0)
+    try:
+        change = FleetChange(Guard(), actor="fleet-test")
+        gate = address_of("10.0.0.9:8000", "n9", {"*": GateTarget(admin=served.url)})
+        planned = change.plan(
+            await change.read([gate]), [("chat", "max_inflight", lambda v: v + 1)]
+        )
+        outcomes = await change.apply(planned)
+    finally:
+        await served.close()
+    assert patches == []
+    assert outcomes[0].result != "applied" and "version" in outcomes[0].detail, outcomes[0]
