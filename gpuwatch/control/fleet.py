@@ -139,5 +139,7 @@ class FleetChange:
         except GateError as exc:
             result: Result = "unreachable" if exc.status is None else "refused"
             return Outcome(p.gate, result, str(exc))
+        except ValueError as exc:  # the token file, read again: gone or changed since
+            return Outcome(p.gate, "refused", str(exc))
         version = answer.get("version") if isinstance(answer, dict) else None
         return Outcome(p.gate, "applied", "; ".join(p.lines), version)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -474,3 +475,22 @@ async def test_a_gate_without_an_integer_version_is_not_patched_blind() -> None:
         await served.close()
     assert patches == []
     assert outcomes[0].result != "applied" and "version" in outcomes[0].detail, outcomes[0]
+
+
+async def test_a_token_file_gone_before_the_patch_is_that_gate_s_outcome(
+    rig: Fleet, tmp_path: Path
+) -> None:
+    """Each gate answers for itself: a token file that cannot be read at apply time is that
+    gate's "refused", and the other gate's change still comes back as applied."""
+    token = tmp_path / "token"
+    token.write_text("s3cret-token-for-the-test\n")
+    token.chmod(0o600)
+    gates = gates_of(rig)
+    gates[1] = replace(gates[1], token_file=str(token))
+    change = FleetChange(Guard(), actor="fleet-test")
+    planned = change.plan(await change.read(gates), [("chat", "max_queue", lambda v: v + 1)])
+    assert [p.problem for p in planned] == [None, None]
+    token.unlink()
+    outcomes = await change.apply(planned)
+    assert outcomes[0].result == "applied"
+    assert outcomes[1].result == "refused" and "cannot read" in outcomes[1].detail, outcomes[1]
