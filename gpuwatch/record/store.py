@@ -11,9 +11,7 @@ killed process loses at most the transaction it was in, and never corrupts what 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sqlite3
 import time
 import zlib
@@ -239,12 +237,3 @@ def prune(db: sqlite3.Connection, now: float, keep_s: float | None, max_bytes: i
     if dropped:
         db.execute("PRAGMA incremental_vacuum")
     return dropped
-
-
-def file_bytes(path: Path) -> int:
-    """The recording on disk, its write-ahead log included."""
-    total = 0
-    for p in (path, path.with_name(path.name + "-wal")):
-        with contextlib.suppress(OSError):  # no WAL: nothing waits to be folded in
-            total += os.path.getsize(p)
-    return total
