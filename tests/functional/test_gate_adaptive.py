@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from gpuwatch.aioserve import serve
+from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
@@ -264,6 +266,30 @@ async def test_preemptions_the_controller_could_not_answer_are_spent(tmp_path: P
         finally:
             await served.close()
             await upstream.stop()
+
+
+async def test_a_409_names_the_person_after_a_thousand_controller_lines(tmp_path: Path) -> None:
+    """The controller may write a line a second for hours: the newest entries kept in memory
+    can all be its own, and a conflict must still name who made the version in force."""
+    config = adaptive_config(max_inflight=8, policy="adaptive", target_ttft_p99_s=1.0)
+    gate, served = await start_gate("http://127.0.0.1:9", config, state_file=tmp_path / "s.json")
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.patch(f"{served.url}/admin/limits", json={"lanes": {"chat": {"max_queue": 9}}},
+                               headers={"X-Gpuwatch-Actor": "alice"}) as r:  # fmt: skip
+                assert r.status == 200
+            for n in range(KEEP + 1):  # what AdaptiveLoop.run writes, a move at a time
+                await gate.state.record({"time": time.time(), "actor": "adaptive",
+                                         "controller": "aimd", "version": 2,
+                                         "change": {"lanes": {"chat": {"effective_max_inflight": 8 - n % 2}}},
+                                         "reason": "test", "before": {}})  # fmt: skip
+            async with s.patch(f"{served.url}/admin/limits", json={"lanes": {"chat": {"max_queue": 1}}},
+                               headers={"If-Match": '"1"'}) as r:  # fmt: skip
+                assert r.status == 409
+                conflict = await r.json()
+    finally:
+        await served.close()
+    assert conflict["actor"] == "alice" and "changed by alice" in conflict["error"]["message"]
 
 
 gate = test_gate_cli.gate  # the fixture: ``gpuwatch gate`` as a process, with a token
