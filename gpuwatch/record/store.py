@@ -43,6 +43,12 @@ CREATE TABLE dicts (key TEXT PRIMARY KEY, data BLOB NOT NULL);
 """
 
 
+# What a query reads of a row's payload: a blob no larger than a row we write can be once
+# compressed, else NULL (the row then fails to decode, one by one), so a forged row of a
+# gigabyte is never fetched into memory.
+DATA = f"CASE WHEN length(data) <= {codec.MAX_ROW_BYTES} THEN data END"
+
+
 class RecordingError(Exception):
     """A file that cannot be read as a recording; ``str()`` is the one-line reason."""
 
@@ -159,7 +165,7 @@ def dictionaries(db: sqlite3.Connection) -> dict[str, bytes]:
     """The compression dictionaries, by ``codec.dictionary_key``; a damaged one is left out
     (its rows then fail to decode, one by one)."""
     out = {}
-    for key, data in db.execute("SELECT key, data FROM dicts"):
+    for key, data in db.execute(f"SELECT key, {DATA} FROM dicts"):
         try:
             out[str(key)] = codec.inflate(data)
         except codec.CodecError:
@@ -186,7 +192,7 @@ def rows_between(
     db: sqlite3.Connection, start: float | None = None, end: float | None = None
 ) -> Iterator[Row]:
     """Rows with ``start <= wall <= end`` (either open), in the order they were fed."""
-    query = "SELECT id, mono, wall, kind, source, data FROM rows WHERE wall >= ? AND wall <= ?"
+    query = f"SELECT id, mono, wall, kind, source, {DATA} FROM rows WHERE wall >= ? AND wall <= ?"
     lo = -1e300 if start is None else start
     hi = 1e300 if end is None else end
     for r in db.execute(query + " ORDER BY id", (lo, hi)):

@@ -261,3 +261,25 @@ def test_hostile_recordings_are_bounded_and_one_line(tmp_path: Path) -> None:
     out = tmp_path / "out.db"
     proc = gw("replay", str(audit), "--export", str(out))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_forged_row_of_256_mib_is_never_read_into_memory(tmp_path: Path) -> None:
+    """A row's blob larger than any row written is skipped by the query itself (counted as a
+    bad row when replayed): replay's peak memory stays far below the blob's size."""
+    path = tmp_path / "big.db"
+    db = _hostile_recording(path)
+    db.execute("INSERT INTO rows (mono, wall, kind, source, data) "
+               "VALUES (3.0, 1700000002.0, 'event', NULL, zeroblob(256 * 1024 * 1024))")  # fmt: skip
+    db.close()
+    script = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from gpuwatch.record.player import Player\n"
+        "p = Player(Path(sys.argv[1])); p.seek(p.end)\n"
+        "print(p.bad_rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    bad, peak_mib = map(int, proc.stdout.split())
+    assert bad == 1 and peak_mib < 200, proc.stdout
