@@ -241,11 +241,10 @@ class Steering:
 
         async def toggle() -> None:
             async with self._lock:
-                base = copy.deepcopy(self.view.limits())
-                current = base["lanes"].get(lane) if base is not None else None
-                if base is None or current is None:
-                    self.view.notify(f"the gate has no lane {lane}", "warning")
+                found = self._lane_now(lane)
+                if found is None:
                     return
+                base, current = found
                 on = current.get("policy", "static") != "adaptive"
                 changes: dict[str, Any] = {"policy": "adaptive" if on else "static"}
                 if on and current.get("target_ttft_p99_s") is None:
@@ -260,6 +259,16 @@ class Steering:
                 self.view.changed()
 
         self._spawn(toggle())
+
+    def _lane_now(self, lane: str) -> tuple[Limits, dict[str, Any]] | None:
+        """A copy of the gate's limits now and ``lane``'s part of them; None (and a warning)
+        when the gate has no such lane."""
+        base = copy.deepcopy(self.view.limits())
+        current = base["lanes"].get(lane) if base is not None else None
+        if base is None or current is None:
+            self.view.notify(f"the gate has no lane {lane}", "warning")
+            return None
+        return base, current
 
     def propose(self, key: str, compute: Callable[[Any], Any], lane: str | None = None) -> None:
         """Queue one key's change; it is sent with the keys that follow within coalesce_s."""
@@ -337,11 +346,10 @@ class Steering:
 
         async def apply() -> None:
             async with self._lock:
-                base = copy.deepcopy(self.view.limits())
-                current = base["lanes"].get(lane) if base is not None else None
-                if base is None or current is None:
-                    self.view.notify(f"the gate has no lane {lane}", "warning")
+                found = self._lane_now(lane)
+                if found is None:
                     return
+                base, current = found
                 diff = {k: v for k, v in changes.items() if current.get(k) != v}
                 if not diff:
                     self.view.notify(f"the gate already has the limits of {source}")
