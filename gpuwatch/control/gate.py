@@ -15,6 +15,7 @@ import httpx
 
 from gpuwatch.admintoken import token_problem
 from gpuwatch.control.guard import Guard
+from gpuwatch.gate.audit import check_entry
 from gpuwatch.httpclient import async_client
 
 
@@ -123,7 +124,14 @@ class GateClient:
         return await self._call("GET", "/admin/status", params=bounds)
 
     async def audit(self, limit: int = 20) -> list[dict[str, Any]]:
-        return (await self._call("GET", "/admin/audit", params={"limit": limit}))["entries"]
+        """The newest entries, newest first. The answer is the server's: entries that are not
+        audit entries (``gate/audit.check_entry``) are left out, and an answer without a list
+        of them is a GateError, so no caller indexes into something else."""
+        body = await self._call("GET", "/admin/audit", params={"limit": limit})
+        entries = body.get("entries") if isinstance(body, dict) else None
+        if not isinstance(entries, list):
+            raise GateError(200, f"gate {self.base}: /admin/audit has no list of entries", body)
+        return [e for e in entries if check_entry(e) is None]
 
     async def patch(self, changes: dict[str, Any], if_match: int | None = None) -> dict[str, Any]:
         """Apply ``changes``; with ``if_match``, GateConflict when another change came first."""

@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from gpuwatch.record import codec, store
 from gpuwatch.record.player import Player
+from tests.functional.servers import ThreadedServer
 from tests.helpers import eventually_sync
 
 GW = [sys.executable, "-m", "gpuwatch"]
@@ -283,3 +285,29 @@ def test_a_forged_row_of_256_mib_is_never_read_into_memory(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     bad, peak_mib = map(int, proc.stdout.split())
     assert bad == 1 and peak_mib < 200, proc.stdout
+
+
+@pytest.mark.parametrize("entries", [[{"actor": "x"}, 5, {"version": "1", "time": 1.0}], "oops"])
+def test_a_gate_answering_odd_audit_entries_does_not_stop_the_recording(
+    sim_url: str, tmp_path: Path, entries: object
+) -> None:
+    """What the admin URL answers is not ours: entries that are not audit entries are left
+    out, and the recording goes on for its whole duration."""
+
+    async def audit(_: web.Request) -> web.Response:
+        return web.json_response({"entries": entries})
+
+    async def limits(_: web.Request) -> web.Response:
+        return web.json_response({"version": 1, "paused": False, "lanes": {}})
+
+    routes = {"/admin/audit": audit, "/admin/limits": limits, "/admin/status": limits}
+    path = tmp_path / "odd.db"
+    with ThreadedServer(routes) as admin:
+        proc = subprocess.run(record_args(sim_url, path, "--admin", admin.url(""), "--duration", "5"),
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    db = sqlite3.connect(path)
+    span = db.execute("SELECT MAX(wall) - MIN(wall) FROM rows").fetchone()[0]
+    audited = db.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
+    db.close()
+    assert span >= 4.0 and audited == 0, (span, audited)
