@@ -17,6 +17,7 @@ from gpuwatch.admintoken import token_problem
 from gpuwatch.control.guard import Guard
 from gpuwatch.gate.audit import check_entry
 from gpuwatch.httpclient import async_client
+from gpuwatch.safejson import JSONError, loads_bounded
 
 
 class GateError(Exception):
@@ -100,8 +101,14 @@ class GateClient:
         except httpx.HTTPError as exc:
             raise GateError(None, f"gate {self.base} unreachable: {type(exc).__name__}") from exc
         try:
-            body = response.json()
-        except ValueError:
+            # Bounded like every answer we parse (nesting, huge integers): a deep one is not a
+            # RecursionError for the caller.
+            body = loads_bounded(response.content)
+        except JSONError as exc:
+            if response.status_code < 400:
+                raise GateError(
+                    response.status_code, f"gate {self.base}: the answer is not its API ({exc})"
+                ) from None
             body = None
         if response.status_code >= 400:
             error = body.get("error") if isinstance(body, dict) else None

@@ -494,3 +494,22 @@ async def test_a_token_file_gone_before_the_patch_is_that_gate_s_outcome(
     outcomes = await change.apply(planned)
     assert outcomes[0].result == "applied"
     assert outcomes[1].result == "refused" and "cannot read" in outcomes[1].detail, outcomes[1]
+
+
+async def test_a_gate_answering_deeply_nested_json_is_that_gate_s_problem() -> None:
+    """A gate's answer is parsed with safejson's bounds: 100,000 nested arrays are one gate
+    that cannot take part, not a RecursionError out of the fleet change."""
+
+    async def deep(_: web.Request) -> web.Response:
+        return web.Response(text="[" * 100_000 + "]" * 100_000, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/admin/limits", deep)
+    served = await serve(app, "127.0.0.1", 0)
+    try:
+        change = FleetChange(Guard(), actor="fleet-test")
+        gate = address_of("10.0.0.9:8000", "n9", {"*": GateTarget(admin=served.url)})
+        [planned] = await change.read([gate])
+    finally:
+        await served.close()
+    assert planned.problem is not None, planned
