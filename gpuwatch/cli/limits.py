@@ -109,6 +109,8 @@ def _show(value: Any) -> str:
 
 
 def print_limits(limits: dict[str, Any]) -> None:
+    from gpuwatch.gate.limits import MEDIA_CAPS  # pure, and only needed here
+
     print(f"version {limits['version']}  paused {str(limits['paused']).lower()}")
     print(
         f"{'lane':<10}{'inflight':>9}{'queue':>7}{'timeout':>9}{'prompt':>8}{'output':>8}"
@@ -122,3 +124,7 @@ def print_limits(limits: dict[str, Any]) -> None:
             f"{_show(lane.get('max_inflight_tokens')):>10}"
             f"  {lane['output_tokens_policy']}"
         )
+        media = {k: lane.get(k) for k in MEDIA_CAPS if lane.get(k) is not None}
+        if media:
+            caps = "  ".join(f"{k} {v}" for k, v in media.items())
+            print(f"{'':<10}{caps}  ({lane.get('media_policy', 'clamp')})")

@@ -22,6 +22,15 @@ REASONS = (
     "prompt_too_long",
     "max_tokens",
     "over_token_budget",
+    # Image and embedding caps (mediacaps.py), one reason per cap: the code names the limit.
+    "max_pixels",
+    "max_steps",
+    "max_n",
+    "max_inputs",
+    "max_input_tokens",
+    # Classes and tenants (fairqueue.py, tenants.py).
+    "evicted",
+    "tenant_paused",
 )
 
 
@@ -43,9 +52,18 @@ class LaneLimits:
     output_tokens_policy: str = "clamp"
     # Token budget: the sum of (prompt + output bound) over the lane's requests in flight.
     max_inflight_tokens: int | None = None
+    # Image and embedding caps (mediacaps.py), None for none; ``media_policy`` is clamp or
+    # reject for all of them, as output_tokens_policy is for the output cap.
+    max_pixels: int | None = None
+    max_steps: int | None = None
+    max_n: int | None = None
+    max_inputs: int | None = None
+    max_input_tokens: int | None = None
+    media_policy: str = "clamp"
 
 
 LANE_KEYS = tuple(LaneLimits.__dataclass_fields__)
+MEDIA_CAPS = ("max_pixels", "max_steps", "max_n", "max_inputs", "max_input_tokens")
 # Upper bounds: far above any real node, low enough that arithmetic and display stay sane.
 MAX_COUNT = 1_000_000
 MAX_TOKENS = 100_000_000
@@ -123,7 +141,7 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
         at = f"{path}.{key}"
         if key in ("max_inflight", "max_queue"):
             changes[key] = _int(at, value, 0, MAX_COUNT)
-        elif key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens"):
+        elif key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens", *MEDIA_CAPS):
             changes[key] = _int(at, value, 1, MAX_TOKENS, nullable=True)
         elif key == "queue_timeout_s":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -132,7 +150,7 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
             if not 0 < value <= MAX_TIMEOUT_S or not math.isfinite(value):
                 raise LimitsError(at, f"must be > 0 and <= {MAX_TIMEOUT_S:g}, got {_shown(value)}")
             changes[key] = float(value)
-        elif key == "output_tokens_policy":
+        elif key in ("output_tokens_policy", "media_policy"):
             if not isinstance(value, str) or value not in POLICIES:
                 raise LimitsError(at, f"must be one of {', '.join(POLICIES)}, got {_shown(value)}")
             changes[key] = value

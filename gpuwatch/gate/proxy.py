@@ -35,7 +35,8 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.errors import openai_error
 from gpuwatch.gate.exchange import Exchange
 from gpuwatch.gate.latency import LaneLatency
-from gpuwatch.gate.limits import Lane
+from gpuwatch.gate.limits import MEDIA_CAPS, Lane
+from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, apply_media_caps, has_media_caps
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.paths import PathError, split_target
 from gpuwatch.gate.upstream import Upstream, UpstreamError
@@ -60,7 +61,13 @@ HOP_BY_HOP = frozenset(
         "Expect",  # the gate answered 100-continue itself; the body is already here
     )
 )
-RETRY_AFTER = {"queue_full": "1", "queue_timeout": "5", "paused": "10"}
+RETRY_AFTER = {
+    "queue_full": "1",
+    "queue_timeout": "5",
+    "paused": "10",
+    "evicted": "1",
+    "tenant_paused": "10",
+}
 STATUS = {
     "queue_full": 429,
     "queue_timeout": 503,
@@ -68,11 +75,16 @@ STATUS = {
     "prompt_too_long": 400,
     "max_tokens": 400,
     "over_token_budget": 400,
+    **{cap: 400 for cap in MEDIA_CAPS},
+    "evicted": 429,
+    "tenant_paused": 503,
 }
 # Bodies up to this size are read whole when the upstream declares their length: cheaper than
 # streaming a short JSON answer chunk by chunk.
 _WHOLE_BODY_MAX = 256 * 1024
 _TOKENIZE_ANSWER_MAX = 4 * 1024 * 1024
+# What the media caps clamped, from the check to the answer's headers.
+_CLAMPED = web.RequestKey("gpuwatch_clamped", str)
 
 
 class _Throttled:
@@ -191,6 +203,8 @@ class Proxy:
         ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
         try:
             try:
+                if has_media_caps(lane.limits):
+                    raw = self._check_media(request, lane, name, raw)
                 raw, tokens = await self._check_body(lane, name, path, raw)
             except BodyError as exc:
                 ex.outcome("invalid")
@@ -217,6 +231,30 @@ class Proxy:
             # The rest of the body is unread: the connection cannot carry another request.
             response.force_close()
         return response
+
+    def _check_media(
+        self, request: web.Request, lane: AdmissionLane, name: str, raw: bytes
+    ) -> bytes:
+        """Apply the lane's image and embedding caps (``mediacaps.py``): the body to send, and
+        what was clamped noted on the request for the ``X-Gpuwatch-Clamped`` answer header."""
+        if not raw.strip():
+            return raw  # a GET through the lane: nothing to cap
+        try:
+            body = loads_bounded(raw)
+        except JSONError as exc:
+            raise BodyError(
+                "body", f"lane {name!r} has caps and needs a JSON body: {exc}"
+            ) from None
+        if not isinstance(body, dict):
+            raise BodyError("body", "must be a JSON object")
+        try:
+            notes = apply_media_caps(body, lane.limits, name)
+        except MediaRefused as exc:
+            raise lane.refuse(exc.reason, str(exc)) from None
+        if not notes:
+            return raw
+        request[_CLAMPED] = "; ".join(notes)
+        return json.dumps(body).encode()
 
     async def _check_body(
         self, lane: AdmissionLane, name: str, path: str, raw: bytes
@@ -329,6 +367,8 @@ class Proxy:
         self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange
     ) -> web.StreamResponse:
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+        if _CLAMPED in request:
+            out_headers[CLAMP_HEADER] = request[_CLAMPED]
         length = upstream.content_length
         if length is not None and length <= _WHOLE_BODY_MAX:
             try:

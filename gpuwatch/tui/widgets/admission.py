@@ -17,6 +17,13 @@ SHORT = {
     "prompt_too_long": "prompt",
     "max_tokens": "max_tok",
     "over_token_budget": "budget",
+    "max_pixels": "pixels",
+    "max_steps": "steps",
+    "max_n": "n",
+    "max_inputs": "inputs",
+    "max_input_tokens": "in_tok",
+    "evicted": "evicted",
+    "tenant_paused": "t_paused",
 }
 
 
