@@ -20,10 +20,12 @@ from gpuwatch.fmt import clip
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.body import BodyRefused, read_body
+from gpuwatch.gate.classes import Fairness
 from gpuwatch.gate.errors import MESSAGE_MAX, openai_error
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency
 from gpuwatch.gate.limits import LimitsError
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
+from gpuwatch.gate.tenantstatus import lane_status
 from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.series import window_label
 
@@ -92,11 +94,13 @@ class Admin:
         lanes: Mapping[str, AdmissionLane],
         body_timeout_s: float,
         latency: Mapping[str, LaneLatency],
+        fairness: Fairness | None = None,
     ) -> None:
         self.state = state
         self.lanes = lanes
         self.body_timeout_s = body_timeout_s
         self.latency = latency
+        self.fairness = fairness or Fairness()
 
     def app(self, token: bytes | None) -> web.Application:
         app = web.Application(middlewares=[bearer_auth(token)], client_max_size=PATCH_MAX_BYTES)
@@ -170,6 +174,7 @@ class Admin:
                     window_label(w): self.latency[name].goodput(w, slo["ttft_s"], slo["itl_s"])
                     for w in WINDOWS_S
                 },
+                **lane_status(lane, self.fairness),
             }
             for name, lane in self.lanes.items()
         }

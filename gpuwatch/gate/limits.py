@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpuwatch.fmt import clip
+from gpuwatch.gate.tenants import TenantLimits, TenantLimitsError, patch_tenants
 
 POLICIES = ("clamp", "reject")
 REASONS = (
@@ -101,12 +102,15 @@ class Limits:
     version: int
     paused: bool
     lanes: Mapping[str, LaneLimits] = field(default_factory=dict)
+    # Per-tenant limits (tenants.py), by tenant id; only tenants that have some.
+    tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "paused": self.paused,
             "lanes": {name: asdict(lane) for name, lane in self.lanes.items()},
+            "tenants": {tenant: asdict(t) for tenant, t in self.tenants.items()},
         }
 
 
@@ -165,6 +169,7 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
         raise LimitsError("body", "must be a JSON object")
     paused = current.paused
     lanes = dict(current.lanes)
+    tenants = current.tenants
     for key, value in patch.items():
         if key == "version":
             continue  # a GET-modify-PATCH client may send it back; If-Match is the check
@@ -179,9 +184,14 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
                 if name not in lanes:
                     raise LimitsError(_field(f"lanes.{name}"), "unknown lane")
                 lanes[name] = _lane_patch(f"lanes.{name}", lanes[name], lane_patch)
+        elif key == "tenants":
+            try:
+                tenants = patch_tenants(tenants, value)
+            except TenantLimitsError as exc:
+                raise LimitsError(exc.field, str(exc).split(": ", 1)[1]) from None
         else:
             raise LimitsError(_field(key), "unknown key")
-    return Limits(current.version + 1, paused, lanes)
+    return Limits(current.version + 1, paused, lanes, tenants)
 
 
 def _field(name: str) -> str:
@@ -204,7 +214,11 @@ def from_json(data: Any, lanes: Mapping[str, LaneLimits]) -> Limits:
         raise LimitsError("limits.lanes", f"must be an object, got {_shown(saved)}")
     base = Limits(version - 1, False, dict(lanes))
     known = {k: v for k, v in saved.items() if k in lanes}
-    patch = {"paused": data.get("paused", False), "lanes": copy.deepcopy(known)}
+    patch = {
+        "paused": data.get("paused", False),
+        "lanes": copy.deepcopy(known),
+        "tenants": copy.deepcopy(data.get("tenants", {})),
+    }
     return apply_patch(base, patch)
 
 
@@ -226,4 +240,11 @@ def changed(before: Limits, after: Limits) -> dict[str, Any]:
             lanes[name] = diff
     if lanes:
         out["lanes"] = lanes
+    tenants: dict[str, Any] = {}
+    for tenant in set(before.tenants) | set(after.tenants):
+        was, now = before.tenants.get(tenant), after.tenants.get(tenant)
+        if was != now:
+            tenants[tenant] = asdict(now) if now is not None else None
+    if tenants:
+        out["tenants"] = dict(sorted(tenants.items()))
     return out

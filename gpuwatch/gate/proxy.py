@@ -199,6 +199,7 @@ class Proxy:
         except BodyRefused as exc:
             code = "body_too_large" if exc.status == 413 else "body_timeout"
             return self._client_error(exc.status, code, str(exc), close=True)
+        who = self.config.fairness.who(request.headers)
         inference = self.is_inference(request.method, path)
         ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
         try:
@@ -210,10 +211,11 @@ class Proxy:
                 ex.outcome("invalid")
                 return self._client_error(400, "invalid_body", str(exc), param=exc.field)
             ex.queueing()
-            async with lane.slot(tokens) as ticket:
+            async with lane.slot(tokens, who) as ticket:
                 ex.admitted(ticket.queue_wait_s)
                 return await self._forward(request, ex, path, query, raw)
         except Refused as refused:
+            lane.tenants.refused[(who.klass, refused.reason)] += 1
             ex.outcome("refused")
             return self._refusal(name, refused)
         except asyncio.CancelledError:

@@ -23,6 +23,7 @@ from gpuwatch.gate.listener import Listening, listen, track_requests
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.proxy import Proxy
 from gpuwatch.gate.state import GateState
+from gpuwatch.gate.tenantstatus import ClassCollector
 from gpuwatch.gate.upstream import Upstream
 
 
@@ -63,11 +64,16 @@ class Gate:
             lane.name: AdmissionLane(lane.name, limits.lanes[lane.name], limits.paused)
             for lane in config.lanes
         }
+        for lane in self.lanes.values():
+            lane.tenants.limits = limits.tenants
         self.metrics = GateMetrics(list(self.lanes))
         self.upstream = Upstream(upstream, on_retry=self.metrics.upstream_retries.inc)
         self.latency = {name: LaneLatency() for name in self.lanes}
         self.proxy = Proxy(config, self.lanes, self.metrics, self.upstream, self.latency)
-        self.admin = Admin(state, self.lanes, config.client_body_timeout_s, self.latency)
+        self.admin = Admin(
+            state, self.lanes, config.client_body_timeout_s, self.latency, config.fairness
+        )
+        self.metrics.registry.register(ClassCollector(self.lanes, config.fairness))
         state.on_change(self._apply)
         self._bind_gauges()
 
@@ -76,6 +82,7 @@ class Gate:
 
     def _apply(self, limits: Limits) -> None:
         for name, lane in self.lanes.items():
+            lane.tenants.limits = limits.tenants  # before set_limits, which admits by them
             lane.set_limits(limits.lanes[name], limits.paused)
 
     def _bind_gauges(self) -> None:
