@@ -5,7 +5,6 @@ turn, a client cannot pick a class the operator did not map, and tenant limits a
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
