@@ -105,6 +105,10 @@ class Dashboard(Screen[None]):
         Binding("u", "app.undo", "undo"),
         Binding("a", "app.audit", "audit", show=False),
         Binding("P", "app.plan", "plan for this gate", show=False),
+        Binding("n", "app.next_tenant", "next tenant", show=False),
+        Binding("x", "app.tenant_pause", "pause/resume tenant", show=False),
+        Binding("c", "app.tenant_cap(True)", "lower tenant cap", show=False),
+        Binding("C", "app.tenant_cap(False)", "raise tenant cap", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -153,6 +157,10 @@ class GpuwatchApp(App[None]):
         "[b]control[/] (with --admin): keys pressed together become one change; pausing or "
         "cutting a lane by more than half asks first; o / O step the output cap to the next of "
         "128 256 512 1024 2048 4096 and none. P: the last plan. --read-only refuses all.",
+        "",
+        "[b]tenants[/]: n selects the next of the lane's busiest tenants (shown as "
+        "in-flight·queued); x pauses or resumes it, c / C step its in-flight cap over 32 16 8 4 "
+        "2 1 0 and none. Each is one change to the gate's limits (If-Match, audited, undo).",
     ]
 
     def __init__(
@@ -304,7 +312,10 @@ class GpuwatchApp(App[None]):
             list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint
         )
         dash.query_one(AdmissionPanel).render_gate(
-            m.gate, self.steering.selected_lane, self.steering.pending_lines()
+            m.gate,
+            self.steering.selected_lane,
+            self.steering.pending_lines(),
+            self.steering.selected_tenant,
         )
         users = m.gate.users(window_label(m.window_s)) if m.gate else None
         dash.query_one(UsersPanel).render_users(
@@ -386,6 +397,15 @@ class GpuwatchApp(App[None]):
 
     def action_next_lane(self) -> None:
         self.steering.next_lane()
+
+    def action_next_tenant(self) -> None:
+        self.steering.next_tenant()
+
+    def action_tenant_pause(self) -> None:
+        self.steering.tenant_pause()
+
+    def action_tenant_cap(self, down: bool) -> None:
+        self.steering.tenant_cap(down)
 
     def action_inflight(self, delta: int) -> None:
         self.steering.inflight(delta)
