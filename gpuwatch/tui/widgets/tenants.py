@@ -3,7 +3,7 @@
 Shown only where they say something: a classes line when more than one class is busy or
 refused (or tenants are shown), a tenants line when a request came with a tenant. Tenants are
 what the gate calls them (a configured name, a plain id, or a hash), never a raw key; each is
-``in-flight·queued``.
+``in-flight·queued``. Refusals by class are totals since the gate started.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ def tenant_lines(live: dict[str, Any], selected: str | None, compact: bool = Fal
             refused.append(f"{escape(str(name))}: {escape(shown)}")
     out = []
     if len(busy) + len(refused) > 1 or (named and (busy or refused)):
-        line = "   [dim]classes[/] " + ("  ".join(busy) or "[dim]idle[/]")
+        out.append("   [dim]classes[/] " + ("  ".join(busy) or "[dim]idle[/]"))
         if refused:
-            line += "  [$bad]refused " + "; ".join(refused) + "[/]"
-        out.append(line)
+            # Totals since the gate started: the refusal rates per reason are on the lane row.
+            out.append("   [dim]refused[/] [$bad]" + "; ".join(refused) + "[/] [dim]total[/]")
     if named:
         cells = []
         for t in named[: 3 if compact else 5]:
