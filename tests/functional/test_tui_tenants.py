@@ -8,11 +8,13 @@ import asyncio
 from pathlib import Path
 
 import aiohttp
+from textual.widgets import Select
 
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER
 from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.screens.edit import EditLimits
 from tests.functional.gatekit import rig
 from tests.functional.test_gate_fairness import CONFIG
 from tests.functional.test_tui import text
@@ -74,3 +76,44 @@ async def test_tenants_shown_and_steered_from_the_keyboard(tmp_path: Path) -> No
 async def _limits(client: GateClient, version: int) -> dict | None:
     limits = await client.limits()
     return limits if limits["version"] >= version else None
+
+
+async def test_edit_form_sets_the_image_lanes_caps(tmp_path: Path) -> None:
+    async with rig(tmp_path, CONFIG) as r:
+        app = GpuwatchApp(
+            DashboardOptions(urls=[f"{r.url}/metrics"], interval_s=0.25, admin_url=r.url)
+        )
+        async with app.run_test(size=(80, 24)) as pilot:
+            await eventually(
+                lambda: app.monitor.gate and app.monitor.gate.limits and app.steering.client,
+                pause=pilot.pause,
+            )
+            await pilot.press("3")  # image
+            await pilot.press("e")
+            form = await eventually(
+                lambda: (
+                    isinstance(app.screen, EditLimits) and app.screen.query("#apply") and app.screen
+                ),
+                pause=pilot.pause,
+            )
+            assert not form.query("#max_inputs")  # the embedding caps are not the image lane's
+            form.query_one("#max_steps").value = "30"
+            form.query_one("#max_pixels").value = "0"
+            await pilot.pause()
+            assert "a whole number >= 1" in str(form.query_one("#max_pixels-error").render())
+            form.query_one("#max_pixels").value = "1048576"
+            form.query_one("#media_policy", Select).value = "reject"
+            await pilot.pause()
+            form.query_one("#max_steps").focus()
+            await pilot.press("enter")  # Enter in a field applies the form
+            client = GateClient(r.url, None, Guard())
+            try:
+                limits = await eventually(lambda: _limits(client, 2), pause=pilot.pause)
+            finally:
+                await client.close()
+        image = limits["lanes"]["image"]
+        assert (image["max_steps"], image["max_pixels"], image["media_policy"]) == (
+            30,
+            1048576,
+            "reject",
+        )
