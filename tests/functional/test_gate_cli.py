@@ -164,3 +164,17 @@ def test_limits_set_image_and_embedding_caps(gate) -> None:
     assert limits["lanes"]["image"]["max_steps"] == 30
     out = gw("limits", "set", "embed.max_inputs=0", *common)
     assert out.returncode == 1 and "lanes.embed.max_inputs: must be >= 1" in out.stderr
+
+
+def test_limits_set_a_tenants_limits(gate) -> None:
+    url, token, _ = gate
+    common = ["--admin", url, "--admin-token-file", str(token)]
+    out = gw("limits", "set", "tenants.team.a.max_inflight=2", "tenants.bob.paused=true", *common)
+    assert out.returncode == 0, out.stderr
+    assert "tenant team.a: max_inflight 2" in out.stdout and "tenant bob: paused" in out.stdout
+    out = gw("limits", "set", "tenants.bob=none", *common)
+    assert out.returncode == 0, out.stderr
+    limits = json.loads(gw("limits", "get", "--json", *common).stdout)
+    assert limits["tenants"] == {"team.a": {"paused": False, "max_inflight": 2}}
+    out = gw("limits", "set", "tenants.bob.colour=1", *common)
+    assert out.returncode == 1 and "tenants.bob.colour" in out.stderr

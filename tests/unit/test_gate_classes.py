@@ -70,3 +70,25 @@ def test_config_file(tmp_path: Path) -> None:
 def test_config_errors_name_the_key(data: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         parse_fairness(Path("gate.toml"), data)
+
+
+def test_tenant_limits_are_validated_bounded_and_audited_as_changes() -> None:
+    from gpuwatch.gate.limits import Limits, LimitsError, apply_patch, changed, from_json
+
+    base = Limits(1, False, {})
+    after = apply_patch(base, {"tenants": {"acme": {"max_inflight": 2}}})
+    assert changed(base, after) == {"tenants": {"acme": {"paused": False, "max_inflight": 2}}}
+    assert from_json(after.to_json(), {}).tenants == after.tenants  # survives a restart
+    cleared = apply_patch(after, {"tenants": {"acme": {"max_inflight": None}}})
+    assert cleared.tenants == {}  # back at the defaults: no entry
+    for bad, field in (
+        ({"tenants": {"a b": {}}}, "tenants.a b"),
+        ({"tenants": {"acme": {"max_inflight": -1}}}, "tenants.acme.max_inflight"),
+        ({"tenants": {"acme": {"paused": 1}}}, "tenants.acme.paused"),
+        ({"tenants": {"acme": 3}}, "tenants.acme"),
+        ({"tenants": []}, "tenants"),
+        ({"tenants": {f"t{i}": {"paused": True} for i in range(1025)}}, "tenants"),
+    ):
+        with pytest.raises(LimitsError) as caught:
+            apply_patch(base, bad)
+        assert caught.value.field == field
