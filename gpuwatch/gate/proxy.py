@@ -204,9 +204,12 @@ class Proxy:
         ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
         try:
             try:
+                clamped: list[str] = []  # what the caps rewrote, for X-Gpuwatch-Clamped
                 if has_media_caps(lane.limits):
-                    raw = self._check_media(request, lane, name, raw)
-                raw, tokens = await self._check_body(lane, name, path, raw)
+                    raw = self._check_media(lane, name, raw, clamped)
+                raw, tokens = await self._check_body(lane, name, path, raw, clamped)
+                if clamped:
+                    request[_CLAMPED] = "; ".join(clamped)
             except BodyError as exc:
                 ex.outcome("invalid")
                 return self._client_error(400, "invalid_body", str(exc), param=exc.field)
@@ -234,11 +237,9 @@ class Proxy:
             response.force_close()
         return response
 
-    def _check_media(
-        self, request: web.Request, lane: AdmissionLane, name: str, raw: bytes
-    ) -> bytes:
-        """Apply the lane's image and embedding caps (``mediacaps.py``): the body to send, and
-        what was clamped noted on the request for the ``X-Gpuwatch-Clamped`` answer header."""
+    def _check_media(self, lane: AdmissionLane, name: str, raw: bytes, clamped: list[str]) -> bytes:
+        """Apply the lane's image and embedding caps (``mediacaps.py``): the body to send; what
+        was clamped is added to ``clamped``."""
         if not raw.strip():
             return raw  # a GET through the lane: nothing to cap
         try:
@@ -255,14 +256,20 @@ class Proxy:
             raise lane.refuse(exc.reason, str(exc)) from None
         if not notes:
             return raw
-        request[_CLAMPED] = "; ".join(notes)
+        clamped.extend(notes)
         return json.dumps(body).encode()
 
     async def _check_body(
-        self, lane: AdmissionLane, name: str, path: str, raw: bytes
+        self,
+        lane: AdmissionLane,
+        name: str,
+        path: str,
+        raw: bytes,
+        clamped: list[str] | None = None,
     ) -> tuple[bytes, int]:
         """Apply the prompt and output caps; returns the body to send (rewritten if capped) and
-        the tokens to reserve from the lane's budget (0 without a budget)."""
+        the tokens to reserve from the lane's budget (0 without a budget). Output bounds the
+        cap rewrote are added to ``clamped``."""
         limits = lane.limits
         budget = limits.max_inflight_tokens
         no_caps = limits.max_prompt_tokens is None and limits.max_output_tokens is None
@@ -293,12 +300,20 @@ class Proxy:
         changed = False
         if cap is not None:
             default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
+            asked = {k: body[k] for k in OUTPUT_KEYS if k in body}
             try:
                 changed = cap_output(
                     body, cap, limits.output_tokens_policy == "reject", default_key, name
                 )
             except OverCap as exc:
                 raise lane.refuse("max_tokens", str(exc)) from None
+            if changed and clamped is not None:
+                # As numbers: a bound sent as " 500" must not put its spaces in a header.
+                clamped.extend(
+                    f"{k} {output_tokens(k, asked.get(k)) or 'none'}->{body[k]}"
+                    for k in OUTPUT_KEYS
+                    if k in body and asked.get(k) != body[k]
+                )
         reserve = 0
         if budget is not None:
             reserve = (tokens or 0) + self._output_bound(body, cap)

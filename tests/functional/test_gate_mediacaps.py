@@ -96,3 +96,16 @@ async def test_media_caps_are_validated_in_a_patch(tmp_path: Path) -> None:
         assert status == 400 and body["error"]["code"] == "lanes.image.media_policy"
         status, body = await r.patch({"lanes": {"embed": {"max_inputs": True}}})
         assert status == 400 and body["error"]["code"] == "lanes.embed.max_inputs"
+
+
+async def test_the_output_cap_says_what_it_clamped_too(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"chat": {"max_output_tokens": 64}}})
+        body = b'{"prompt": "hi", "max_tokens": "\\n 500", "max_completion_tokens": 10}'
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 200, reply
+        assert reply.headers["x-gpuwatch-clamped"] == "max_tokens 500->64"
+        reply = await r.request("POST", "/v1/chat/completions", b'{"messages": []}')
+        assert reply.headers["x-gpuwatch-clamped"] == "max_tokens none->64"
+        reply = await r.request("POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 9}')
+        assert reply.status == 200 and "x-gpuwatch-clamped" not in reply.headers
