@@ -46,6 +46,7 @@ DEFAULT_CLASSES: Mapping[str, int] = {"critical": 10, "standard": 0, "sheddable"
 # characters nor grow the tables with megabyte-long keys.
 TENANT_ID = re.compile(r"[A-Za-z0-9._:@/+-]{1,64}")
 ANONYMOUS = "-"
+_RESERVED = ("key:", "id:")  # the prefixes of hashed tenant ids
 _MAX_CLASSES = 16  # classes are metric labels: their number stays small
 
 
@@ -94,7 +95,9 @@ class Fairness:
         if tenant == ANONYMOUS:
             given = headers.get(FAIRNESS_HEADER, "").strip()
             if given:
-                tenant = given if TENANT_ID.fullmatch(given) else hashed("id", given)
+                # A header cannot name a key's tenant: "key:..." (and "id:...") are hashed too.
+                plain = TENANT_ID.fullmatch(given) and not given.startswith(_RESERVED)
+                tenant = given if plain else hashed("id", given)
         if klass is None:
             klass = self.objectives.get(headers.get(OBJECTIVE_HEADER, "").strip())
         if klass is None:

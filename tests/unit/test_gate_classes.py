@@ -41,6 +41,10 @@ def test_api_keys_win_over_the_fairness_header() -> None:
     assert who == Who(key_hash("k1"), "sheddable", -10)
     assert "k1" not in who.tenant.removeprefix("key:")  # a hash, not the key
     assert fair.who({FAIRNESS_HEADER: "other"}).tenant == "other"  # no key: the header
+    # ... which cannot name a key's tenant (nor its class).
+    forged = fair.who({FAIRNESS_HEADER: key_hash("k1")})
+    assert forged.tenant != key_hash("k1") and forged.tenant.startswith("id:")
+    assert forged.klass == "standard"
 
 
 def test_config_file(tmp_path: Path) -> None:
