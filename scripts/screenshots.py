@@ -29,6 +29,62 @@ async def shoot(
         app.save_screenshot(filename=path.name, path=str(path.parent))
 
 
+def fleet_scene() -> tuple[object, object]:
+    """A fleet of 14 engines on 10 nodes, two of them in trouble (seeded, no server)."""
+    import random
+
+    from gpuwatch.monitor.fleet import FleetState
+    from gpuwatch.sources.prometheus import FleetReading, PrometheusSource
+    from gpuwatch.sources.promql import FleetRow
+    from gpuwatch.tui.fleet_app import FleetOptions
+
+    rng = random.Random(17)
+    rows = []
+    for i in range(14):
+        node = f"gpu-{i % 10:02d}"
+        model = ("llama-3.1-8b", "qwen2.5-32b", "mistral-7b")[i % 3]
+        sick = i in (3, 7)
+        row = FleetRow(f"10.0.1.{10 + i}:8000", model, "vllm" if i != 9 else "sglang", node)
+        row.values = {
+            "running": float(rng.randint(8, 24)),
+            "waiting": float(rng.randint(20, 60) if sick else rng.randint(0, 2)),
+            "kv": 0.97 if sick else rng.uniform(0.3, 0.8),
+            "ttft_p99": rng.uniform(2.5, 4.0) if sick else rng.uniform(0.15, 0.9),
+            "itl_p99": rng.uniform(0.02, 0.05),
+            "gen_tps": rng.uniform(600, 1800),
+            "preempt_per_min": rng.uniform(3, 9) if sick else 0.0,
+        }
+        if i % 2 == 0 or sick:
+            row.gate = f"10.0.1.{10 + i}:9000"
+            row.values |= {
+                "gate_inflight": row.values["running"],
+                "gate_queued": row.values["waiting"],
+                "gate_refused_ps": rng.uniform(1, 4) if sick else 0.0,
+            }
+        rows.append(row)
+    state = FleetState()
+    state.apply(FleetReading(0.0, rows))
+    url = "http://prometheus:9090"
+    return FleetOptions(url, PrometheusSource(url)), state
+
+
+async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
+    from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+    from gpuwatch.tui.screens.fleet import FleetScreen
+
+    options, state = fleet_scene()
+    assert isinstance(options, FleetOptions)
+    app = FleetApp(options, state)  # type: ignore[arg-type]
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        screen.marked.update(r.key for r in app.state.view()[:2])
+        screen.paint()
+        await pilot.pause()
+        app.save_screenshot(filename=path.name, path=str(path.parent))
+
+
 async def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     normal = scenario.build(seconds=180)
@@ -45,6 +101,7 @@ async def main(out: Path) -> None:
         await shoot(after, size, out / f"story-after-{label}.svg")
         await shoot(normal, size, out / f"gpu-screen-{label}.svg", ["g"])
         await shoot(normal, size, out / f"help-screen-{label}.svg", ["question_mark"])
+        await shoot_fleet(size, out / f"fleet-{label}.svg")
     print(f"wrote {len(list(out.glob('*.svg')))} SVGs to {out}/")
 
 

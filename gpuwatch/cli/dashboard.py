@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuwatch import config
 from gpuwatch.admintoken import read_token
+from gpuwatch.cli import fleet
 from gpuwatch.cli.common import (
     EXIT_OK,
     TOKEN_HELP,
@@ -51,6 +52,8 @@ def register(sub: Any) -> None:
     )
     add_dashboard_args(top)
     add_source_args(top, "a gpuwatch gate to show and steer")
+    fleet.add_prometheus_args(top)
+    fleet.add_fleet_screen_args(top)
     top.set_defaults(func=run)
 
 
@@ -122,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
         settings, token = source_settings(args)
     except ValueError as exc:
         return fail("gpuwatch", str(exc))
+    prometheus = fleet.prometheus_url(args, settings)
+    if prometheus and not args.metrics:
+        return fleet.dashboard(args, settings, prometheus)
     urls = list(settings.metrics)
     hint = None
     if not urls:
