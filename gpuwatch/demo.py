@@ -14,10 +14,15 @@ import secrets
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpuwatch.load.spec import Dist, LoadSpec, Pattern
+
+if TYPE_CHECKING:
+    from gpuwatch.record.recorder import Recorder
 
 # Loose on purpose: with the default load, spikes push the engine out of its boring zone, and
 # tightening admission from the keyboard is what brings it back.
@@ -144,8 +149,10 @@ def run_demo(
     theme: str,
     read_only: bool,
     slo: dict[str, float | None] | None = None,
+    recorder: Recorder | None = None,
 ) -> int:
     from gpuwatch.load import LoadRun
+    from gpuwatch.record.store import RecordingError
     from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
     from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 
@@ -166,9 +173,25 @@ def run_demo(
             title_endpoint=f"demo sim {stack.sim_url.split('//')[1]}",
         )
         load = LoadRun(demo_load(stack.gate_url, rate, burstiness))
-        app = GpuwatchApp(options, background=[load.run])
+        jobs: list[Callable[[], Any]] = [load.run]
+        if recorder is not None:
+            jobs.append(lambda: recorder.run(stack.gate_url, stack.token))
+        app = GpuwatchApp(options, background=jobs)
+        if recorder is not None:
+            try:
+                recorder.attach(
+                    app.monitor,
+                    host=options.hostname,
+                    title=options.title_endpoint,
+                    max_engines=options.scrape.max_engines,
+                )
+            except RecordingError as exc:
+                print(f"gpuwatch demo: {exc}", file=sys.stderr)
+                return 2
         with contextlib.suppress(KeyboardInterrupt):
             app.run()
     finally:
         stack.stop()
+        if recorder is not None:
+            recorder.close()
     return 0

@@ -9,7 +9,10 @@ sockets and no wall clock, so the pictures are the same on every machine.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import generate_latest
 
@@ -24,6 +27,9 @@ from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader
 from gpuwatch.sources.scrape import map_page
 from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+
+if TYPE_CHECKING:
+    from gpuwatch.tui.replay import ReplayApp
 
 SIM_URL = "http://127.0.0.1:8000/metrics"
 GATE_URL = "http://127.0.0.1:9000"
@@ -99,6 +105,7 @@ def build(
     slo: dict[str, float | None] | None = None,
     tighten_at: float | None = None,
     tight: tuple[int, int] = (8, 16),
+    on_monitor: Callable[[Monitor], object] | None = None,
 ) -> Scenario:
     """Run the engine for ``seconds`` of simulated time and scrape it once a second.
 
@@ -106,6 +113,7 @@ def build(
     A gate in front bounds what the engine holds at once (``max_inflight``, 64 as in the demo);
     the rest wait at the gate, up to ``max_queue``, or are refused. ``tighten_at`` is the
     operator's move: from then on the gate allows ``tight`` = (max_inflight, max_queue).
+    ``on_monitor`` is given the monitor before the first reading (a recorder attaches there).
     """
     profile = get_profile(DEFAULT_PROFILE)
     engine = Engine(profile, seed=seed)
@@ -116,6 +124,8 @@ def build(
     monitor = Monitor(
         [SIM_URL], 1.0, slo, admin_url=GATE_URL, clock=clock, wall=lambda: WALL_START + clock.now
     )
+    if on_monitor is not None:
+        on_monitor(monitor)
     rng = random.Random(seed)
     prompts, outputs = Dist("uniform", 256, 1536), Dist("lognormal", 200, 0.5)
     pending: list[Request] = []
@@ -206,3 +216,25 @@ def app_for(sc: Scenario) -> GpuwatchApp:
         urls=[], admin_url=GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
     )
     return GpuwatchApp(options, monitor=sc.monitor)
+
+
+def replay_for(path: Path, at: float, **build_args: Any) -> ReplayApp:
+    """A scenario recorded into ``path`` through the real recorder, and the replay app on it
+    with its cursor ``at`` seconds into the run: ``gpuwatch replay`` as a person sees it."""
+    from gpuwatch.record.player import Player
+    from gpuwatch.record.recorder import Recorder
+    from gpuwatch.tui.replay import ReplayApp
+
+    recorder = Recorder(path)
+    title = "127.0.0.1:8000"
+    build(**build_args, on_monitor=lambda m: recorder.attach(m, host="gpu-node-1", title=title))
+    recorder.close()
+    player = Player(path)
+    player.seek(WALL_START + at)
+    options = DashboardOptions(
+        urls=list(player.meta["urls"]),
+        admin_url=GATE_URL,
+        hostname="gpu-node-1",
+        title_endpoint=title,
+    )
+    return ReplayApp(player, options)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 from pathlib import Path
 
 from scripts import scenario
@@ -102,6 +103,15 @@ async def main(out: Path) -> None:
         await shoot(normal, size, out / f"gpu-screen-{label}.svg", ["g"])
         await shoot(normal, size, out / f"help-screen-{label}.svg", ["question_mark"])
         await shoot_fleet(size, out / f"fleet-{label}.svg")
+    # The story again, replayed from its recording at the moment the operator tightened.
+    with tempfile.TemporaryDirectory() as tmp:
+        replay = scenario.replay_for(
+            Path(tmp) / "story.db", 160, seconds=235, spike_at=100, tighten_at=150
+        )
+        async with replay.run_test(size=SIZES["160x48"]) as pilot:
+            await pilot.pause()
+            replay.save_screenshot(filename="replay-160x48.svg", path=str(out))
+        replay.player.close()
     print(f"wrote {len(list(out.glob('*.svg')))} SVGs to {out}/")
 
 

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
 from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict
@@ -29,6 +29,13 @@ BADGE_EVENT: dict[Level, EventLevel] = {
     "TIGHT": "warn",
     "OVERLOADED": "bad",
 }
+
+
+class Tap(Protocol):
+    """Whoever wants every reading the monitor is fed, at the clock it was fed at (a
+    recorder): replaying the same calls at the same clock redraws the same screen."""
+
+    def reading(self, kind: str, mono: float, wall: float, payload: Any) -> None: ...
 
 
 @dataclass
@@ -161,11 +168,19 @@ class Monitor:
         self.health = HealthTracker({**DEFAULT_SLO, **(slo or {})})
         self.verdict: Verdict = self.health.shown
         self.version = 0  # bumps on every change: widgets skip work when nothing moved
+        self.started = started
+        self.tap: Tap | None = None
+
+    def _tapped(self, kind: str, now: float, payload: Any) -> None:
+        if self.tap is not None:
+            self.tap.reading(kind, now, self.wall(), payload)
 
     # -- events ---------------------------------------------------------------------------
 
     def event(self, level: EventLevel, text: str) -> None:
-        self.events.append(Event(self.wall(), level, text))
+        event = Event(self.wall(), level, text)
+        self._tapped("event", self.clock(), event)
+        self.events.append(event)
         self.version += 1
 
     def _transition(
@@ -187,6 +202,7 @@ class Monitor:
     def apply_scrape(self, result: ScrapeResult) -> None:
         ep = self.endpoints[result.source]
         now = self.clock()
+        self._tapped("scrape", now, result)
         if result.error:
             ep.status.last_error = result.error
             if result.unreachable:
@@ -207,6 +223,7 @@ class Monitor:
 
     def apply_gpus(self, reading: GpuReading) -> None:
         now = self.clock()
+        self._tapped("gpus", now, reading)
         if reading.error:
             self._transition(self.gpu_status, "DOWN", reading.error, "GPUs")
         else:
@@ -222,6 +239,7 @@ class Monitor:
         self.version += 1
 
     def apply_host(self, sample: HostSample) -> None:
+        self._tapped("host", self.clock(), sample)
         self.host = sample
         self.version += 1
 
@@ -239,6 +257,7 @@ class Monitor:
         if gate is None:
             return
         now = self.clock()
+        self._tapped("gate", now, (limits, status, error, current))
         if error:
             self._transition(gate.status, "DOWN", error, f"gate {gate.url}")
             return
@@ -287,7 +306,9 @@ class Monitor:
     # -- derived --------------------------------------------------------------------------
 
     def check_stale(self, now: float | None = None) -> None:
-        now = self.clock() if now is None else now
+        if now is None:  # a tick's check (the ones inside apply_scrape replay with it)
+            now = self.clock()
+            self._tapped("stale", now, None)
         for ep in self.endpoints.values():
             if ep.status.state == "WAITING" and ep.status.last_error:
                 # It answers, but never usefully (an HTTP error, a page of no known metrics).
@@ -350,11 +371,11 @@ class Monitor:
         return out, details
 
     def evaluate(self) -> Verdict:
+        now = self.clock()
+        self._tapped("evaluate", now, None)
         before = self.health.shown.level
         signals, details = self.judged()
-        verdict, changed = self.health.update(
-            self.clock(), signals, window_label(self.window_s), details
-        )
+        verdict, changed = self.health.update(now, signals, window_label(self.window_s), details)
         if verdict.level == "NO DATA" and not self.serving_engines():
             verdict = self.health.shown = Verdict("NO DATA", "no serving engine answers")
         if changed:

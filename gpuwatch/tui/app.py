@@ -66,6 +66,7 @@ class DashboardOptions:
     title_endpoint: str | None = None
     hostname: str = field(default_factory=socket.gethostname)
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
+    clock_label: str = ""  # the header's clock is not now: REPLAY
 
 
 class Dashboard(Screen[None]):
@@ -132,6 +133,7 @@ class Dashboard(Screen[None]):
 
 
 class GpuwatchApp(App[None]):
+    DASHBOARD: type[Dashboard] = Dashboard  # a replay brings its own, with the cursor keys
     CSS_PATH = "styles/app.tcss"
     TITLE = "gpuwatch"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
@@ -204,7 +206,7 @@ class GpuwatchApp(App[None]):
             self.monitor.event("warn", f"theme {wanted!r} not found; using {DEFAULT_THEME}")
             wanted = DEFAULT_THEME
         self.theme = wanted
-        self.push_screen(Dashboard())
+        self.push_screen(self.DASHBOARD())
         if self.polling:
             m, interval = self.monitor, self.options.interval_s
             for url in self.options.urls:
@@ -303,6 +305,7 @@ class GpuwatchApp(App[None]):
             self.frozen,
             self.window[1],
             m.wall(),
+            self.options.clock_label,
         )
         if m.version == self._painted_version:
             return
