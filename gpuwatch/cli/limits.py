@@ -149,3 +149,11 @@ def print_limits(limits: dict[str, Any]) -> None:
         if t.get("max_inflight") is not None:
             shown.append(f"max_inflight {t['max_inflight']}")
         print(f"tenant {tenant}: {', '.join(shown) or 'no limits'}")
+    effective = limits.get("effective", {})
+    for name, lane in limits["lanes"].items():
+        if lane.get("policy") == "adaptive":
+            now = effective.get(name, {}).get("max_inflight", "?")
+            print(
+                f"{name}: adaptive, target p99 TTFT {_show(lane.get('target_ttft_p99_s'))} s, "
+                f"in flight {lane.get('min_inflight')}..{lane['max_inflight']}, effective {now}"
+            )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from gpuwatch.fmt import clip
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
 from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict
 from gpuwatch.series import CounterRate, EngineHistory, RingSeries, window_label
@@ -122,16 +123,28 @@ class GateView:
         }
         if not lanes:
             return None
-        totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
-        for data in lanes.values():
-            for key in totals:
-                totals[key] += data.get("goodput", {}).get(window, {}).get(key) or 0
         tails = {
             name: data["latency"][window]
             for name, data in lanes.items()
             if data["latency"][window].get("requests")
         }
-        ranked = [(t["ttft"]["p99"], n) for n, t in tails.items() if t["ttft"].get("p99")]
+        # The TTFT SLO is about tokens. A lane whose answers come in one piece (embeddings,
+        # images: no gap between tokens in the window) while another lane streams has a "TTFT"
+        # that is its whole generation and queue: it is shown, but neither its tails nor its
+        # goodput are judged against a chat SLO. With no lane streaming, every lane is judged.
+        streaming = {n for n, t in tails.items() if (t.get("itl") or {}).get("count")}
+        whole = set(tails) - streaming if streaming else set()
+        totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
+        for name, data in lanes.items():
+            if name in whole:
+                continue
+            for key in totals:
+                totals[key] += data.get("goodput", {}).get(window, {}).get(key) or 0
+        ranked = [
+            (t["ttft"]["p99"], n)
+            for n, t in tails.items()
+            if t["ttft"].get("p99") and n not in whole
+        ]
         worst = max(ranked, default=None)
         return UsersView(window, totals, tails, worst[0] if worst else None, worst and worst[1])
 
@@ -243,6 +256,21 @@ class Monitor:
         self.host = sample
         self.version += 1
 
+    def _adaptive_events(self, before: dict[str, Any], after: dict[str, Any]) -> None:
+        """An event per move of an adaptive lane's effective limit seen since the last poll
+        (the controller's changes are not new versions of the limits: no other event shows
+        them)."""
+        for lane, data in after.items():
+            new = (data.get("adaptive") or {}).get("last_decision")
+            old = ((before.get(lane) or {}).get("adaptive") or {}).get("last_decision")
+            if new and new != old and lane in before:
+                level: EventLevel = "warn" if new.get("direction") == "down" else "info"
+                self.event(
+                    level,
+                    f"gate {lane}: adaptive {new.get('from')} -> {new.get('to')} in flight: "
+                    f"{clip(str(new.get('reason')), 80)}",
+                )
+
     def apply_gate(
         self,
         limits: dict[str, Any] | None,
@@ -267,6 +295,7 @@ class Monitor:
         if limits is not None:
             self._accept_limits(gate, limits, current or was_down)
         if status is not None:
+            self._adaptive_events(gate.lanes, status["lanes"])
             gate.lanes = status["lanes"]
             queued = 0
             for lane, data in gate.lanes.items():

@@ -37,6 +37,7 @@ from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
+from gpuwatch.tui.widgets.adaptive import AdaptivePanel
 from gpuwatch.tui.widgets.admission import AdmissionPanel
 from gpuwatch.tui.widgets.chart import Chart, Line
 from gpuwatch.tui.widgets.engines import EnginePanel, short_url
@@ -106,6 +107,7 @@ class Dashboard(Screen[None]):
         Binding("u", "app.undo", "undo"),
         Binding("a", "app.audit", "audit", show=False),
         Binding("P", "app.plan", "plan for this gate", show=False),
+        Binding("A", "app.adaptive", "adaptive on/off", show=False),
         Binding("n", "app.next_tenant", "next tenant", show=False),
         Binding("x", "app.tenant_pause", "pause/resume tenant", show=False),
         Binding("c", "app.tenant_cap(True)", "lower tenant cap", show=False),
@@ -119,6 +121,7 @@ class Dashboard(Screen[None]):
                 yield GpuPanel(id="gpus", classes="box")
                 yield EnginePanel(id="engines", classes="box")
                 yield AdmissionPanel(id="admission", classes="box")
+                yield AdaptivePanel(id="adaptive", classes="box")
                 yield UsersPanel(id="users", classes="box")
             with Container(id="charts"):
                 # Titles name the windows the plotted values were computed over.
@@ -159,6 +162,12 @@ class GpuwatchApp(App[None]):
         "[b]control[/] (with --admin): keys pressed together become one change; pausing or "
         "cutting a lane by more than half asks first; o / O step the output cap to the next of "
         "128 256 512 1024 2048 4096 and none. P: the last plan. --read-only refuses all.",
+        "",
+        "[b]adaptive[/]: A switches the selected lane to adaptive admission and back (asks "
+        "first): the gate moves its in-flight limit between min_inflight and max_inflight to "
+        "hold a p99 TTFT target (the lane's, else the dashboard's SLO). On an adaptive lane "
+        "+ / - move the upper bound, e sets both bounds and the target, u undoes; a pause "
+        "always wins over the controller.",
         "",
         "[b]tenants[/]: n selects the next of the lane's busiest tenants (shown as "
         "in-flight·queued); x pauses or resumes it, c / C step its in-flight cap over 32 16 8 4 "
@@ -320,6 +329,7 @@ class GpuwatchApp(App[None]):
             self.steering.pending_lines(),
             self.steering.selected_tenant,
         )
+        dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, m.wall())
         users = m.gate.users(window_label(m.window_s)) if m.gate else None
         dash.query_one(UsersPanel).render_users(
             ttft_breakdown(m), users, m.health.slo, compact=narrow or short
@@ -427,6 +437,10 @@ class GpuwatchApp(App[None]):
 
     def action_pause(self) -> None:
         self.steering.pause()
+
+    def action_adaptive(self) -> None:
+        # A lane switched on without a target of its own gets the dashboard's TTFT SLO.
+        self.steering.toggle_adaptive(self.monitor.health.slo.get("ttft_p99_s") or 2.0)
 
     def action_undo(self) -> None:
         self.steering.undo()
