@@ -210,8 +210,8 @@ async def test_dashboard_pointed_at_llama_server(llama_server: str) -> None:
         )  # fmt: skip
         # Tokens flow: the 10 s generation rate is a number above zero. llama.cpp adds a
         # request's tokens to its counter when the request ends, so wait for the first answer
-        # (minutes for 3,000 tokens on a busy 2-core machine), then for the rate to show it.
-        await eventually(lambda: any(t.done() for t in tasks), 600, pause=pilot.pause)
+        # (a minute for 3,000 tokens on a busy 2-core machine), then for the rate to show it.
+        await eventually(lambda: any(t.done() for t in tasks), 90, pause=pilot.pause)
         await eventually(
             lambda: (m := re.search(r"gen (\d+)", engines())) and int(m[1]) > 0,
             20, pause=pilot.pause, message=engines,
