@@ -330,17 +330,21 @@ async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_
 
 
 async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: Fleet) -> None:
+    # Two 15 s steps of query_range before the drill-down, at least.
+    eventually_sync(
+        lambda: rig.query("count_over_time(up[45s]) >= 40", time.time()), 60, message="history"
+    )
     app = fleet_app(rig, direct=True)
     async with app.run_test(size=(160, 48)) as pilot:
         table = app.screen.query_one(FleetTable)
         await eventually(lambda: table.row_count == 3, 20, pause=pilot.pause)
         screen = app.screen
         assert isinstance(screen, FleetScreen)
-        screen.sort = "instance"
-        screen.paint()
-        row = next(r for r in app.state.rows if r.model == "m-one" and r.gate is None)
-        while table.cursor_key() != row.key:
-            await pilot.press("down")
+        await pilot.press("s")  # sorted by the next column: kept when coming back
+        sort = screen.sort
+        row = next(r for r in app.state.rows if r.node == "c")  # no gate on node c
+        await pilot.press("slash", *row.instance, "enter")
+        await eventually(lambda: table.row_count == 1, 5, pause=pilot.pause)
         await pilot.press("enter")
         dash = await eventually(
             lambda: app.screen if isinstance(app.screen, Dashboard) else None, 5, pause=pilot.pause
@@ -352,13 +356,14 @@ async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: 
         assert app.options.admin_url is None  # node c has no gate: no steering keys
         panel = dash.query_one(EnginePanel)
         await eventually(lambda: "m-one" in panel.markup, 20, pause=pilot.pause)
+        # Scraped points start at the drill-down; the ones before it come from query_range.
         history = app.monitor.serving_engines()[0].history.series
         await eventually(
-            lambda: history["running"].points()[0].t < drilled_at - 30, 20, pause=pilot.pause
+            lambda: history["running"].points()[0].t < drilled_at - 3, 20, pause=pilot.pause
         )
         await pilot.press("escape")
         await eventually(lambda: isinstance(app.screen, FleetScreen), 5, pause=pilot.pause)
-        assert screen.sort == "instance"
+        assert screen.sort == sort != "health" and table.row_count == 1
 
 
 async def test_fleet_screen_marked_rows_change_both_gates(rig: Fleet) -> None:
