@@ -227,12 +227,20 @@ class FleetApp(GpuwatchApp):
             return False
         return super().check_action(action, parameters)
 
+    def all_bindings(self) -> list[Binding]:
+        """The node dashboard's keys (its app's and the screen's) and esc back to the fleet."""
+        own = [b for b in GpuwatchApp.BINDINGS if isinstance(b, Binding)]
+        return [*own, *super().all_bindings()]
+
     def action_help(self) -> None:
         if self.node is not None:
             keys, notes = self.all_bindings(), [*self.HELP_NOTES, "", *self.FLEET_NOTES[-1:]]
         else:
-            keys = [b for b in [*self.BINDINGS, *FleetScreen.BINDINGS] if isinstance(b, Binding)]
-            keys += [b for b in GpuwatchApp.BINDINGS if isinstance(b, Binding)]
+            app_keys = [b for b in GpuwatchApp.BINDINGS if isinstance(b, Binding)]
+            keys = [
+                *(b for b in FleetScreen.BINDINGS if isinstance(b, Binding)),
+                *(b for b in app_keys if b.action not in self.NODE_ACTIONS),
+            ]
             notes = self.FLEET_NOTES
         self.push_screen(HelpScreen(keys, notes))
 

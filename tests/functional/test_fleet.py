@@ -20,7 +20,8 @@ from gpuwatch import config
 from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.monitor.fleet import FleetState
-from gpuwatch.sources import promql
+from gpuwatch.sources import dcgm, promql
+from gpuwatch.sources.dialects import sample_names
 from gpuwatch.sources.prometheus import PrometheusSource, auth_headers
 from gpuwatch.tui.app import Dashboard
 from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
@@ -302,8 +303,13 @@ async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_
             lambda: history["running"].points()[0].t < drilled_at - 75, 20, pause=pilot.pause
         )
         assert any(p.t < drilled_at - 10 for p in history["ttft_p99"].points())
-        # No DCGM exporter in this fleet: the GPU panel says N/A, once.
-        await eventually(lambda: "N/A" in dash.query_one(GpuPanel).markup, 10, pause=pilot.pause)
+        # Node b's GPUs: its DCGM exporter's series in Prometheus, in the GPU panel.
+        gpus = dash.query_one(GpuPanel)
+        await eventually(lambda: "H100" in gpus.markup, 10, pause=pilot.pause)
+        reading = app.monitor.gpus
+        assert reading is not None and [g.index for g in reading.gpus] == [0, 1]
+        assert reading.gpus[0].utilization_gpu == pytest.approx(0.87)
+        assert reading.gpus[1].memory_used_bytes == 40298 * 1024 * 1024
         # A steering key on the drilled node changes its gate, audited, and not the other.
         await eventually(lambda: app.steering.can_steer, 10, pause=pilot.pause)
         await pilot.press("plus")
@@ -354,6 +360,9 @@ async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: 
             f"http://{row.instance}/metrics"
         ]
         assert app.options.admin_url is None  # node c has no gate: no steering keys
+        # No DCGM exporter on node c: GPUs N/A, said in one line.
+        gpus = dash.query_one(GpuPanel)
+        await eventually(lambda: "N/A" in gpus.markup, 10, pause=pilot.pause)
         panel = dash.query_one(EnginePanel)
         await eventually(lambda: "m-one" in panel.markup, 20, pause=pilot.pause)
         # Scraped points start at the drill-down; the ones before it come from query_range.
@@ -448,6 +457,11 @@ def test_every_dialect_s_generated_query_is_valid_promql(rig: Fleet) -> None:
     for key in promql.GATE_SIGNALS:
         r = httpx.get(f"{rig.prometheus}/api/v1/query", params={"query": promql.gate_query(key)})
         assert r.json()["status"] == "success", r.text
+    # A drill-down's raw samples (every stack's names) and its GPUs from DCGM.
+    names = set().union(*(sample_names(d) for d in promql.ENGINE_DIALECTS))
+    for query in (promql.raw_samples_query(names, "127.0.0.1:1", 65), dcgm.query("b")):
+        r = httpx.get(f"{rig.prometheus}/api/v1/query", params={"query": query})
+        assert r.status_code == 200 and r.json()["status"] == "success", (query, r.text)
 
 
 async def test_the_fleet_at_a_past_instant_is_prometheus_answer_then(rig: Fleet) -> None:
