@@ -16,6 +16,7 @@ FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_FB_RESERVED": ("memory_reserved_bytes", MIB),
     "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", 1.0),
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),  # not in the default counters
     "DCGM_FI_DEV_SM_CLOCK": ("clock_sm_mhz", 1.0),
     "DCGM_FI_DEV_MEM_CLOCK": ("clock_mem_mhz", 1.0),
 }
