@@ -119,3 +119,6 @@ class ScrapeResult:
     # When the samples were taken, on the monitor's clock (Prometheus keeps each sample's
     # scrape time); None: as the answer arrives. Windows then hold what PromQL's hold.
     at: float | None = None
+    # The prefiltered page the engines were mapped from: the wanted families only, what a
+    # recording keeps so that a replay maps it again through the same dialects.
+    page: str | None = field(default=None, repr=False, compare=False)

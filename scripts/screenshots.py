@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 from pathlib import Path
 
 from scripts import scenario
@@ -93,15 +94,30 @@ async def main(out: Path) -> None:
     # The story, in one seeded run: a spike overloads the node, the operator tightens the gate.
     before = scenario.build(seconds=150, spike_at=100)
     after = scenario.build(seconds=235, spike_at=100, tighten_at=150)
+    # The mix: the demo's burst of 16 SDXL 512x512 images at 165 s through an image lane of
+    # one, 15 s later: the image lane's queue holds the rest of the burst, chat keeps its zone.
+    mix = scenario.build(seconds=180, images_at=165)
     for label, size in SIZES.items():
         await shoot(normal, size, out / f"dashboard-normal-{label}.svg")
         await shoot(overloaded, size, out / f"dashboard-overloaded-{label}.svg")
         await shoot(recovered, size, out / f"dashboard-recovered-{label}.svg")
         await shoot(before, size, out / f"story-before-{label}.svg")
         await shoot(after, size, out / f"story-after-{label}.svg")
+        await shoot(mix, size, out / f"dashboard-mix-{label}.svg")
         await shoot(normal, size, out / f"gpu-screen-{label}.svg", ["g"])
         await shoot(normal, size, out / f"help-screen-{label}.svg", ["question_mark"])
+        adaptive = scenario.with_adaptive(scenario.build(seconds=180, spike_at=140))
+        await shoot(adaptive, size, out / f"adaptive-{label}.svg")
         await shoot_fleet(size, out / f"fleet-{label}.svg")
+    # The story again, replayed from its recording at the moment the operator tightened.
+    with tempfile.TemporaryDirectory() as tmp:
+        replay = scenario.replay_for(
+            Path(tmp) / "story.db", 160, seconds=235, spike_at=100, tighten_at=150
+        )
+        async with replay.run_test(size=SIZES["160x48"]) as pilot:
+            await pilot.pause()
+            replay.save_screenshot(filename="replay-160x48.svg", path=str(out))
+        replay.player.close()
     print(f"wrote {len(list(out.glob('*.svg')))} SVGs to {out}/")
 
 

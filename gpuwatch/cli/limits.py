@@ -122,3 +122,11 @@ def print_limits(limits: dict[str, Any]) -> None:
             f"{_show(lane.get('max_inflight_tokens')):>10}"
             f"  {lane['output_tokens_policy']}"
         )
+    effective = limits.get("effective", {})
+    for name, lane in limits["lanes"].items():
+        if lane.get("policy") == "adaptive":
+            now = effective.get(name, {}).get("max_inflight", "?")
+            print(
+                f"{name}: adaptive, target p99 TTFT {_show(lane.get('target_ttft_p99_s'))} s, "
+                f"in flight {lane.get('min_inflight')}..{lane['max_inflight']}, effective {now}"
+            )

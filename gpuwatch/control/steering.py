@@ -82,6 +82,13 @@ def patch_from(base: Limits, ops: list[Op]) -> Limits:
             paused = compute(paused)
         elif lane in lanes:
             lanes[lane][key] = compute(lanes[lane].get(key))
+    for values in lanes.values():
+        # An adaptive lane's bounds move together: `-` under its floor takes the floor along
+        # (1 at the least), rather than a change the gate would refuse.
+        if values.get("policy") == "adaptive" and values.get("max_inflight") is not None:
+            values["min_inflight"] = min(
+                values.get("min_inflight", 1), max(1, values["max_inflight"])
+            )
     patch: Limits = {}
     if paused != base["paused"]:
         patch["paused"] = paused
@@ -223,6 +230,37 @@ class Steering:
     def pause(self) -> None:
         self.propose("paused", lambda v: not v, lane="")
 
+    def toggle_adaptive(self, default_target_s: float) -> None:
+        """``A``: adaptive admission on (or off) for the selected lane, always confirmed. A
+        lane without a target gets ``default_target_s`` (the dashboard's TTFT SLO); its
+        ``max_inflight`` becomes the upper bound of the effective limit."""
+        lane = self.selected_lane
+        if not self.allowed(f"adaptive admission on {lane}"):
+            return
+        self.flush()  # keys pressed before are a change of their own, sent first
+
+        async def toggle() -> None:
+            async with self._lock:
+                base = copy.deepcopy(self.view.limits())
+                current = base["lanes"].get(lane) if base is not None else None
+                if base is None or current is None:
+                    self.view.notify(f"the gate has no lane {lane}", "warning")
+                    return
+                on = current.get("policy", "static") != "adaptive"
+                changes: dict[str, Any] = {"policy": "adaptive" if on else "static"}
+                if on and current.get("target_ttft_p99_s") is None:
+                    changes["target_ttft_p99_s"] = default_target_s
+                why = (
+                    f"the gate will move {lane}'s in-flight limit between "
+                    f"{current.get('min_inflight', 1)} and {current['max_inflight']}"
+                    if on
+                    else f"{lane} goes back to its configured limits"
+                )
+                await self._apply({"lanes": {lane: changes}}, base, why=why)
+                self.view.changed()
+
+        self._spawn(toggle())
+
     def propose(self, key: str, compute: Callable[[Any], Any], lane: str | None = None) -> None:
         """Queue one key's change; it is sent with the keys that follow within coalesce_s."""
         lane = self.selected_lane if lane is None else lane
@@ -265,14 +303,22 @@ class Steering:
             self.view.changed()
 
     async def _apply(
-        self, patch: Limits, base: Limits, undo: bool = False, source: str | None = None
+        self,
+        patch: Limits,
+        base: Limits,
+        undo: bool = False,
+        source: str | None = None,
+        why: str | None = None,
     ) -> bool:
-        """Confirm if it can hurt (always, for a change from ``source``: a plan), then send it
-        with If-Match on the version it was made from. True when the gate applied it."""
+        """Confirm if it can hurt (always, for a change from ``source``: a plan, or one that
+        says ``why``), then send it with If-Match on the version it was made from. True when
+        the gate applied it."""
         lines = describe(base, patch)
         reason = confirmation_reason(base, patch)
         if source:
             reason = f"limits from {source}" + (f"; {reason}" if reason else "")
+        if why:
+            reason = why + (f"; {reason}" if reason else "")
         if reason:
             details = [f"gate   {self.gate_url}", f"why    {reason}", "", *lines]
             if not await self.view.confirm("Apply this change?", details):

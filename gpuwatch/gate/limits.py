@@ -15,6 +15,9 @@ from typing import Any
 from gpuwatch.fmt import clip
 
 POLICIES = ("clamp", "reject")
+# Admission policy of a lane: "static" (the limits as set) or "adaptive" (gate/adaptive.py
+# moves the effective limits between the lane's bounds to hold target_ttft_p99_s).
+ADMISSION_POLICIES = ("static", "adaptive")
 REASONS = (
     "queue_full",
     "queue_timeout",
@@ -43,6 +46,12 @@ class LaneLimits:
     output_tokens_policy: str = "clamp"
     # Token budget: the sum of (prompt + output bound) over the lane's requests in flight.
     max_inflight_tokens: int | None = None
+    # Adaptive admission: with policy "adaptive", max_inflight / max_inflight_tokens are the
+    # upper bounds and min_inflight / min_inflight_tokens the lower ones of the effective limit.
+    policy: str = "static"
+    target_ttft_p99_s: float | None = None
+    min_inflight: int = 1
+    min_inflight_tokens: int | None = None
 
 
 LANE_KEYS = tuple(LaneLimits.__dataclass_fields__)
@@ -123,8 +132,31 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
         at = f"{path}.{key}"
         if key in ("max_inflight", "max_queue"):
             changes[key] = _int(at, value, 0, MAX_COUNT)
-        elif key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens"):
+        elif key == "min_inflight":
+            changes[key] = _int(at, value, 1, MAX_COUNT)
+        elif key in (
+            "max_prompt_tokens",
+            "max_output_tokens",
+            "max_inflight_tokens",
+            "min_inflight_tokens",
+        ):
             changes[key] = _int(at, value, 1, MAX_TOKENS, nullable=True)
+        elif key == "target_ttft_p99_s":
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise LimitsError(at, f"must be a number or null, got {_shown(value)}")
+                if not 0 < value <= MAX_TIMEOUT_S or not math.isfinite(value):
+                    raise LimitsError(
+                        at, f"must be > 0 and <= {MAX_TIMEOUT_S:g}, got {_shown(value)}"
+                    )
+                value = float(value)
+            changes[key] = value
+        elif key == "policy":
+            if not isinstance(value, str) or value not in ADMISSION_POLICIES:
+                raise LimitsError(
+                    at, f"must be one of {', '.join(ADMISSION_POLICIES)}, got {_shown(value)}"
+                )
+            changes[key] = value
         elif key == "queue_timeout_s":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise LimitsError(at, f"must be a number, got {_shown(value)}")
@@ -138,7 +170,29 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
             changes[key] = value
         else:
             raise LimitsError(_field(at), "unknown key")
-    return replace(current, **changes)
+    return _check_adaptive(path, replace(current, **changes))
+
+
+def _check_adaptive(path: str, lane: LaneLimits) -> LaneLimits:
+    """An adaptive lane needs a target and bounds in order; a static lane's are not judged
+    (they are kept for when adaptive is switched back on)."""
+    if lane.policy != "adaptive":
+        return lane
+    if lane.target_ttft_p99_s is None:
+        raise LimitsError(f"{path}.target_ttft_p99_s", "an adaptive lane needs a target")
+    if lane.max_inflight < lane.min_inflight:
+        raise LimitsError(
+            f"{path}.max_inflight",
+            f"must be >= min_inflight ({lane.min_inflight}) on an adaptive lane, "
+            f"got {lane.max_inflight}",
+        )
+    low, high = lane.min_inflight_tokens, lane.max_inflight_tokens
+    if low is not None and (high is None or high < low):
+        raise LimitsError(
+            f"{path}.max_inflight_tokens",
+            f"must be set and >= min_inflight_tokens ({low}) on an adaptive lane, got {high}",
+        )
+    return lane
 
 
 def apply_patch(current: Limits, patch: Any) -> Limits:
@@ -148,8 +202,10 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
     paused = current.paused
     lanes = dict(current.lanes)
     for key, value in patch.items():
-        if key == "version":
-            continue  # a GET-modify-PATCH client may send it back; If-Match is the check
+        if key in ("version", "effective"):
+            # A GET-modify-PATCH client may send them back: If-Match is the check, and the
+            # effective limits are the controller's, never set by a PATCH.
+            continue
         if key == "paused":
             if not isinstance(value, bool):
                 raise LimitsError("paused", f"must be true or false, got {_shown(value)}")

@@ -122,7 +122,18 @@ class GateState:
         return list(self.log.recent)
 
     def last_actor(self) -> str | None:
-        return self.log.recent[0]["actor"] if self.log.recent else None
+        """Who made the limits what they are: the newest change of the limits themselves (a
+        controller's line, which changes no version, is not one)."""
+        for entry in self.log.recent:
+            if "controller" not in entry:
+                return str(entry["actor"])
+        return None
+
+    async def record(self, entry: dict[str, Any]) -> None:
+        """An audit line that changes no limits (the adaptive controller's), under the same
+        lock as changes: lines are never written by two threads at once."""
+        async with self._lock:
+            await asyncio.to_thread(self.log.append, entry)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "limits": self.limits.to_json()}

@@ -449,7 +449,7 @@ def map_page(
     elif len(engines) > max_engines:  # several dialects on one page, each under the cap
         warnings.insert(0, _too_many(len(engines), max_engines))
         engines = engines[:max_engines]
-    return ScrapeResult(source, engines, warnings=warnings)
+    return ScrapeResult(source, engines, warnings=warnings, page=kept.text)
 
 
 async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:

@@ -37,6 +37,7 @@ from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
+from gpuwatch.tui.widgets.adaptive import AdaptivePanel
 from gpuwatch.tui.widgets.admission import AdmissionPanel
 from gpuwatch.tui.widgets.chart import Chart, Line
 from gpuwatch.tui.widgets.engines import EnginePanel, short_url
@@ -73,6 +74,7 @@ class DashboardOptions:
     # each URL's /metrics is scraped) and is not this machine (no host figures read here).
     engine_poll: EnginePoll | None = None
     local: bool = True
+    clock_label: str = ""  # the header's clock is not now: REPLAY
 
 
 class Dashboard(Screen[None]):
@@ -112,6 +114,7 @@ class Dashboard(Screen[None]):
         Binding("u", "app.undo", "undo"),
         Binding("a", "app.audit", "audit", show=False),
         Binding("P", "app.plan", "plan for this gate", show=False),
+        Binding("A", "app.adaptive", "adaptive on/off", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -121,6 +124,7 @@ class Dashboard(Screen[None]):
                 yield GpuPanel(id="gpus", classes="box")
                 yield EnginePanel(id="engines", classes="box")
                 yield AdmissionPanel(id="admission", classes="box")
+                yield AdaptivePanel(id="adaptive", classes="box")
                 yield UsersPanel(id="users", classes="box")
             with Container(id="charts"):
                 # Titles name the windows the plotted values were computed over.
@@ -135,6 +139,7 @@ class Dashboard(Screen[None]):
 
 
 class GpuwatchApp(App[None]):
+    DASHBOARD: type[Dashboard] = Dashboard  # a replay brings its own, with the cursor keys
     CSS_PATH = "styles/app.tcss"
     TITLE = "gpuwatch"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
@@ -160,6 +165,12 @@ class GpuwatchApp(App[None]):
         "[b]control[/] (with --admin): keys pressed together become one change; pausing or "
         "cutting a lane by more than half asks first; o / O step the output cap to the next of "
         "128 256 512 1024 2048 4096 and none. P: the last plan. --read-only refuses all.",
+        "",
+        "[b]adaptive[/]: A switches the selected lane to adaptive admission and back (asks "
+        "first): the gate moves its in-flight limit between min_inflight and max_inflight to "
+        "hold a p99 TTFT target (the lane's, else the dashboard's SLO). On an adaptive lane "
+        "+ / - move the upper bound, e sets both bounds and the target, u undoes; a pause "
+        "always wins over the controller.",
     ]
 
     def __init__(
@@ -213,7 +224,7 @@ class GpuwatchApp(App[None]):
 
     def home_screen(self) -> Screen[None]:
         """The first screen: the dashboard (the fleet app starts on its table instead)."""
-        return Dashboard()
+        return self.DASHBOARD()
 
     def poll_sources(self, group: str = "poll") -> None:
         """A worker per source of ``options`` into ``monitor``, all in ``group``."""
@@ -310,6 +321,7 @@ class GpuwatchApp(App[None]):
             self.frozen,
             self.window[1],
             m.wall(),
+            self.options.clock_label,
         )
         if m.version == self._painted_version:
             return
@@ -321,6 +333,7 @@ class GpuwatchApp(App[None]):
         dash.query_one(AdmissionPanel).render_gate(
             m.gate, self.steering.selected_lane, self.steering.pending_lines()
         )
+        dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, m.wall())
         users = m.gate.users(window_label(m.window_s)) if m.gate else None
         dash.query_one(UsersPanel).render_users(
             ttft_breakdown(m), users, m.health.slo, compact=narrow or short
@@ -419,6 +432,10 @@ class GpuwatchApp(App[None]):
 
     def action_pause(self) -> None:
         self.steering.pause()
+
+    def action_adaptive(self) -> None:
+        # A lane switched on without a target of its own gets the dashboard's TTFT SLO.
+        self.steering.toggle_adaptive(self.monitor.health.slo.get("ttft_p99_s") or 2.0)
 
     def action_undo(self) -> None:
         self.steering.undo()

@@ -28,6 +28,7 @@ CONTROL_ACTIONS = frozenset(
         "output",
         "budget",
         "pause",
+        "adaptive",
         "edit",
         "undo",
         "select_lane",

@@ -195,7 +195,7 @@ class FleetApp(GpuwatchApp):
         )
         if options.urls:
             self.run_worker(self._backfill(monitor, row), group="node", name="backfill")
-        self.push_screen(Dashboard())
+        self.push_screen(self.DASHBOARD())
 
     async def _backfill(self, monitor: Monitor, row: FleetRow) -> None:
         """The charts' hour from query_range, once the first reading made the engines (the

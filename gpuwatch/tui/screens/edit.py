@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.validation import Function, Integer, Number, ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Select, Static
 
-from gpuwatch.gate.limits import POLICIES
+from gpuwatch.gate.limits import ADMISSION_POLICIES, POLICIES
 
 FIELDS = (
     ("max_inflight", "max in flight", "0 admits nothing new"),
@@ -22,11 +22,24 @@ FIELDS = (
     ("max_prompt_tokens", "max prompt tokens", "empty: no cap"),
     ("max_output_tokens", "max output tokens", "empty: no cap"),
     ("max_inflight_tokens", "max tokens in flight", "empty: no budget"),
+    # Adaptive admission: the max_* above are the upper bounds of the effective limits.
+    ("target_ttft_p99_s", "adaptive p99 TTFT (s)", "empty: no target"),
+    ("min_inflight", "adaptive min in flight", ""),
+    ("min_inflight_tokens", "adaptive min tokens", "empty: no lower bound"),
 )
 
 
 def _optional_int(text: str) -> bool:
     return text.strip() == "" or (text.strip().isdigit() and int(text) >= 1)
+
+
+def _optional_seconds(text: str) -> bool:
+    if text.strip() == "":
+        return True
+    try:
+        return 0 < float(text) <= 86_400
+    except ValueError:
+        return False
 
 
 VALIDATORS: dict[str, list[Validator]] = {
@@ -36,15 +49,21 @@ VALIDATORS: dict[str, list[Validator]] = {
     "max_prompt_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     "max_output_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     "max_inflight_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
+    "target_ttft_p99_s": [Function(_optional_seconds, "empty, or a number of seconds > 0")],
+    "min_inflight": [Function(_optional_int, "a whole number >= 1")],
+    "min_inflight_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
 }
 
 
 def parse_field(key: str, text: str) -> Any:
     text = text.strip()
-    if key == "queue_timeout_s":
-        return float(text)
     if key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens") and text == "":
         return None
+    if key in ("target_ttft_p99_s", "min_inflight", "min_inflight_tokens") and text == "":
+        # (min_inflight is empty only from a gate without adaptive admission: left as it is)
+        return None
+    if key in ("queue_timeout_s", "target_ttft_p99_s"):
+        return float(text)
     return int(text)
 
 
@@ -97,6 +116,14 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
                     allow_blank=False,
                     id="output_tokens_policy",
                 )
+            with Horizontal(classes="row"):
+                yield Label("admission")
+                yield Select(
+                    [(p, p) for p in ADMISSION_POLICIES],
+                    value=lane.get("policy", "static"),
+                    allow_blank=False,
+                    id="policy",
+                )
             with Horizontal(id="buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Apply", id="apply", variant="primary")
@@ -128,6 +155,9 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
         policy = self.query_one("#output_tokens_policy", Select).value
         if policy != lane["output_tokens_policy"]:
             out["output_tokens_policy"] = policy
+        admission = self.query_one("#policy", Select).value
+        if admission != lane.get("policy", "static"):
+            out["policy"] = admission
         return out if valid else None
 
     def on_input_submitted(self) -> None:

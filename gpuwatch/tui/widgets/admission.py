@@ -73,7 +73,12 @@ class AdmissionPanel(Panel):
         for name, lane in limits["lanes"].items():
             live = gate.lanes.get(name, {})
             inflight, queued = live.get("inflight", 0), live.get("queued", 0)
-            full = inflight >= lane["max_inflight"]
+            # An adaptive lane admits up to its effective limit (the adaptive panel says why);
+            # a static one shows the limits the gate answered with, at once.
+            limit = lane["max_inflight"]
+            if lane.get("policy") == "adaptive":
+                limit = live.get("effective_max_inflight", limit)
+            full = inflight >= limit
             inflight_color = "$warn" if full else "$foreground"
             queue_color = (
                 "$bad" if queued >= lane["max_queue"] > 0 else "$queue" if queued else "$foreground"
@@ -85,7 +90,7 @@ class AdmissionPanel(Panel):
                 or "[dim]-[/]"
             )
             label = f"[reverse]{name:<8}[/reverse]" if name == selected else f"{name:<8}"
-            flight = f"{inflight}/{lane['max_inflight']}"
+            flight = f"{inflight}/{limit}"
             waiting = f"{queued}/{lane['max_queue']}"
             tokens = f"  {'tokens ' + _budget(lane, live):<14}" if budgets else ""
             out.append(
