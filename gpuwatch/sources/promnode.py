@@ -13,6 +13,7 @@ windows, one query a series.
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -64,7 +65,9 @@ class NodeSamples:
             series = await self.source.query_samples(query, at)
         except PrometheusError as exc:
             return [ScrapeResult(self.url, error=str(exc), unreachable=True)]
-        return self.results(series)
+        # Mapping is CPU work (the first read: a minute of scrapes): off the caller's loop,
+        # as a scrape's parse is. Reads never overlap, so ``newest`` has one writer.
+        return await asyncio.to_thread(self.results, series)
 
     def results(self, series: Series) -> list[ScrapeResult]:
         if not series:

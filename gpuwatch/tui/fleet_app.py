@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,9 +179,14 @@ class FleetApp(GpuwatchApp):
     def open_node(self, row: FleetRow) -> None:
         options = self.node_options(row)
         fo = self.fleet_options
-        # Unix time, as Prometheus stamps its samples; at a past instant nothing goes stale.
-        interval = options.interval_s if fo.at is None else math.inf
-        monitor = Monitor(options.urls, interval, fo.slo, options.admin_url, clock=time.time)
+        # Unix time, as Prometheus stamps its samples. At a past instant the clock runs from
+        # that instant (the charts end there) and nothing goes stale.
+        clock: Callable[[], float] = time.time
+        interval = options.interval_s
+        if fo.at is not None:
+            at, opened = fo.at, time.monotonic()
+            clock, interval = (lambda: at + time.monotonic() - opened), math.inf
+        monitor = Monitor(options.urls, interval, fo.slo, options.admin_url, clock=clock)
         self.steering.close()
         self.options, self.monitor, self.node = options, monitor, row
         self.steering = Steering(self.guard, DashboardControl(self), options.admin_url or "")

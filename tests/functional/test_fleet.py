@@ -478,6 +478,16 @@ async def test_the_fleet_at_a_past_instant_is_prometheus_answer_then(rig: Fleet)
         }
         for row in app.state.rows:
             assert row.values["gen_tps"] == pytest.approx(answer[row.instance], rel=1e-12)
+        # The node dashboard at that instant: its newest sample is the last one before it.
+        await pilot.press("enter")
+        await eventually(lambda: app.monitor.serving_engines(), 20, pause=pilot.pause)
+        assert app.node is not None
+        (view,) = app.monitor.serving_engines()
+        newest = view.history.series["running"].last()
+        assert newest is not None and at - 2.0 < newest.t <= at
+        sel = f'{{instance="{app.node.instance}"}}'
+        (running,) = rig.query(f"sum(vllm:num_requests_running{sel})", at)
+        assert view.snap.running == running[1]
 
 
 async def test_a_protected_prometheus_gets_the_token_from_a_file(tmp_path: Path) -> None:
