@@ -115,6 +115,10 @@ class Dashboard(Screen[None]):
         Binding("a", "app.audit", "audit", show=False),
         Binding("P", "app.plan", "plan for this gate", show=False),
         Binding("A", "app.adaptive", "adaptive on/off", show=False),
+        Binding("n", "app.next_tenant", "next tenant", show=False),
+        Binding("x", "app.tenant_pause", "pause/resume tenant", show=False),
+        Binding("c", "app.tenant_cap(True)", "lower tenant cap", show=False),
+        Binding("C", "app.tenant_cap(False)", "raise tenant cap", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -171,6 +175,10 @@ class GpuwatchApp(App[None]):
         "hold a p99 TTFT target (the lane's, else the dashboard's SLO). On an adaptive lane "
         "+ / - move the upper bound, e sets both bounds and the target, u undoes; a pause "
         "always wins over the controller.",
+        "",
+        "[b]tenants[/]: n selects the next of the lane's busiest tenants (shown as "
+        "in-flight·queued); x pauses or resumes it, c / C step its in-flight cap over 32 16 8 4 "
+        "2 1 0 and none. Each is one change to the gate's limits (If-Match, audited, undo).",
     ]
 
     def __init__(
@@ -331,7 +339,10 @@ class GpuwatchApp(App[None]):
             list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint
         )
         dash.query_one(AdmissionPanel).render_gate(
-            m.gate, self.steering.selected_lane, self.steering.pending_lines()
+            m.gate,
+            self.steering.selected_lane,
+            self.steering.pending_lines(),
+            self.steering.selected_tenant,
         )
         dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, m.wall())
         users = m.gate.users(window_label(m.window_s)) if m.gate else None
@@ -414,6 +425,15 @@ class GpuwatchApp(App[None]):
 
     def action_next_lane(self) -> None:
         self.steering.next_lane()
+
+    def action_next_tenant(self) -> None:
+        self.steering.next_tenant()
+
+    def action_tenant_pause(self) -> None:
+        self.steering.tenant_pause()
+
+    def action_tenant_cap(self, down: bool) -> None:
+        self.steering.tenant_cap(down)
 
     def action_inflight(self, delta: int) -> None:
         self.steering.inflight(delta)
