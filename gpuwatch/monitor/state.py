@@ -227,13 +227,14 @@ class Monitor:
             return
         ep.status.last_ok = now
         self._transition(ep.status, "UP", None, ep.url)
+        taken = now if result.at is None else result.at
         for snap in result.engines:
             key = (snap.dialect, snap.model)
             view = ep.engines.get(key)
             if view is None:
                 view = ep.engines[key] = EngineView(snap, EngineHistory(self.window_s))
             view.snap = snap
-            for text in view.history.update(now, snap):
+            for text in view.history.update(taken, snap):
                 self.event("warn", text)
         self.version += 1
 

@@ -197,22 +197,13 @@ class PrometheusSource:
 
     async def query_range(self, expr: str, start: float, end: float, step: float) -> Series:
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        data = await self._get("/api/v1/query_range", params)
-        if not isinstance(data, dict) or data.get("resultType") != "matrix":
-            raise PrometheusError("Prometheus query_range answer is not a matrix")
-        out: Series = []
-        try:
-            for item in data.get("result") or []:
-                labels = {str(k): str(v) for k, v in item["metric"].items()}
-                points = [
-                    (float(t), v)
-                    for t, raw in item["values"]
-                    if (v := promql.sample_value([t, raw])) is not None
-                ]
-                out.append((labels, points))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PrometheusError(f"Prometheus query_range answer: {exc}") from None
-        return out
+        return _matrix(await self._get("/api/v1/query_range", params), "query_range")
+
+    async def query_samples(self, expr: str, at: float) -> Series:
+        """An instant query of a range selector (``x[1m]``): each series' raw samples, each
+        with the time Prometheus scraped it."""
+        data = await self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+        return _matrix(data, "query")
 
     async def names(self) -> list[str]:
         data = await self._get("/api/v1/label/__name__/values")
@@ -308,3 +299,22 @@ class PrometheusSource:
                 f"Prometheus {self.base} holds no metric family of a serving stack gpuwatch knows"
             )
         return reading
+
+
+def _matrix(data: Any, what: str) -> Series:
+    """(labels, [(time, value)]) per series of a matrix answer; non-finite values dropped."""
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        raise PrometheusError(f"Prometheus {what} answer is not a matrix")
+    out: Series = []
+    try:
+        for item in data.get("result") or []:
+            labels = {str(k): str(v) for k, v in item["metric"].items()}
+            points = [
+                (float(t), v)
+                for t, raw in item["values"]
+                if (v := promql.sample_value([t, raw])) is not None
+            ]
+            out.append((labels, points))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PrometheusError(f"Prometheus {what} answer: {exc}") from None
+    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -52,6 +52,9 @@ WINDOWS = ((60, "1m"), (300, "5m"), (900, "15m"), (3600, "1h"))
 # cuts their cost by two thirds (bench/tui.py: 2.1% of a core at 1 s, 1.8% at 3 s).
 CHART_EVERY_S = 3.0
 
+# How one of ``urls`` is polled into the monitor: ``(monitor, url) -> a poll loop``.
+EnginePoll = Callable[[Monitor, str], Coroutine[Any, Any, None]]
+
 
 @dataclass
 class DashboardOptions:
@@ -67,6 +70,10 @@ class DashboardOptions:
     title_endpoint: str | None = None
     hostname: str = field(default_factory=socket.gethostname)
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
+    # A node seen from elsewhere (the fleet's drill-down) brings its own engine source (None:
+    # each URL's /metrics is scraped) and is not this machine (no host figures read here).
+    engine_poll: EnginePoll | None = None
+    local: bool = True
     clock_label: str = ""  # the header's clock is not now: REPLAY
 
 
@@ -215,26 +222,34 @@ class GpuwatchApp(App[None]):
             self.monitor.event("warn", f"theme {wanted!r} not found; using {DEFAULT_THEME}")
             wanted = DEFAULT_THEME
         self.theme = wanted
-        self.push_screen(self.DASHBOARD())
+        self.push_screen(self.home_screen())
         if self.polling:
-            m, interval = self.monitor, self.options.interval_s
-            for url in self.options.urls:
-                self.run_worker(
-                    polling.poll_endpoint(m, url, interval, self.options.scrape),
-                    group="poll",
-                    name=f"scrape {url}",
-                )
-            if self.options.nvml is not None:
-                self.run_worker(
-                    polling.poll_gpus(m, self.options.nvml, interval), group="poll", name="nvml"
-                )
-            self.run_worker(polling.poll_host(m), group="poll", name="host")
-            if self.options.admin_url:
-                self.run_worker(self._poll_gate(), group="poll", name="gate")
+            self.poll_sources()
         for job in self._background:
             self.run_worker(self._contained(job), group="background", name="background")
         self.set_interval(1.0, self._tick)
         self.call_after_refresh(self._first_frame)
+
+    def home_screen(self) -> Screen[None]:
+        """The first screen: the dashboard (the fleet app starts on its table instead)."""
+        return self.DASHBOARD()
+
+    def poll_sources(self, group: str = "poll") -> None:
+        """A worker per source of ``options`` into ``monitor``, all in ``group``."""
+        m, interval, options = self.monitor, self.options.interval_s, self.options
+        for url in options.urls:
+            loop = (
+                options.engine_poll(m, url)
+                if options.engine_poll is not None
+                else polling.poll_endpoint(m, url, interval, options.scrape)
+            )
+            self.run_worker(loop, group=group, name=f"engine {url}")
+        if options.nvml is not None:
+            self.run_worker(polling.poll_gpus(m, options.nvml, interval), group=group, name="nvml")
+        if options.local:
+            self.run_worker(polling.poll_host(m), group=group, name="host")
+        if options.admin_url:
+            self.run_worker(self._poll_gate(), group=group, name="gate")
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()

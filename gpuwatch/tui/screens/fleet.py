@@ -127,13 +127,13 @@ class FleetScreen(Screen[None]):
         if self.marked:
             extra.append(f"[b]{len(self.marked)} marked[/], lane [b]{escape(self.lane)}[/]")
         title = (
-            f"[b]gpuwatch fleet[/] · {escape(self.fleet.options.prometheus)}  "
+            f"[b]gpuwatch fleet[/] · {escape(self.fleet.fleet_options.prometheus)}  "
             f"{len(state.rows)} engines  {summary}  sort [b]{escape(SORT_NAMES[self.sort])}[/] "
             f"({order})  windows {WINDOW}"
         )
-        if self.fleet.options.read_only:
+        if self.fleet.fleet_options.read_only:
             title += "  [b $warn]READ-ONLY[/]"
-        if self.fleet.options.at is not None:
+        if self.fleet.fleet_options.at is not None:
             title += f"  [b $warn]AT {self.fleet.at_label()}[/]"
         self.query_one("#fleet-title", Panel).show(title)
         status = []
@@ -226,7 +226,7 @@ class FleetScreen(Screen[None]):
         seen: dict[str, GateAddress] = {}
         for row in self.fleet.state.rows:
             if row.key in keys and row.gate and row.gate not in seen:
-                seen[row.gate] = address_of(row.gate, row.node, self.fleet.options.gates)
+                seen[row.gate] = address_of(row.gate, row.node, self.fleet.fleet_options.gates)
         return list(seen.values())
 
     def action_inflight(self, delta: int) -> None:
