@@ -4,6 +4,8 @@ bursty spike load through the gate, and the dashboard wired to all of them.
 The node serves a mix, as a rented single-GPU node does: chat (with its spikes), a steady
 trickle of embeddings, and every two minutes a burst of image requests. The gate's image lane
 runs one image at a time, so the burst fills the image lane's queue and chat keeps its TTFT.
+Chat comes from six tenants (one noisy) with a share of batch work that the gate maps to a
+sheddable class: the admission panel shows classes and tenants taking turns.
 
 The simulator and the gate run as child processes (their CPU is theirs, and they are easy to
 stop for certain); the load runs inside the dashboard's event loop through ``gpuwatch.load``.
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuwatch.load.runner import Shape
-from gpuwatch.load.spec import Dist, EmbedShape, ImageShape, LoadSpec, Pattern
+from gpuwatch.load.spec import Dist, EmbedShape, ImageShape, LoadSpec, Pattern, Tenancy
 
 if TYPE_CHECKING:
     from gpuwatch.record.recorder import Recorder
@@ -43,6 +45,13 @@ queue_timeout_s = 20.0
 max_inflight = 1
 max_queue = 64
 queue_timeout_s = 300.0
+max_pixels = 262144
+max_steps = 30
+
+# The chat load's objectives: interactive work first, batch work shed first when full.
+[fairness.objectives]
+interactive = "critical"
+batch = "sheddable"
 """
 WORKLOADS = ("embed", "image")
 
@@ -162,6 +171,10 @@ def demo_load(gate_url: str, rate: float, burstiness: float, seed: int = 0) -> L
         pattern=Pattern(period=120.0, duty=0.125, factor=5.0),
         prompt_tokens=Dist("uniform", 256, 1536),
         output_tokens=Dist("lognormal", 200, 0.5),
+        # Six tenants with a Zipf skew, one of them noisy, and a share of batch work: the
+        # admission panel shows the gate's classes and its turns across tenants.
+        tenancy=Tenancy(6, 1.0, noisy=3.0),
+        classes={"interactive": 0.8, "batch": 0.2},
         seed=seed,
     )
 

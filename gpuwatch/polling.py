@@ -16,9 +16,13 @@ from typing import Any
 from gpuwatch.config import ScrapeSettings
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.httpclient import async_client
+from gpuwatch.model import GpuReading
 from gpuwatch.monitor.state import Monitor
+from gpuwatch.sources import dcgm
 from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
+from gpuwatch.sources.prometheus import PrometheusError, PrometheusSource
+from gpuwatch.sources.promnode import History, NodeSamples
 from gpuwatch.sources.scrape import ParseCache, scrape
 
 HOST_INTERVAL_S = 2.0
@@ -96,3 +100,63 @@ async def poll_gate(monitor: Monitor, client: GateClient, interval_s: float) -> 
             monitor.apply_gate(limits, status)
 
     await every(interval_s, once, "gate", monitor)
+
+
+async def poll_prometheus_engine(
+    monitor: Monitor, reader: NodeSamples, interval_s: float, at: float | None = None
+) -> None:
+    """One node's engines from Prometheus' samples, each stamped with its scrape time (the
+    monitor's clock must be Unix time); at a past instant ``at``, read once."""
+
+    async def once() -> None:
+        first = reader.newest is None
+        results = await reader.read(time.time() if at is None else at)
+        for result in results:
+            monitor.apply_scrape(result)
+        if first and results and results[0].at is not None:
+            # The first read's first minute had less than a window behind each point.
+            for view in monitor.serving_engines():
+                view.history.drop_partial(results[0].at)
+
+    if at is not None:
+        await once()
+        return
+    await every(interval_s, once, f"Prometheus {reader.instance}", monitor)
+
+
+async def poll_dcgm(
+    monitor: Monitor,
+    source: PrometheusSource,
+    node: str,
+    interval_s: float,
+    at: float | None = None,
+) -> None:
+    """One node's GPUs from the DCGM exporter's series in Prometheus (N/A without them)."""
+
+    async def once() -> None:
+        try:
+            vector = await source.query(dcgm.query(node, source.node_label), at or time.time())
+        except PrometheusError as exc:
+            monitor.apply_gpus(GpuReading([], str(exc)))
+        else:
+            monitor.apply_gpus(dcgm.reading_from(vector, node))
+
+    if at is not None:
+        await once()
+        return
+    await every(interval_s, once, f"DCGM {node}", monitor)
+
+
+def apply_history(monitor: Monitor, history: History) -> int:
+    """A backfill (``promnode.read_history``) put before what each engine's charts hold;
+    the number of points added."""
+    added = 0
+    for view in monitor.serving_engines():
+        for name, points in history.get((view.snap.dialect, view.snap.model or ""), {}).items():
+            ring = view.history.series[name]
+            before = len(ring)
+            ring.prepend(points)
+            added += len(ring) - before
+    if added:
+        monitor.version += 1
+    return added

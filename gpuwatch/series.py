@@ -121,6 +121,19 @@ class RingSeries:
     def __len__(self) -> int:
         return len(self.fine) + len(self.coarse) + len(self._pending)
 
+    def drop_before(self, t: float) -> None:
+        while self.fine and self.fine[0].t < t:
+            self.fine.popleft()
+
+    def prepend(self, points: Iterable[Point]) -> None:
+        """Points from before this series began (a backfill, oldest first): those not older
+        than the first point held are dropped, and the fine part keeps its capacity."""
+        first = self.fine[0].t if self.fine else math.inf
+        older = [p for p in points if p.t < first]
+        room = self.capacity - len(self.fine)
+        if room > 0 and older:
+            self.fine.extendleft(reversed(older[-room:]))
+
     def points(self, since: float | None = None) -> list[Point]:
         if since is not None and self.fine and self.fine[0].t >= since:
             older = [p for p in (*self.coarse, *self._pending) if p.t >= since]
@@ -353,6 +366,13 @@ class EngineHistory:
         for name, value in derived.items():
             if value is not None:
                 self.series[name].append(t, value)
+
+    def drop_partial(self, started: float) -> None:
+        """Forget the derived points (rates, quantiles) of the first window after ``started``:
+        they were computed over less than a window (a backfill holds the right ones)."""
+        for name, ring in self.series.items():
+            if name not in GAUGE_FIELDS:
+                ring.drop_before(started + self.window_s)
 
     def rate(self, name: str) -> float | None:
         recent = self._recent.get(name)

@@ -32,7 +32,7 @@ def add_fleet_screen_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--direct",
         action="store_true",
-        help="with --prometheus: a drilled-into node's /metrics is also scraped directly",
+        help="with --prometheus: a drilled-into node's dashboard scrapes its /metrics itself",
     )
     p.add_argument(
         "--at",

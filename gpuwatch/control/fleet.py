@@ -105,7 +105,10 @@ class FleetChange:
         except (GateError, ValueError) as exc:
             return Planned(gate, problem="unreachable", detail=str(exc))
         version = limits.get("version")
-        return Planned(gate, version if isinstance(version, int) else None, limits)
+        if isinstance(version, bool) or not isinstance(version, int):
+            # Without a version there is no If-Match: the PATCH would overwrite blind.
+            return Planned(gate, problem="refused", detail="the gate gives no integer version")
+        return Planned(gate, version, limits)
 
     @staticmethod
     def plan(read: Sequence[Planned], ops: list[Op]) -> list[Planned]:
@@ -136,5 +139,7 @@ class FleetChange:
         except GateError as exc:
             result: Result = "unreachable" if exc.status is None else "refused"
             return Outcome(p.gate, result, str(exc))
+        except ValueError as exc:  # the token file, read again: gone or changed since
+            return Outcome(p.gate, "refused", str(exc))
         version = answer.get("version") if isinstance(answer, dict) else None
         return Outcome(p.gate, "applied", "; ".join(p.lines), version)

@@ -134,10 +134,13 @@ class AdaptiveLoop:
             ctl.history.append((now, ctl.inflight))
             configured = limits.lanes[name]
             lane = self.lanes[name]
+            total = reading.preemptions_total if reading is not None else None
             if limits.paused:
                 ctl.controller.note = "paused: the operator's pause wins"
+                # Spent: preemptions under a pause must not cut the lane when it resumes.
+                if total is not None:
+                    ctl.preemptions_seen = total
                 continue
-            total = reading.preemptions_total if reading is not None else None
             preempted = 0.0
             if total is not None and ctl.preemptions_seen is not None:
                 # A counter that went back (the upstream restarted) counts from its new value.
@@ -153,7 +156,12 @@ class AdaptiveLoop:
             )
             decision = ctl.controller.decide(now, configured, ctl.inflight, m)
             # Preemptions count from the last decision: a cut answers those seen before it.
-            if total is not None and (decision is not None or ctl.preemptions_seen is None):
+            # At the floor no cut can answer them: spent too, or a lower floor set later would
+            # be cut at once for preemptions long past.
+            at_floor = ctl.inflight <= bounds(configured)[0]
+            if total is not None and (
+                decision is not None or ctl.preemptions_seen is None or at_floor
+            ):
                 ctl.preemptions_seen = total
             if decision is None or decision.inflight == ctl.inflight:
                 continue

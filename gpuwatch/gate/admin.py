@@ -22,10 +22,12 @@ from gpuwatch.gate.adaptive_loop import AdaptiveLoop
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.body import BodyRefused, read_body
+from gpuwatch.gate.classes import Fairness
 from gpuwatch.gate.errors import MESSAGE_MAX, openai_error
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency
 from gpuwatch.gate.limits import Limits, LimitsError
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
+from gpuwatch.gate.tenantstatus import lane_status
 from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.series import window_label
 
@@ -94,11 +96,13 @@ class Admin:
         lanes: Mapping[str, AdmissionLane],
         body_timeout_s: float,
         latency: Mapping[str, LaneLatency],
+        fairness: Fairness | None = None,
     ) -> None:
         self.state = state
         self.lanes = lanes
         self.body_timeout_s = body_timeout_s
         self.latency = latency
+        self.fairness = fairness or Fairness()
         # Set by the gate: the effective limits beside the configured ones.
         self.adaptive: AdaptiveLoop | None = None
 
@@ -183,6 +187,7 @@ class Admin:
                     window_label(w): self.latency[name].goodput(w, slo["ttft_s"], slo["itl_s"])
                     for w in WINDOWS_S
                 },
+                **lane_status(lane, self.fairness),
                 # Configured (what the operator set) apart from effective (in force: the
                 # controller's on an adaptive lane). ``adaptive`` (null on a static lane):
                 # bounds, target, the last decision and why, the last two minutes.

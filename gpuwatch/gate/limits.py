@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpuwatch.fmt import clip
+from gpuwatch.gate.tenants import TenantLimits, TenantLimitsError, patch_tenants
 
 POLICIES = ("clamp", "reject")
 # Admission policy of a lane: "static" (the limits as set) or "adaptive" (gate/adaptive.py
@@ -25,6 +26,15 @@ REASONS = (
     "prompt_too_long",
     "max_tokens",
     "over_token_budget",
+    # Image and embedding caps (mediacaps.py), one reason per cap: the code names the limit.
+    "max_pixels",
+    "max_steps",
+    "max_n",
+    "max_inputs",
+    "max_input_tokens",
+    # Classes and tenants (fairqueue.py, tenants.py).
+    "evicted",
+    "tenant_paused",
 )
 
 
@@ -52,9 +62,18 @@ class LaneLimits:
     target_ttft_p99_s: float | None = None
     min_inflight: int = 1
     min_inflight_tokens: int | None = None
+    # Image and embedding caps (mediacaps.py), None for none; ``media_policy`` is clamp or
+    # reject for all of them, as output_tokens_policy is for the output cap.
+    max_pixels: int | None = None
+    max_steps: int | None = None
+    max_n: int | None = None
+    max_inputs: int | None = None
+    max_input_tokens: int | None = None
+    media_policy: str = "clamp"
 
 
 LANE_KEYS = tuple(LaneLimits.__dataclass_fields__)
+MEDIA_CAPS = ("max_pixels", "max_steps", "max_n", "max_inputs", "max_input_tokens")
 # Upper bounds: far above any real node, low enough that arithmetic and display stay sane.
 MAX_COUNT = 1_000_000
 MAX_TOKENS = 100_000_000
@@ -92,12 +111,15 @@ class Limits:
     version: int
     paused: bool
     lanes: Mapping[str, LaneLimits] = field(default_factory=dict)
+    # Per-tenant limits (tenants.py), by tenant id; only tenants that have some.
+    tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "paused": self.paused,
             "lanes": {name: asdict(lane) for name, lane in self.lanes.items()},
+            "tenants": {tenant: asdict(t) for tenant, t in self.tenants.items()},
         }
 
 
@@ -139,6 +161,7 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
             "max_output_tokens",
             "max_inflight_tokens",
             "min_inflight_tokens",
+            *MEDIA_CAPS,
         ):
             changes[key] = _int(at, value, 1, MAX_TOKENS, nullable=True)
         elif key == "target_ttft_p99_s":
@@ -164,7 +187,7 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
             if not 0 < value <= MAX_TIMEOUT_S or not math.isfinite(value):
                 raise LimitsError(at, f"must be > 0 and <= {MAX_TIMEOUT_S:g}, got {_shown(value)}")
             changes[key] = float(value)
-        elif key == "output_tokens_policy":
+        elif key in ("output_tokens_policy", "media_policy"):
             if not isinstance(value, str) or value not in POLICIES:
                 raise LimitsError(at, f"must be one of {', '.join(POLICIES)}, got {_shown(value)}")
             changes[key] = value
@@ -201,6 +224,7 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
         raise LimitsError("body", "must be a JSON object")
     paused = current.paused
     lanes = dict(current.lanes)
+    tenants = current.tenants
     for key, value in patch.items():
         if key in ("version", "effective"):
             # A GET-modify-PATCH client may send them back: If-Match is the check, and the
@@ -217,9 +241,14 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
                 if name not in lanes:
                     raise LimitsError(_field(f"lanes.{name}"), "unknown lane")
                 lanes[name] = _lane_patch(f"lanes.{name}", lanes[name], lane_patch)
+        elif key == "tenants":
+            try:
+                tenants = patch_tenants(tenants, value)
+            except TenantLimitsError as exc:
+                raise LimitsError(exc.field, str(exc).split(": ", 1)[1]) from None
         else:
             raise LimitsError(_field(key), "unknown key")
-    return Limits(current.version + 1, paused, lanes)
+    return Limits(current.version + 1, paused, lanes, tenants)
 
 
 def _field(name: str) -> str:
@@ -242,7 +271,11 @@ def from_json(data: Any, lanes: Mapping[str, LaneLimits]) -> Limits:
         raise LimitsError("limits.lanes", f"must be an object, got {_shown(saved)}")
     base = Limits(version - 1, False, dict(lanes))
     known = {k: v for k, v in saved.items() if k in lanes}
-    patch = {"paused": data.get("paused", False), "lanes": copy.deepcopy(known)}
+    patch = {
+        "paused": data.get("paused", False),
+        "lanes": copy.deepcopy(known),
+        "tenants": copy.deepcopy(data.get("tenants", {})),
+    }
     return apply_patch(base, patch)
 
 
@@ -264,4 +297,11 @@ def changed(before: Limits, after: Limits) -> dict[str, Any]:
             lanes[name] = diff
     if lanes:
         out["lanes"] = lanes
+    tenants: dict[str, Any] = {}
+    for tenant in set(before.tenants) | set(after.tenants):
+        was, now = before.tenants.get(tenant), after.tenants.get(tenant)
+        if was != now:
+            tenants[tenant] = asdict(now) if now is not None else None
+    if tenants:
+        out["tenants"] = dict(sorted(tenants.items()))
     return out

@@ -24,6 +24,7 @@ from gpuwatch.gate.listener import Listening, listen, track_requests
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.proxy import Proxy
 from gpuwatch.gate.state import GateState
+from gpuwatch.gate.tenantstatus import ClassCollector
 from gpuwatch.gate.upstream import Upstream
 from gpuwatch.gate.upstream_metrics import UpstreamMetrics
 
@@ -76,6 +77,8 @@ class Gate:
             lane.name: AdmissionLane(lane.name, limits.lanes[lane.name], limits.paused)
             for lane in config.lanes
         }
+        for lane in self.lanes.values():
+            lane.tenants.limits = limits.tenants
         self.metrics = GateMetrics(list(self.lanes))
         self.upstream = Upstream(upstream, on_retry=self.metrics.upstream_retries.inc)
         self.latency = {name: LaneLatency() for name in self.lanes}
@@ -91,7 +94,10 @@ class Gate:
             pace=adaptive_pace,
         )
         self.adaptive.apply(limits)  # an adaptive lane starts at its upper bound
-        self.admin = Admin(state, self.lanes, config.client_body_timeout_s, self.latency)
+        self.admin = Admin(
+            state, self.lanes, config.client_body_timeout_s, self.latency, config.fairness
+        )
+        self.metrics.registry.register(ClassCollector(self.lanes, config.fairness))
         self.admin.adaptive = self.adaptive
         state.on_change(self._apply)
         self._bind_gauges()
@@ -100,6 +106,8 @@ class Gate:
         return self.proxy.lane_for(path)
 
     def _apply(self, limits: Limits) -> None:
+        for lane in self.lanes.values():
+            lane.tenants.limits = limits.tenants  # before set_limits, which admits by them
         self.adaptive.apply(limits)  # the one place limits reach the lanes
 
     def _bind_gauges(self) -> None:

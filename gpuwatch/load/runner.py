@@ -203,8 +203,10 @@ class LoadRun:
                         # server's last write makes a gate count a whole answer as abandoned.
                         continue
                     data = json.loads(payload)
+                    if not isinstance(data, dict):  # the server's answer, whatever it is
+                        raise ValueError("a stream chunk that is not a JSON object")
                     usage = data.get("usage")
-                    if usage and usage.get("completion_tokens") is not None:
+                    if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
                         r.output_tokens = usage["completion_tokens"]
                     if _has_content(data):
                         now = time.perf_counter()
@@ -310,10 +312,10 @@ class LoadRun:
 
 def _has_content(data: dict[str, Any]) -> bool:
     choices = data.get("choices")
-    if not choices:
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return False
     choice = choices[0]
     if choice.get("text"):
         return True
-    delta = choice.get("delta") or {}
-    return bool(delta.get("content") or delta.get("reasoning_content"))
+    delta = choice.get("delta")
+    return isinstance(delta, dict) and bool(delta.get("content") or delta.get("reasoning_content"))

@@ -132,8 +132,11 @@ class GateView:
         # images: no gap between tokens in the window) while another lane streams has a "TTFT"
         # that is its whole generation and queue: it is shown, but neither its tails nor its
         # goodput are judged against a chat SLO. With no lane streaming, every lane is judged.
+        # A lane is one of answers in one piece only when it gave answers: a token lane that
+        # answered nothing in the window (all refused, all failed) is the worst, not left out.
         streaming = {n for n, t in tails.items() if (t.get("itl") or {}).get("count")}
-        whole = set(tails) - streaming if streaming else set()
+        answered = {n for n, t in tails.items() if (t.get("ttft") or {}).get("count")}
+        whole = (answered - streaming) if streaming else set()
         totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
         for name, data in lanes.items():
             if name in whole:
@@ -227,13 +230,14 @@ class Monitor:
             return
         ep.status.last_ok = now
         self._transition(ep.status, "UP", None, ep.url)
+        taken = now if result.at is None else result.at
         for snap in result.engines:
             key = (snap.dialect, snap.model)
             view = ep.engines.get(key)
             if view is None:
                 view = ep.engines[key] = EngineView(snap, EngineHistory(self.window_s))
             view.snap = snap
-            for text in view.history.update(now, snap):
+            for text in view.history.update(taken, snap):
                 self.event("warn", text)
         self.version += 1
 

@@ -153,14 +153,23 @@ def pack(value: Any, zdict: bytes = b"") -> bytes:
     return packer.compress(raw) + packer.flush()
 
 
+def inflate(blob: bytes, zdict: bytes = b"") -> bytes:
+    """``blob`` decompressed, refused past MAX_ROW_BYTES: a file is anyone's, and a few MB
+    of zlib can inflate to gigabytes (rows and dictionaries alike)."""
+    try:
+        d = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
+        raw = d.decompress(blob, MAX_ROW_BYTES)
+    except (zlib.error, TypeError, ValueError) as exc:  # TypeError: a TEXT cell, not a BLOB
+        raise CodecError(f"a blob does not decompress: {type(exc).__name__}") from exc
+    if d.unconsumed_tail:
+        raise CodecError(f"a blob over {MAX_ROW_BYTES} bytes once decompressed")
+    return raw
+
+
 def unpack(blob: bytes | None, zdict: bytes = b"") -> Any:
     if blob is None:
         return None
     try:
-        d = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
-        raw = d.decompress(blob, MAX_ROW_BYTES)
-        if d.unconsumed_tail:
-            raise CodecError(f"a row over {MAX_ROW_BYTES} bytes")
-        return json.loads(raw)
-    except (zlib.error, ValueError, RecursionError) as exc:
+        return json.loads(inflate(blob, zdict))
+    except (ValueError, RecursionError) as exc:
         raise CodecError(f"a row does not decode: {type(exc).__name__}") from exc

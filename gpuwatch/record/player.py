@@ -132,7 +132,7 @@ class Player:
 
     def _marks(self) -> list[Mark]:
         out = []
-        query = "SELECT id, mono, wall, kind, source, data FROM rows WHERE kind = 'event'"
+        query = f"SELECT id, mono, wall, kind, source, {store.DATA} FROM rows WHERE kind = 'event'"
         for row in self._rows(query + " ORDER BY id"):
             try:
                 e = codec.decode_payload("event", self._unpack(row))
@@ -187,8 +187,8 @@ class Player:
         while self.pos < target:
             hi = min(target, self.pos + _BATCH)
             rows = self._rows(
-                "SELECT id, mono, wall, kind, source, data FROM rows WHERE id >= ? AND id <= ? "
-                "ORDER BY id",
+                f"SELECT id, mono, wall, kind, source, {store.DATA} FROM rows "
+                "WHERE id >= ? AND id <= ? ORDER BY id",
                 self.ids[self.pos],
                 self.ids[hi - 1],
             )
@@ -282,7 +282,8 @@ def limits_before(db: sqlite3.Connection, row_id: int, zdict: bytes) -> object:
     """The gate's limits in force before row ``row_id``: rows carry them only when they
     change. None when no earlier row has them."""
     rows = db.execute(
-        "SELECT data FROM rows WHERE kind = 'gate' AND id < ? ORDER BY id DESC", (row_id,)
+        f"SELECT {store.DATA} FROM rows WHERE kind = 'gate' AND id < ? ORDER BY id DESC",
+        (row_id,),
     )
     for (data,) in rows:
         try:

@@ -11,9 +11,7 @@ killed process loses at most the transaction it was in, and never corrupts what 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sqlite3
 import time
 import zlib
@@ -21,6 +19,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gpuwatch.record import codec
+from gpuwatch.safejson import JSONError, loads_bounded
 
 APP = "gpuwatch-recording"
 SCHEMA = 1
@@ -40,6 +41,12 @@ CREATE INDEX rows_kind ON rows (kind, wall);
 CREATE TABLE audit (version INTEGER PRIMARY KEY, wall REAL NOT NULL, entry TEXT NOT NULL);
 CREATE TABLE dicts (key TEXT PRIMARY KEY, data BLOB NOT NULL);
 """
+
+
+# What a query reads of a row's payload: a blob no larger than a row we write can be once
+# compressed, else NULL (the row then fails to decode, one by one), so a forged row of a
+# gigabyte is never fetched into memory.
+DATA = f"CASE WHEN length(data) <= {codec.MAX_ROW_BYTES} THEN data END"
 
 
 class RecordingError(Exception):
@@ -125,8 +132,8 @@ def read_meta(db: sqlite3.Connection) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in db.execute("SELECT key, value FROM meta"):
         try:
-            out[key] = json.loads(value)
-        except (TypeError, ValueError):
+            out[key] = loads_bounded(value)  # bounded: a file's JSON can nest 100,000 deep
+        except (TypeError, JSONError):
             out[key] = None
     return out
 
@@ -158,19 +165,25 @@ def dictionaries(db: sqlite3.Connection) -> dict[str, bytes]:
     """The compression dictionaries, by ``codec.dictionary_key``; a damaged one is left out
     (its rows then fail to decode, one by one)."""
     out = {}
-    for key, data in db.execute("SELECT key, data FROM dicts"):
+    for key, data in db.execute(f"SELECT key, {DATA} FROM dicts"):
         try:
-            out[str(key)] = zlib.decompress(data)
-        except (zlib.error, TypeError):
+            out[str(key)] = codec.inflate(data)
+        except codec.CodecError:
             continue
     return out
 
 
 def insert_audit(db: sqlite3.Connection, entries: Iterable[dict[str, Any]]) -> int:
+    """The changes of the limits among ``entries``, once each (keyed by their version).
+
+    An adaptive controller's lines are left out: they carry the version in force, not a new
+    one, so the first of them would take the person's change's key (and the rest be dropped).
+    Its moves are recorded anyway, in the gate's status rows (``last_decision``), which replay
+    shows as events the way the live dashboard does."""
     before = db.total_changes
     db.executemany(
         "INSERT OR IGNORE INTO audit (version, wall, entry) VALUES (?, ?, ?)",
-        [(e["version"], float(e["time"]), json.dumps(e)) for e in entries],
+        [(e["version"], float(e["time"]), json.dumps(e)) for e in entries if "controller" not in e],
     )
     return db.total_changes - before
 
@@ -179,7 +192,7 @@ def rows_between(
     db: sqlite3.Connection, start: float | None = None, end: float | None = None
 ) -> Iterator[Row]:
     """Rows with ``start <= wall <= end`` (either open), in the order they were fed."""
-    query = "SELECT id, mono, wall, kind, source, data FROM rows WHERE wall >= ? AND wall <= ?"
+    query = f"SELECT id, mono, wall, kind, source, {DATA} FROM rows WHERE wall >= ? AND wall <= ?"
     lo = -1e300 if start is None else start
     hi = 1e300 if end is None else end
     for r in db.execute(query + " ORDER BY id", (lo, hi)):
@@ -196,8 +209,8 @@ def audit_entries(
         "SELECT entry FROM audit WHERE wall >= ? AND wall <= ? ORDER BY version", (lo, hi)
     ):
         try:
-            entry = json.loads(text)
-        except ValueError:
+            entry = loads_bounded(text)
+        except (TypeError, JSONError):
             continue
         if isinstance(entry, dict):
             out.append(entry)
@@ -230,12 +243,3 @@ def prune(db: sqlite3.Connection, now: float, keep_s: float | None, max_bytes: i
     if dropped:
         db.execute("PRAGMA incremental_vacuum")
     return dropped
-
-
-def file_bytes(path: Path) -> int:
-    """The recording on disk, its write-ahead log included."""
-    total = 0
-    for p in (path, path.with_name(path.name + "-wal")):
-        with contextlib.suppress(OSError):  # no WAL: nothing waits to be folded in
-            total += os.path.getsize(p)
-    return total

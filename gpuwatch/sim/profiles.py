@@ -290,6 +290,7 @@ class EmbeddingModel:
     max_batch_tokens: int = 16384
     max_inputs: int = 32
     step_overhead_s: float = 0.002
+    vocab_size: int = 30522  # BERT's WordPiece vocabulary, which the BGE models use
 
     def batch_seconds(self, gpu: Gpu, tokens: int, efficiency: float = 0.5) -> float:
         """One forward pass over ``tokens`` tokens: 2 x params x tokens FLOPs, plus overhead."""

@@ -207,8 +207,14 @@ def parse_embeddings(body: Mapping[str, Any], model: EmbeddingModel) -> EmbedBod
     tokens: list[int] = []
     for i, item in enumerate(inputs):
         if isinstance(item, str):
+            if not item:  # TEI refuses it too: no tokens is nothing to embed
+                raise BadRequest(f"input[{i}] is empty", param="input")
             count = estimate_text(item)
         elif _is_token_ids(item):
+            if not all(0 <= t < model.vocab_size for t in item):
+                raise BadRequest(
+                    f"input[{i}] has a token id outside 0..{model.vocab_size - 1}", param="input"
+                )
             count = len(item)
         else:
             raise BadRequest(f"input[{i}] must be a string or a list of token ids", param="input")

@@ -279,15 +279,21 @@ DIALECTS: tuple[Dialect, ...] = (
 )
 
 
+def sample_names(dialect: Dialect) -> set[str]:
+    """Every sample name ``dialect`` reads (a histogram as its _bucket, _sum and _count)."""
+    names = {sel.name for sel in dialect.selectors()}
+    for hist in dialect.histogram_names():
+        names.update({f"{hist}_bucket", f"{hist}_sum", f"{hist}_count"})
+    names.update(sample for sample, _ in dialect.label_values.values())
+    return names
+
+
 def wanted_sample_names() -> frozenset[str]:
     """Every sample name some dialect reads: the scrape prefilter keeps only these families."""
     names: set[str] = set()
     for dialect in DIALECTS:
-        for sel in dialect.selectors():
-            names.add(sel.name)
-        for hist in dialect.histogram_names():
-            names.update({hist, f"{hist}_bucket", f"{hist}_sum", f"{hist}_count"})
-        names.update(sample for sample, _ in dialect.label_values.values())
+        names.update(sample_names(dialect))
+        names.update(dialect.histogram_names())
     return frozenset(names)
 
 

@@ -21,7 +21,7 @@ import httpx
 
 from gpuwatch.admintoken import read_token
 from gpuwatch.fmt import clip
-from gpuwatch.httpclient import async_client
+from gpuwatch.httpclient import BodyTooLarge, async_client, read_bounded
 from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.sources import promql
 from gpuwatch.sources.dialects import Dialect
@@ -133,6 +133,7 @@ class PrometheusSource:
     ) -> None:
         self.base = url.rstrip("/")
         self.node_label = node_label
+        self.timeout_s = timeout_s
         # Few connections: httpcore scans every pooled one per request (its cost grows with both).
         self._client = async_client(timeout_s=timeout_s, max_connections=4, headers=headers)
         self._dialects: list[Dialect] = []
@@ -156,26 +157,36 @@ class PrometheusSource:
         self.calls += 1
         url = f"{self.base}{path}"
         try:
-            response = await self._client.get(url, params=params)
+            # httpx's timeout is per read: a server that trickles bytes needs a bound on the whole.
+            status, raw = await asyncio.wait_for(self._fetch(url, params), self.timeout_s)
         except httpx.HTTPError as exc:
             raise PrometheusError(
                 f"Prometheus {self.base} unreachable: {type(exc).__name__}"
             ) from exc
+        except asyncio.TimeoutError:
+            raise PrometheusError(
+                f"Prometheus {self.base}{path}: timed out after {self.timeout_s:g} s"
+            ) from None
+        except BodyTooLarge as exc:
+            raise PrometheusError(f"Prometheus {self.base}{path}: {exc}") from None
         try:
             # No depth walk: answers are a few levels deep but thousands of nodes wide, read
             # every second (the decoder still refuses a pathological nesting).
-            body = loads_bounded(response.content, max_depth=0, max_bytes=MAX_BYTES)
+            body = loads_bounded(raw, max_depth=0)
         except JSONError as exc:
             raise PrometheusError(
-                f"Prometheus {self.base}{path}: HTTP {response.status_code}, not its API ({exc})"
+                f"Prometheus {self.base}{path}: HTTP {status}, not its API ({exc})"
             ) from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
             reason = clip(str(error), 160) if error else "no status: success"
-            raise PrometheusError(
-                f"Prometheus {self.base}{path}: HTTP {response.status_code}: {reason}"
-            )
+            raise PrometheusError(f"Prometheus {self.base}{path}: HTTP {status}: {reason}")
         return body.get("data")
+
+    async def _fetch(self, url: str, params: dict[str, str] | None) -> tuple[int, bytes]:
+        """The status and the body, read as it arrives up to MAX_BYTES (never held whole)."""
+        async with self._client.stream("GET", url, params=params) as response:
+            return response.status_code, await read_bounded(response, MAX_BYTES)
 
     async def query(self, expr: str, at: float) -> promql.Vector:
         data = await self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
@@ -186,22 +197,13 @@ class PrometheusSource:
 
     async def query_range(self, expr: str, start: float, end: float, step: float) -> Series:
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        data = await self._get("/api/v1/query_range", params)
-        if not isinstance(data, dict) or data.get("resultType") != "matrix":
-            raise PrometheusError("Prometheus query_range answer is not a matrix")
-        out: Series = []
-        try:
-            for item in data.get("result") or []:
-                labels = {str(k): str(v) for k, v in item["metric"].items()}
-                points = [
-                    (float(t), v)
-                    for t, raw in item["values"]
-                    if (v := promql.sample_value([t, raw])) is not None
-                ]
-                out.append((labels, points))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PrometheusError(f"Prometheus query_range answer: {exc}") from None
-        return out
+        return _matrix(await self._get("/api/v1/query_range", params), "query_range")
+
+    async def query_samples(self, expr: str, at: float) -> Series:
+        """An instant query of a range selector (``x[1m]``): each series' raw samples, each
+        with the time Prometheus scraped it."""
+        data = await self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+        return _matrix(data, "query")
 
     async def names(self) -> list[str]:
         data = await self._get("/api/v1/label/__name__/values")
@@ -297,3 +299,22 @@ class PrometheusSource:
                 f"Prometheus {self.base} holds no metric family of a serving stack gpuwatch knows"
             )
         return reading
+
+
+def _matrix(data: Any, what: str) -> Series:
+    """(labels, [(time, value)]) per series of a matrix answer; non-finite values dropped."""
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        raise PrometheusError(f"Prometheus {what} answer is not a matrix")
+    out: Series = []
+    try:
+        for item in data.get("result") or []:
+            labels = {str(k): str(v) for k, v in item["metric"].items()}
+            points = [
+                (float(t), v)
+                for t, raw in item["values"]
+                if (v := promql.sample_value([t, raw])) is not None
+            ]
+            out.append((labels, points))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PrometheusError(f"Prometheus {what} answer: {exc}") from None
+    return out

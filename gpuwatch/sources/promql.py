@@ -13,6 +13,7 @@ summed per instance and model, and ratios take the max. Quantiles are PromQL's o
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -101,22 +102,26 @@ def _candidates(dialect: Dialect, signal: FleetSignal) -> tuple[str, ...]:
 
 
 def dialect_expr(
-    dialect: Dialect, signal: FleetSignal, node_label: str, instance: str | None = None
+    dialect: Dialect,
+    signal: FleetSignal,
+    node_label: str,
+    instance: str | None = None,
+    window: str = WINDOW,
 ) -> str | None:
     """The signal for one dialect (one instance's only, for a drill-down's charts), or None
-    where the dialect does not export it."""
+    where the dialect does not export it. ``window``: the range of its rate."""
     parts = []
     for text in _candidates(dialect, signal):
         sel = Selector.parse(text)
         if instance is not None:
             sel = Selector(sel.name, (*sel.labels, ("instance", instance)))
         if signal.kind == "quantile":
-            inner = f"rate({_vector(f'{sel.name}_bucket', sel.labels)}[{WINDOW}])"
+            inner = f"rate({_vector(f'{sel.name}_bucket', sel.labels)}[{window}])"
             parts.append(
                 f"histogram_quantile({signal.q:g}, sum {_by(['le'], node_label)} ({inner}))"
             )
         elif signal.kind == "rate":
-            inner = f"rate({_vector(sel.name, sel.labels)}[{WINDOW}])"
+            inner = f"rate({_vector(sel.name, sel.labels)}[{window}])"
             scaled = f" * {signal.scale:g}" if signal.scale != 1.0 else ""
             parts.append(f"sum {_by([], node_label)} ({inner}){scaled}")
         else:
@@ -132,11 +137,14 @@ def signal_query(
     dialects: Sequence[Dialect],
     node_label: str = DEFAULT_NODE_LABEL,
     instance: str | None = None,
+    window: str = WINDOW,
 ) -> str | None:
     """One query for ``signal`` over every dialect in ``dialects``: the whole fleet at once
     (or the one ``instance``)."""
     exprs = [
-        e for d in dialects if (e := dialect_expr(d, signal, node_label, instance)) is not None
+        e
+        for d in dialects
+        if (e := dialect_expr(d, signal, node_label, instance, window)) is not None
     ]
     return " or ".join(exprs) if exprs else None
 
@@ -147,6 +155,23 @@ def gate_query(key: str, node_label: str = DEFAULT_NODE_LABEL) -> str:
     if kind == "rate":
         return f"sum {by} (rate({_vector(name)}[{WINDOW}]))"
     return f"sum {by} ({_vector(name)})"
+
+
+def raw_samples_query(names: Iterable[str], instance: str, range_s: float) -> str:
+    """The raw samples of ``names`` that ``instance`` exported in the last ``range_s``: an
+    instant query of this range selector answers each sample with its scrape time."""
+    pattern = "|".join(re.escape(n) for n in sorted(set(names)))
+    seconds = max(1, math.ceil(range_s))
+    return f"{{__name__=~{_quote(pattern)},instance={_quote(instance)}}}[{seconds}s]"
+
+
+def node_selector_query(pattern: str, node: str, node_label: str = DEFAULT_NODE_LABEL) -> str:
+    """Series whose name matches ``pattern`` on ``node``: by its ``node_label``, or (as
+    ``node_of`` says) targets on that host, whatever their port."""
+    name = f"__name__=~{_quote(pattern)}"
+    host = _quote(re.escape(node) + "(:[0-9]+)?")
+    by_label = f"{{{name},{node_label}={_quote(node)}}}"
+    return f'{by_label} or {{{name},{node_label}="",instance=~{host}}}'
 
 
 def dialects_named(name: str) -> list[Dialect]:

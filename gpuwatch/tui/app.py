@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -52,6 +52,9 @@ WINDOWS = ((60, "1m"), (300, "5m"), (900, "15m"), (3600, "1h"))
 # cuts their cost by two thirds (bench/tui.py: 2.1% of a core at 1 s, 1.8% at 3 s).
 CHART_EVERY_S = 3.0
 
+# How one of ``urls`` is polled into the monitor: ``(monitor, url) -> a poll loop``.
+EnginePoll = Callable[[Monitor, str], Coroutine[Any, Any, None]]
+
 
 @dataclass
 class DashboardOptions:
@@ -67,6 +70,10 @@ class DashboardOptions:
     title_endpoint: str | None = None
     hostname: str = field(default_factory=socket.gethostname)
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
+    # A node seen from elsewhere (the fleet's drill-down) brings its own engine source (None:
+    # each URL's /metrics is scraped) and is not this machine (no host figures read here).
+    engine_poll: EnginePoll | None = None
+    local: bool = True
     clock_label: str = ""  # the header's clock is not now: REPLAY
 
 
@@ -108,6 +115,10 @@ class Dashboard(Screen[None]):
         Binding("a", "app.audit", "audit", show=False),
         Binding("P", "app.plan", "plan for this gate", show=False),
         Binding("A", "app.adaptive", "adaptive on/off", show=False),
+        Binding("n", "app.next_tenant", "next tenant", show=False),
+        Binding("x", "app.tenant_pause", "pause/resume tenant", show=False),
+        Binding("c", "app.tenant_cap(True)", "lower tenant cap", show=False),
+        Binding("C", "app.tenant_cap(False)", "raise tenant cap", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -164,6 +175,10 @@ class GpuwatchApp(App[None]):
         "hold a p99 TTFT target (the lane's, else the dashboard's SLO). On an adaptive lane "
         "+ / - move the upper bound, e sets both bounds and the target, u undoes; a pause "
         "always wins over the controller.",
+        "",
+        "[b]tenants[/]: n selects the next of the lane's busiest tenants (shown as "
+        "in-flight·queued); x pauses or resumes it, c / C step its in-flight cap over 32 16 8 4 "
+        "2 1 0 and none. Each is one change to the gate's limits (If-Match, audited, undo).",
     ]
 
     def __init__(
@@ -207,26 +222,34 @@ class GpuwatchApp(App[None]):
             self.monitor.event("warn", f"theme {wanted!r} not found; using {DEFAULT_THEME}")
             wanted = DEFAULT_THEME
         self.theme = wanted
-        self.push_screen(self.DASHBOARD())
+        self.push_screen(self.home_screen())
         if self.polling:
-            m, interval = self.monitor, self.options.interval_s
-            for url in self.options.urls:
-                self.run_worker(
-                    polling.poll_endpoint(m, url, interval, self.options.scrape),
-                    group="poll",
-                    name=f"scrape {url}",
-                )
-            if self.options.nvml is not None:
-                self.run_worker(
-                    polling.poll_gpus(m, self.options.nvml, interval), group="poll", name="nvml"
-                )
-            self.run_worker(polling.poll_host(m), group="poll", name="host")
-            if self.options.admin_url:
-                self.run_worker(self._poll_gate(), group="poll", name="gate")
+            self.poll_sources()
         for job in self._background:
             self.run_worker(self._contained(job), group="background", name="background")
         self.set_interval(1.0, self._tick)
         self.call_after_refresh(self._first_frame)
+
+    def home_screen(self) -> Screen[None]:
+        """The first screen: the dashboard (the fleet app starts on its table instead)."""
+        return self.DASHBOARD()
+
+    def poll_sources(self, group: str = "poll") -> None:
+        """A worker per source of ``options`` into ``monitor``, all in ``group``."""
+        m, interval, options = self.monitor, self.options.interval_s, self.options
+        for url in options.urls:
+            loop = (
+                options.engine_poll(m, url)
+                if options.engine_poll is not None
+                else polling.poll_endpoint(m, url, interval, options.scrape)
+            )
+            self.run_worker(loop, group=group, name=f"engine {url}")
+        if options.nvml is not None:
+            self.run_worker(polling.poll_gpus(m, options.nvml, interval), group=group, name="nvml")
+        if options.local:
+            self.run_worker(polling.poll_host(m), group=group, name="host")
+        if options.admin_url:
+            self.run_worker(self._poll_gate(), group=group, name="gate")
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
@@ -324,7 +347,11 @@ class GpuwatchApp(App[None]):
             list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint
         )
         dash.query_one(AdmissionPanel).render_gate(
-            m.gate, self.steering.selected_lane, self.steering.pending_lines()
+            m.gate,
+            self.steering.selected_lane,
+            self.steering.pending_lines(),
+            self.steering.selected_tenant,
+            compact=narrow or short,
         )
         dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, wall)
         users = m.gate.users(window_label(m.window_s)) if m.gate else None
@@ -407,6 +434,15 @@ class GpuwatchApp(App[None]):
 
     def action_next_lane(self) -> None:
         self.steering.next_lane()
+
+    def action_next_tenant(self) -> None:
+        self.steering.next_tenant()
+
+    def action_tenant_pause(self) -> None:
+        self.steering.tenant_pause()
+
+    def action_tenant_cap(self, down: bool) -> None:
+        self.steering.tenant_cap(down)
 
     def action_inflight(self, delta: int) -> None:
         self.steering.inflight(delta)

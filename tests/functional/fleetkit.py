@@ -1,6 +1,7 @@
 """A small fleet for tests: a real Prometheus (1 s scrapes) over three ``gpuwatch sim`` (one with
 ``--engines 2``) and two ``gpuwatch gate``, each a child process, with load through both gates
-and straight into the third node. Targets carry a ``node`` label, as operators relabel them.
+and straight into the third node; node b's GPUs are a DCGM exporter's page. Targets carry a
+``node`` label, as operators relabel them.
 """
 
 from __future__ import annotations
@@ -51,6 +52,23 @@ def _child(*args: str) -> tuple[subprocess.Popen[str], str]:
     return proc, found.group(0)
 
 
+DCGM_PAGE = Path(__file__).parent.parent / "fixtures" / "dcgm"
+
+
+def _dcgm_exporter() -> tuple[subprocess.Popen[str], str]:
+    """The fixture folder served over HTTP: its file ``metrics`` is the page at /metrics."""
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+         "--directory", str(DCGM_PAGE)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"port ([0-9]+)", line)
+    assert found, line
+    return proc, f"http://127.0.0.1:{found.group(1)}"
+
+
 def _prometheus(
     root: Path, targets: dict[str, dict[str, str]]
 ) -> tuple[subprocess.Popen[str], str]:
@@ -70,6 +88,13 @@ def _prometheus(
     config += f"rule_files: ['{root / 'rules.yml'}']\n"
     config += "scrape_configs:\n" + "\n".join(jobs) + "\n"
     (root / "prometheus.yml").write_text(config)
+    return start_prometheus(root)
+
+
+def start_prometheus(root: Path) -> tuple[subprocess.Popen[str], str]:
+    """Prometheus on ``root/prometheus.yml`` and ``root/data``, and its URL.
+
+    Prometheus cannot report a port it picked itself; try ports until one is ours."""
     rng = random.Random()
     for _ in range(20):
         port = rng.randint(20000, 60000)
@@ -142,9 +167,17 @@ def fleet(root: Path) -> Iterator[Fleet]:
                     text=True,
                 )
             )
+        # Node b's GPUs: a DCGM exporter's page (tests/fixtures/dcgm/metrics) served as it.
+        dcgm, dcgm_url = _dcgm_exporter()
+        procs.append(dcgm)
         # A node that is down: Prometheus scrapes it and reports its own lastError.
         dead = stack.enter_context(refusing_port())
-        targets = {"sim": sims, "gate": gates, "dead": {"d": f"http://127.0.0.1:{dead}"}}
+        targets = {
+            "sim": sims,
+            "gate": gates,
+            "dcgm": {"b": dcgm_url},
+            "dead": {"d": f"http://127.0.0.1:{dead}"},
+        }
         prom, prom_url = _prometheus(root, targets)
         procs.append(prom)
         config = root / "gpuwatch.toml"
@@ -159,7 +192,7 @@ def fleet(root: Path) -> Iterator[Fleet]:
             up = f.query("count_over_time(up[1m]) >= 5", _now())
             rated = f.query("rate(vllm:time_to_first_token_seconds_count[1m]) > 0", _now())
             alerts = f.query('ALERTS{alertstate="firing"}', _now())
-            return len(up) == 6 and len(rated) == 4 and alerts
+            return len(up) == 7 and len(rated) == 4 and alerts
 
         eventually_sync(scraped, 60, message="prometheus never saw the whole fleet serving")
         yield f

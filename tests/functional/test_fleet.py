@@ -3,12 +3,14 @@ change reaches two marked gates (each audited; a stale one gets 409)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -17,21 +19,26 @@ from aiohttp import web
 from textual.widgets import Static
 
 from gpuwatch import config
+from gpuwatch.aioserve import serve
+from gpuwatch.config import GateTarget
 from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.monitor.fleet import FleetState
-from gpuwatch.sources import promql
-from gpuwatch.sources.prometheus import PrometheusSource, auth_headers
+from gpuwatch.sources import dcgm, promql
+from gpuwatch.sources.dialects import sample_names
+from gpuwatch.sources.prometheus import MAX_BYTES, PrometheusSource, auth_headers
+from gpuwatch.tui.app import Dashboard
 from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.fleet import FleetScreen
-from gpuwatch.tui.screens.node import NodeScreen
 from gpuwatch.tui.screens.results import ResultsScreen
 from gpuwatch.tui.widgets.engines import EnginePanel
 from gpuwatch.tui.widgets.fleet import FleetTable
+from gpuwatch.tui.widgets.gpus import GpuPanel
+from gpuwatch.tui.widgets.header import HeaderBar
 from tests.functional.fleetkit import Fleet, fleet
 from tests.functional.servers import ThreadedServer
-from tests.helpers import eventually, refusing_port
+from tests.helpers import eventually, eventually_sync, refusing_port
 
 # What an operator would type into Prometheus' own console, written by hand (not generated):
 # the rows must equal these at the same evaluation time.
@@ -211,29 +218,168 @@ def fleet_app(rig: Fleet, **kw: object) -> FleetApp:
     return FleetApp(options)
 
 
-async def test_fleet_screen_filter_drill_down_and_back(rig: Fleet) -> None:
-    app = fleet_app(rig, direct=True)
+def _close(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def _engine_equals_promql(rig: Fleet, app: FleetApp, instance: str) -> bool:
+    """The drilled node's engine numbers equal the hand-written PromQL at its newest sample's
+    time (Prometheus' own scrape time, which the monitor keeps)."""
+    engines = app.monitor.serving_engines()
+    if len(engines) != 1:
+        return False
+    view = engines[0]
+    newest = view.history.series["running"].last()
+    if newest is None:
+        return False
+    sel = f'{{instance="{instance}"}}'
+
+    def one(expr: str) -> float | None:
+        # 1 ms after the newest sample: Prometheus 2's ranges are closed, [t - 1m, t], and its
+        # scrapes are exactly 1 s apart, so at t itself a sample 1m back would be inside; the
+        # monitor's ranges are Prometheus 3's (t - 1m, t]. A millisecond later both hold the
+        # same samples, and the extrapolated range is the same length.
+        answer = rig.query(expr, newest.t + 0.001)
+        return answer[0][1] if answer else None
+
+    h = view.history
+    pairs = [
+        (view.snap.running, one(f"sum(vllm:num_requests_running{sel})")),
+        (view.snap.waiting, one(f"sum(vllm:num_requests_waiting{sel})")),
+        (view.snap.kv_cache_usage, one(f"max(vllm:kv_cache_usage_perc{sel})")),
+        (
+            h.quantile("ttft", 0.99),
+            one(
+                "histogram_quantile(0.99, sum by (le) "
+                f"(rate(vllm:time_to_first_token_seconds_bucket{sel}[1m])))"
+            ),
+        ),
+        (
+            h.quantile("itl", 0.99),
+            one(
+                "histogram_quantile(0.99, sum by (le) "
+                f"(rate(vllm:inter_token_latency_seconds_bucket{sel}[1m])))"
+            ),
+        ),
+        (h.rate("generation_tokens_total"), one(f"sum(rate(vllm:generation_tokens_total{sel}[10s]))")),
+        (h.per_minute("preemptions_total"), one(f"sum(rate(vllm:num_preemptions_total{sel}[1m])) * 60")),
+    ]  # fmt: skip
+    return all(_close(ours, theirs) for ours, theirs in pairs)
+
+
+# Alone, this test waits for Prometheus to hold a minute and a half of the fleet.
+@pytest.mark.timeout(300)
+async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_back(
+    rig: Fleet,
+) -> None:
+    # The charts' backfill is seen only where Prometheus holds more than the first read's 65 s
+    # (and its 15 s steps may start up to 15 s after the oldest sample).
+    eventually_sync(
+        lambda: rig.query("count_over_time(up[100s]) >= 90", time.time()), 120, message="history"
+    )
+    before = {n: httpx.get(f"{u}/admin/limits").json() for n, u in rig.gates.items()}
+    app = fleet_app(rig)
     async with app.run_test(size=(160, 48)) as pilot:
         table = app.screen.query_one(FleetTable)
         await eventually(lambda: table.row_count == 3, 20, pause=pilot.pause)
         await pilot.press("slash", *"m-two", "enter")
         await eventually(lambda: table.row_count == 1, 5, pause=pilot.pause)
-        assert table.cursor_key()[1] == "m-two"  # type: ignore[index]
         await pilot.press("enter")
-        node = await eventually(
-            lambda: app.screen if isinstance(app.screen, NodeScreen) else None, 5, pause=pilot.pause
+        dash = await eventually(
+            lambda: app.screen if isinstance(app.screen, Dashboard) else None, 5, pause=pilot.pause
         )
-        assert node.row.instance == rig.sims["b"].split("://")[1]
-        # The charts' hour comes from query_range at once, not from a minute of polling.
-        await eventually(lambda: len(node.history.get("running", [])) >= 2, 20, pause=pilot.pause)
-        await eventually(lambda: len(node.history.get("ttft_p99", [])) >= 1, 20, pause=pilot.pause)
-        # --direct: the node's own /metrics is scraped too, and shown as the engine panel.
-        panel = node.query_one(EnginePanel)
-        await eventually(lambda: "m-two" in panel.markup, 20, pause=pilot.pause)
+        drilled_at = time.time()
+        instance = rig.sims["b"].split("://")[1]
+        assert app.node is not None and app.node.instance == instance
+        assert app.options.engine_poll is not None  # not --direct: Prometheus feeds it
+        assert app.options.admin_url == rig.gates["b"]  # from [gates."127.0.0.1:*"]
+        # Both engines of node b are one engine, as on its scraped page; its numbers are
+        # what Prometheus answers for it.
+        await eventually(
+            lambda: _engine_equals_promql(rig, app, instance), 30, pause=pilot.pause,
+            message="the node's numbers never equalled PromQL's",
+        )  # fmt: skip
+        panel = dash.query_one(EnginePanel)
+        await eventually(lambda: "m-two" in panel.markup, 10, pause=pilot.pause)
+        header = dash.query_one(HeaderBar)
+        await eventually(lambda: "via Prometheus" in header.markup, 10, pause=pilot.pause)
+        # The charts' hour: query_range fills it at once. The first read holds 65 s of samples,
+        # and the quantiles of its first minute (less than a window behind them) are dropped.
+        history = app.monitor.serving_engines()[0].history.series
+        await eventually(
+            lambda: history["running"].points()[0].t < drilled_at - 66, 20, pause=pilot.pause
+        )
+        assert any(p.t < drilled_at - 10 for p in history["ttft_p99"].points())
+        # Node b's GPUs: its DCGM exporter's series in Prometheus, in the GPU panel.
+        gpus = dash.query_one(GpuPanel)
+        await eventually(lambda: "H100" in gpus.markup, 10, pause=pilot.pause)
+        reading = app.monitor.gpus
+        assert reading is not None and [g.index for g in reading.gpus] == [0, 1]
+        assert reading.gpus[0].utilization_gpu == pytest.approx(0.87)
+        assert reading.gpus[1].memory_used_bytes == 40298 * 1024 * 1024
+        # A steering key on the drilled node changes its gate, audited, and not the other.
+        await eventually(lambda: app.steering.can_steer, 10, pause=pilot.pause)
+        await pilot.press("plus")
+        v_b = before["b"]["version"]
+        after_b = await eventually(
+            lambda: (
+                r if (r := httpx.get(f"{rig.gates['b']}/admin/limits").json())["version"] > v_b
+                else None
+            ),
+            10, pause=pilot.pause,
+        )  # fmt: skip
+        chat = before["b"]["lanes"]["chat"]["max_inflight"]
+        assert after_b["lanes"]["chat"]["max_inflight"] == chat + 1
+        audit = httpx.get(f"{rig.gates['b']}/admin/audit", params={"limit": 1}).json()["entries"]
+        assert audit[0]["version"] == after_b["version"], audit
+        assert httpx.get(f"{rig.gates['a']}/admin/limits").json() == before["a"]
+        # esc: the fleet table again, its filter kept; the node's workers stopped.
         await pilot.press("escape")
         await eventually(lambda: isinstance(app.screen, FleetScreen), 5, pause=pilot.pause)
+        assert table.row_count == 1 and app.node is None
+        assert not [w for w in app.workers if w.group == "node" and w.is_running]
         await pilot.press("escape")  # clears the filter
         await eventually(lambda: table.row_count == 3, 5, pause=pilot.pause)
+
+
+async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: Fleet) -> None:
+    # Two 15 s steps of query_range before the drill-down, at least.
+    eventually_sync(
+        lambda: rig.query("count_over_time(up[45s]) >= 40", time.time()), 60, message="history"
+    )
+    app = fleet_app(rig, direct=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.screen.query_one(FleetTable)
+        await eventually(lambda: table.row_count == 3, 20, pause=pilot.pause)
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        await pilot.press("s")  # sorted by the next column: kept when coming back
+        sort = screen.sort
+        row = next(r for r in app.state.rows if r.node == "c")  # no gate on node c
+        await pilot.press("slash", *row.instance, "enter")
+        await eventually(lambda: table.row_count == 1, 5, pause=pilot.pause)
+        await pilot.press("enter")
+        dash = await eventually(
+            lambda: app.screen if isinstance(app.screen, Dashboard) else None, 5, pause=pilot.pause
+        )
+        drilled_at = time.time()
+        assert app.options.engine_poll is None and app.options.urls == [
+            f"http://{row.instance}/metrics"
+        ]
+        assert app.options.admin_url is None  # node c has no gate: no steering keys
+        # No DCGM exporter on node c: GPUs N/A, said in one line.
+        gpus = dash.query_one(GpuPanel)
+        await eventually(lambda: "N/A" in gpus.markup, 10, pause=pilot.pause)
+        panel = dash.query_one(EnginePanel)
+        await eventually(lambda: "m-one" in panel.markup, 20, pause=pilot.pause)
+        # Scraped points start at the drill-down; the ones before it come from query_range.
+        history = app.monitor.serving_engines()[0].history.series
+        await eventually(
+            lambda: history["running"].points()[0].t < drilled_at - 3, 20, pause=pilot.pause
+        )
+        await pilot.press("escape")
+        await eventually(lambda: isinstance(app.screen, FleetScreen), 5, pause=pilot.pause)
+        assert screen.sort == sort != "health" and table.row_count == 1
 
 
 async def test_fleet_screen_marked_rows_change_both_gates(rig: Fleet) -> None:
@@ -249,7 +395,10 @@ async def test_fleet_screen_marked_rows_change_both_gates(rig: Fleet) -> None:
         assert len(gated) == 2
         screen.marked.update(gated)
         screen.paint()
-        await pilot.press("plus", "plus")  # pressed together: one change of +2
+        # Pressed together: one change of +2. The window is widened so that a loaded machine
+        # delivering the keys slowly cannot split them (coalescing is what is tested).
+        screen.coalesce_s = 2.0
+        await pilot.press("plus", "plus")
         modal = await eventually(
             lambda: app.screen if isinstance(app.screen, ConfirmationModal) else None,
             10,
@@ -318,9 +467,17 @@ def test_every_dialect_s_generated_query_is_valid_promql(rig: Fleet) -> None:
     for key in promql.GATE_SIGNALS:
         r = httpx.get(f"{rig.prometheus}/api/v1/query", params={"query": promql.gate_query(key)})
         assert r.json()["status"] == "success", r.text
+    # A drill-down's raw samples (every stack's names) and its GPUs from DCGM.
+    names = set().union(*(sample_names(d) for d in promql.ENGINE_DIALECTS))
+    for query in (promql.raw_samples_query(names, "127.0.0.1:1", 65), dcgm.query("b")):
+        r = httpx.get(f"{rig.prometheus}/api/v1/query", params={"query": query})
+        assert r.status_code == 200 and r.json()["status"] == "success", (query, r.text)
 
 
 async def test_the_fleet_at_a_past_instant_is_prometheus_answer_then(rig: Fleet) -> None:
+    # A young Prometheus (this test alone) has no 1m rate yet: wait until it answers for every
+    # instance at the instant the test will ask about.
+    await eventually(lambda: len(rig.query(HAND_WRITTEN["gen_tps"], time.time() - 4.0)) == 3, 60)
     at = time.time() - 4.0
     app = fleet_app(rig, at=at)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -334,6 +491,16 @@ async def test_the_fleet_at_a_past_instant_is_prometheus_answer_then(rig: Fleet)
         }
         for row in app.state.rows:
             assert row.values["gen_tps"] == pytest.approx(answer[row.instance], rel=1e-12)
+        # The node dashboard at that instant: its newest sample is the last one before it.
+        await pilot.press("enter")
+        await eventually(lambda: app.monitor.serving_engines(), 20, pause=pilot.pause)
+        assert app.node is not None
+        (view,) = app.monitor.serving_engines()
+        newest = view.history.series["running"].last()
+        assert newest is not None and at - 2.0 < newest.t <= at
+        sel = f'{{instance="{app.node.instance}"}}'
+        (running,) = rig.query(f"sum(vllm:num_requests_running{sel})", at)
+        assert view.snap.running == running[1]
 
 
 async def test_a_protected_prometheus_gets_the_token_from_a_file(tmp_path: Path) -> None:
@@ -399,3 +566,113 @@ async def test_down_targets_and_firing_alerts_are_events(rig: Fleet) -> None:
     assert "alert FleetTestAlwaysFiring firing (page)" in texts
     state.apply(reading)
     assert [e.text for e in state.events] == texts, "a standing problem is said once"
+
+
+async def test_a_prometheus_answering_an_endless_or_trickling_body_is_one_line() -> None:
+    """The body is read with a bound on its size and on its whole time (httpx's timeout is per
+    read): an endless answer stops at the limit, a trickle at the timeout, each one line."""
+    sent: list[int] = []  # bytes of body sent, per request
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("/values"):
+            return web.json_response({"status": "success", "data": ["vllm:num_requests_running"]})
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"status": "success", "data": "')
+        chunk = b"x" * (1 << 20)
+        mine = len(sent)
+        sent.append(0)
+        while sent[mine] < 2 * MAX_BYTES:  # the client must hang up long before this
+            await response.write(chunk)
+            sent[mine] += len(chunk)
+        return response
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        for _ in range(600):  # 60 s of a byte every 0.1 s: each read well within the timeout
+            await response.write(b" ")
+            await asyncio.sleep(0.1)
+        return response
+
+    with ThreadedServer({"/api/v1/{tail:.*}": endless}) as server:
+        async with PrometheusSource(server.url("")) as source:
+            reading = await asyncio.wait_for(source.read_fleet(), 60)
+    assert reading.error is not None and "\n" not in reading.error
+    assert "exceeds the 32 MiB limit" in reading.error, reading.error
+    assert sent and max(sent) < 1.25 * MAX_BYTES  # it hung up at the limit, not at the end
+
+    started = time.monotonic()
+    with ThreadedServer({"/api/v1/{tail:.*}": trickle}) as server:
+        async with PrometheusSource(server.url(""), timeout_s=1.0) as source:
+            reading = await asyncio.wait_for(source.read_fleet(), 60)
+    assert reading.error is not None and "timed out" in reading.error, reading.error
+    assert time.monotonic() - started < 10
+
+
+async def test_a_gate_without_an_integer_version_is_not_patched_blind() -> None:
+    """A fleet change is based on each gate's version; a gate that does not give one (an older
+    or broken admin API) is reported, never sent a PATCH without If-Match."""
+    patches: list[str | None] = []
+
+    async def limits(_: web.Request) -> web.Response:
+        body = {"version": "7", "paused": False, "lanes": {"chat": {"max_inflight": 4}}}
+        return web.json_response(body)
+
+    async def patch(request: web.Request) -> web.Response:
+        patches.append(request.headers.get("If-Match"))
+        return web.json_response({"version": 8, "paused": False, "lanes": {}})
+
+    app = web.Application()
+    app.router.add_get("/admin/limits", limits)
+    app.router.add_patch("/admin/limits", patch)
+    served = await serve(app, "127.0.0.1", 0)
+    try:
+        change = FleetChange(Guard(), actor="fleet-test")
+        gate = address_of("10.0.0.9:8000", "n9", {"*": GateTarget(admin=served.url)})
+        planned = change.plan(
+            await change.read([gate]), [("chat", "max_inflight", lambda v: v + 1)]
+        )
+        outcomes = await change.apply(planned)
+    finally:
+        await served.close()
+    assert patches == []
+    assert outcomes[0].result != "applied" and "version" in outcomes[0].detail, outcomes[0]
+
+
+async def test_a_token_file_gone_before_the_patch_is_that_gate_s_outcome(
+    rig: Fleet, tmp_path: Path
+) -> None:
+    """Each gate answers for itself: a token file that cannot be read at apply time is that
+    gate's "refused", and the other gate's change still comes back as applied."""
+    token = tmp_path / "token"
+    token.write_text("s3cret-token-for-the-test\n")
+    token.chmod(0o600)
+    gates = gates_of(rig)
+    gates[1] = replace(gates[1], token_file=str(token))
+    change = FleetChange(Guard(), actor="fleet-test")
+    planned = change.plan(await change.read(gates), [("chat", "max_queue", lambda v: v + 1)])
+    assert [p.problem for p in planned] == [None, None]
+    token.unlink()
+    outcomes = await change.apply(planned)
+    assert outcomes[0].result == "applied"
+    assert outcomes[1].result == "refused" and "cannot read" in outcomes[1].detail, outcomes[1]
+
+
+async def test_a_gate_answering_deeply_nested_json_is_that_gate_s_problem() -> None:
+    """A gate's answer is parsed with safejson's bounds: 100,000 nested arrays are one gate
+    that cannot take part, not a RecursionError out of the fleet change."""
+
+    async def deep(_: web.Request) -> web.Response:
+        return web.Response(text="[" * 100_000 + "]" * 100_000, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/admin/limits", deep)
+    served = await serve(app, "127.0.0.1", 0)
+    try:
+        change = FleetChange(Guard(), actor="fleet-test")
+        gate = address_of("10.0.0.9:8000", "n9", {"*": GateTarget(admin=served.url)})
+        [planned] = await change.read([gate])
+    finally:
+        await served.close()
+    assert planned.problem is not None, planned

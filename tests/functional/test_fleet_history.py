@@ -127,7 +127,11 @@ async def test_the_cursor_keys_move_the_fleet_through_prometheus_history(rig: Fl
         assert not app.cursor.playing
         await moved_to(rig, app, pilot, app.cursor.at)
 
-        # A fleet change is refused by the guard, with why; no gate is touched.
+        # A fleet change is refused by the guard, with why; no gate is touched. (space plays
+        # here, so the rows with a gate are marked as the fleet tests do.)
+        screen = app.screen
+        assert isinstance(screen, FleetHistoryScreen)
+        screen.marked.update(r.key for r in app.state.rows if r.gate)
         await pilot.press("plus")
         await eventually(
             lambda: any("read-only" in e.text for e in app.state.events), 5, pause=pilot.pause

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from gpuwatch.aioserve import serve
+from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
@@ -214,6 +216,80 @@ async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None
         finally:
             await served.close()
             await upstream.stop()
+
+
+async def test_preemptions_the_controller_could_not_answer_are_spent(tmp_path: Path) -> None:
+    """Preemptions seen at the floor (no cut left) or while paused (the operator's pause wins)
+    are not held against the lane later: lowering the floor or resuming cuts nothing by itself."""
+    upstream = CountingUpstream(hold=False)
+    up_url = await upstream.start()
+    config = adaptive_config(
+        max_inflight=3, policy="adaptive", target_ttft_p99_s=5.0, min_inflight=2
+    )
+    async with vllm_page() as (metrics_url, page), aiohttp.ClientSession() as s:
+        gate, served = await start_gate(
+            up_url, config, state_file=tmp_path / "s.json", upstream_metrics=metrics_url
+        )
+        control = gate.adaptive.control["chat"]
+
+        async def seen(total: float) -> None:
+            """The gate has read ``total`` and the controller has ticked twice since."""
+            latest = gate.upstream_metrics.latest  # type: ignore[union-attr]
+            await eventually(lambda: (latest() or 0) and latest().preemptions_total == total)  # type: ignore[union-attr]
+            ticks = len(control.history)
+            await eventually(lambda: len(control.history) >= ticks + 2, timeout=10)
+
+        async def patch(body: dict[str, Any]) -> None:
+            async with s.patch(f"{served.url}/admin/limits", json=body) as r:
+                assert r.status == 200, await r.text()
+
+        try:
+            await eventually(lambda: control.preemptions_seen == 0.0, timeout=10)
+            page["preemptions"] = 7.0
+            await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 2, timeout=10)
+            page["preemptions"] = 20.0  # at the floor: 13 more, no cut can answer them
+            await seen(20.0)
+            await patch({"lanes": {"chat": {"min_inflight": 1}}})
+            await eventually(lambda: "no queue" in control.controller.note, timeout=10)
+            assert gate.lanes["chat"].limits.max_inflight == 2
+
+            await patch({"paused": True})
+            page["preemptions"] = 30.0  # while paused: the pause wins, and they are spent
+            await seen(30.0)
+            await patch({"paused": False})
+            await eventually(lambda: "no queue" in control.controller.note, timeout=10)
+            assert gate.lanes["chat"].limits.max_inflight == 2
+            assert (
+                control.last is not None
+                and control.last["reason"] == "-33%: 7 preemptions upstream"
+            )
+        finally:
+            await served.close()
+            await upstream.stop()
+
+
+async def test_a_409_names_the_person_after_a_thousand_controller_lines(tmp_path: Path) -> None:
+    """The controller may write a line a second for hours: the newest entries kept in memory
+    can all be its own, and a conflict must still name who made the version in force."""
+    config = adaptive_config(max_inflight=8, policy="adaptive", target_ttft_p99_s=1.0)
+    gate, served = await start_gate("http://127.0.0.1:9", config, state_file=tmp_path / "s.json")
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.patch(f"{served.url}/admin/limits", json={"lanes": {"chat": {"max_queue": 9}}},
+                               headers={"X-Gpuwatch-Actor": "alice"}) as r:  # fmt: skip
+                assert r.status == 200
+            for n in range(KEEP + 1):  # what AdaptiveLoop.run writes, a move at a time
+                await gate.state.record({"time": time.time(), "actor": "adaptive",
+                                         "controller": "aimd", "version": 2,
+                                         "change": {"lanes": {"chat": {"effective_max_inflight": 8 - n % 2}}},
+                                         "reason": "test", "before": {}})  # fmt: skip
+            async with s.patch(f"{served.url}/admin/limits", json={"lanes": {"chat": {"max_queue": 1}}},
+                               headers={"If-Match": '"1"'}) as r:  # fmt: skip
+                assert r.status == 409
+                conflict = await r.json()
+    finally:
+        await served.close()
+    assert conflict["actor"] == "alice" and "changed by alice" in conflict["error"]["message"]
 
 
 gate = test_gate_cli.gate  # the fixture: ``gpuwatch gate`` as a process, with a token

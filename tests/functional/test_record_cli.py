@@ -11,13 +11,16 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
-from gpuwatch.record import store
+from gpuwatch.record import codec, store
 from gpuwatch.record.player import Player
+from tests.functional.servers import ThreadedServer
 from tests.helpers import eventually_sync
 
 GW = [sys.executable, "-m", "gpuwatch"]
@@ -207,3 +210,104 @@ def test_dashboard_and_demo_refuse_a_file_they_cannot_record_to(tmp_path: Path) 
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and str(tmp_path) in proc.stderr
     assert notes.read_text() == "mine\n" * 100  # untouched
+
+
+def _hostile_recording(path: Path, *, meta: dict[str, str] | None = None) -> sqlite3.Connection:
+    """A well-formed recording of two rows, then what the caller plants in it."""
+    db = store.create(path, {"urls": ["http://127.0.0.1:9/metrics"], "interval_s": 1.0,
+                             "window_s": 60.0, "slo": {"ttft_s": 2.0}})  # fmt: skip
+    wall = 1_700_000_000.0
+    event = codec.pack({"t": 1.0, "level": "info", "text": "calm"})
+    store.insert_rows(
+        db, [(1.0, wall, "event", None, event), (2.0, wall + 1, "evaluate", None, None)]
+    )
+    for key, value in (meta or {}).items():
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+    return db
+
+
+def _small_memory() -> None:
+    # 1 GiB of address space: a decompression bomb's gigabyte cannot be allocated in it.
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+def test_hostile_recordings_are_bounded_and_one_line(tmp_path: Path) -> None:
+    """A dictionary that inflates to 1 GiB is left out (its rows fail one by one, in bounded
+    memory); JSON nested 100,000 deep in meta or an audit entry is refused, never a traceback."""
+    bomb = tmp_path / "bomb.db"
+    db = _hostile_recording(bomb)
+    packer = zlib.compressobj(9)
+    blob = b"".join(packer.compress(bytes(1 << 24)) for _ in range(64)) + packer.flush()
+    db.execute("INSERT INTO dicts (key, data) VALUES (?, ?)", ("event ", blob))
+    db.close()
+    proc = subprocess.run([*GW, "replay", str(bomb), "--report", str(tmp_path / "bomb.md")],
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=_small_memory)  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert (tmp_path / "bomb.md").exists()
+
+    deep = "[" * 100_000 + "]" * 100_000
+    meta = tmp_path / "meta.db"
+    _hostile_recording(meta, meta={"urls": deep}).close()
+    proc = gw("replay", str(meta))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "damaged recording (meta: urls)" in proc.stderr
+
+    audit = tmp_path / "audit.db"
+    db = _hostile_recording(audit)
+    db.execute("INSERT INTO audit (version, wall, entry) VALUES (1, 1700000000.5, ?)", (deep,))
+    db.execute("INSERT INTO audit (version, wall, entry) VALUES (2, 1700000000.6, ?)",
+               (json.dumps({"version": 2, "time": 1700000000.6, "actor": "alice"}),))  # fmt: skip
+    assert [e["actor"] for e in store.audit_entries(db)] == ["alice"]
+    db.close()
+    out = tmp_path / "out.db"
+    proc = gw("replay", str(audit), "--export", str(out))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_forged_row_of_256_mib_is_never_read_into_memory(tmp_path: Path) -> None:
+    """A row's blob larger than any row written is skipped by the query itself (counted as a
+    bad row when replayed): replay's peak memory stays far below the blob's size."""
+    path = tmp_path / "big.db"
+    db = _hostile_recording(path)
+    db.execute("INSERT INTO rows (mono, wall, kind, source, data) "
+               "VALUES (3.0, 1700000002.0, 'event', NULL, zeroblob(256 * 1024 * 1024))")  # fmt: skip
+    db.close()
+    script = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from gpuwatch.record.player import Player\n"
+        "p = Player(Path(sys.argv[1])); p.seek(p.end)\n"
+        "print(p.bad_rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    bad, peak_mib = map(int, proc.stdout.split())
+    assert bad == 1 and peak_mib < 200, proc.stdout
+
+
+@pytest.mark.parametrize("entries", [[{"actor": "x"}, 5, {"version": "1", "time": 1.0}], "oops"])
+def test_a_gate_answering_odd_audit_entries_does_not_stop_the_recording(
+    sim_url: str, tmp_path: Path, entries: object
+) -> None:
+    """What the admin URL answers is not ours: entries that are not audit entries are left
+    out, and the recording goes on for its whole duration."""
+
+    async def audit(_: web.Request) -> web.Response:
+        return web.json_response({"entries": entries})
+
+    async def limits(_: web.Request) -> web.Response:
+        return web.json_response({"version": 1, "paused": False, "lanes": {}})
+
+    routes = {"/admin/audit": audit, "/admin/limits": limits, "/admin/status": limits}
+    path = tmp_path / "odd.db"
+    with ThreadedServer(routes) as admin:
+        proc = subprocess.run(record_args(sim_url, path, "--admin", admin.url(""), "--duration", "5"),
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    db = sqlite3.connect(path)
+    span = db.execute("SELECT MAX(wall) - MIN(wall) FROM rows").fetchone()[0]
+    audited = db.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
+    db.close()
+    assert span >= 4.0 and audited == 0, (span, audited)

@@ -81,6 +81,7 @@ class FleetScreen(Screen[None]):
         self.lane = DEFAULT_LANES[0].name
         self.lanes = [lane.name for lane in DEFAULT_LANES]
         self._pending: list[Op] = []
+        self.coalesce_s = COALESCE_S  # a test widens it: what it tests is coalescing, not speed
         self._pending_what: list[str] = []
         self._flush_timer: Timer | None = None
 
@@ -128,11 +129,11 @@ class FleetScreen(Screen[None]):
         if self.marked:
             extra.append(f"[b]{len(self.marked)} marked[/], lane [b]{escape(self.lane)}[/]")
         title = (
-            f"[b]gpuwatch fleet[/] · {escape(self.fleet.options.prometheus)}  "
+            f"[b]gpuwatch fleet[/] · {escape(self.fleet.fleet_options.prometheus)}  "
             f"{len(state.rows)} engines  {summary}  sort [b]{escape(SORT_NAMES[self.sort])}[/] "
             f"({order})  windows {WINDOW}"
         )
-        if self.fleet.options.read_only:
+        if self.fleet.fleet_options.read_only:
             title += "  [b $warn]READ-ONLY[/]"
         if self.fleet.cursor is not None:  # the past: the replay's RO and clock
             clock = time.strftime("%H:%M:%S", time.localtime(self.fleet.cursor.at))
@@ -229,7 +230,7 @@ class FleetScreen(Screen[None]):
         seen: dict[str, GateAddress] = {}
         for row in self.fleet.state.rows:
             if row.key in keys and row.gate and row.gate not in seen:
-                seen[row.gate] = address_of(row.gate, row.node, self.fleet.options.gates)
+                seen[row.gate] = address_of(row.gate, row.node, self.fleet.fleet_options.gates)
         return list(seen.values())
 
     def action_inflight(self, delta: int) -> None:
@@ -264,7 +265,7 @@ class FleetScreen(Screen[None]):
         self._pending_what.append(what)
         if self._flush_timer is not None:
             self._flush_timer.stop()
-        self._flush_timer = self.set_timer(COALESCE_S, self._flush)
+        self._flush_timer = self.set_timer(self.coalesce_s, self._flush)
 
     def _flush(self) -> None:
         ops, whats = self._pending, self._pending_what

@@ -9,6 +9,7 @@ from rich.markup import escape
 from gpuwatch.gate.limits import REASONS
 from gpuwatch.monitor.state import GateView
 from gpuwatch.tui.widgets.panel import Panel
+from gpuwatch.tui.widgets.tenants import tenant_lines
 
 SHORT = {
     "queue_full": "full",
@@ -17,6 +18,13 @@ SHORT = {
     "prompt_too_long": "prompt",
     "max_tokens": "max_tok",
     "over_token_budget": "budget",
+    "max_pixels": "pixels",
+    "max_steps": "steps",
+    "max_n": "n",
+    "max_inputs": "inputs",
+    "max_input_tokens": "in_tok",
+    "evicted": "evicted",
+    "tenant_paused": "t_paused",
 }
 
 
@@ -43,7 +51,12 @@ class AdmissionPanel(Panel):
     DEFAULT_CSS = "AdmissionPanel { height: auto; }"
 
     def render_gate(
-        self, gate: GateView | None, selected: str | None = None, pending: list[str] | None = None
+        self,
+        gate: GateView | None,
+        selected: str | None = None,
+        pending: list[str] | None = None,
+        selected_tenant: str | None = None,
+        compact: bool = False,
     ) -> None:
         if gate is None:
             self.display = False
@@ -97,6 +110,8 @@ class AdmissionPanel(Panel):
                 f" {label} [{inflight_color}]{flight:>9}[/]  [{queue_color}]{waiting:>9}[/]"
                 f"  {cap!s:>7}{tokens}  {shown}"
             )
+            tenant = selected_tenant if name == selected else None
+            out.extend(tenant_lines(live, tenant, compact))
         if pending:
             out.append(f" [$warn]sending: {escape('; '.join(pending))}[/]")
         self.show("\n".join(out))
