@@ -228,6 +228,12 @@ class HistogramWindow:
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
         self._snaps: deque[tuple[float, dict[float, float]]] = deque()
+        # p50 and p99, on the chart and on the panel, all ask at the newest scrape: the bucket
+        # rates are worked out once per (scrape, at), not once per quantile.
+        self._memo: tuple[tuple[float | None, float, int], list[tuple[float, float]] | None] = (
+            (None, -1.0, -1),
+            None,
+        )
 
     def update(self, t: float, hist: Histogram) -> bool:
         """Record a scrape; return True when a bucket went backwards (a server restart)."""
@@ -244,6 +250,14 @@ class HistogramWindow:
         """Per bucket bound, its ``rate(x_bucket[window])``; None with under two scrapes."""
         if not self._snaps:
             return None
+        key = (at, self._snaps[-1][0], len(self._snaps))
+        if self._memo[0] == key:
+            return self._memo[1]
+        rates = self._rates(at)
+        self._memo = (key, rates)
+        return rates
+
+    def _rates(self, at: float | None) -> list[tuple[float, float]] | None:
         end = self._snaps[-1][0] if at is None else at
         start = end - self.window_s
         inside = [(t, b) for t, b in self._snaps if start < t <= end]

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from gpuwatch.model import EngineSnapshot, Histogram
-from gpuwatch.series import CounterRate, EngineHistory, RingSeries
+from gpuwatch.series import CounterRate, EngineHistory, RingSeries, histogram_quantile
 
 
 def test_ring_keeps_recent_points_and_downsamples_older() -> None:
@@ -76,3 +76,35 @@ def test_engine_history_reports_a_counter_going_backwards() -> None:
     assert "server restarted" in events[0]
     assert [p.v for p in h.series["running"].points()] == [3, 3, 3, 3]
     assert h.series["ttft_p50"].last() is not None
+
+
+def test_bucket_rates_worked_out_once_per_scrape_and_always_the_fresh_answer() -> None:
+    """The memo in HistogramWindow.rates: every quantile equals one worked out from scratch,
+    at the newest scrape and at another time, as scrapes arrive and leave the window."""
+    import random
+
+    from gpuwatch.series import HistogramWindow
+
+    rng = random.Random(7)
+    window = HistogramWindow(10.0)
+    counts = [0.0, 0.0, 0.0]
+    for i in range(40):
+        for b in range(3):
+            counts[b] += rng.randint(0, 5)
+        cumulative = (counts[0], counts[0] + counts[1], sum(counts))
+        window.update(
+            float(i), Histogram(tuple(zip((0.1, 1.0, math.inf), cumulative, strict=True)))
+        )
+        for at in (None, i - 0.5):
+            for q in (0.5, 0.99, 0.5):
+                fresh = window._rates(at)
+                assert window.rates(at) == fresh
+                assert window.quantile(q, at) == (
+                    None if fresh is None else histogram_quantile(q, fresh)
+                )
+    worked = []
+    real = window._rates
+    window._rates = lambda at: worked.append(at) or real(at)  # type: ignore[method-assign]
+    for q in (0.5, 0.99, 0.9):
+        window.quantile(q)
+    assert worked == [None]  # three quantiles of one scrape: the rates once
