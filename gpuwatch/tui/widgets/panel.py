@@ -1,17 +1,24 @@
-"""A Static that only repaints when its markup changed."""
+"""A Static that only repaints when its markup changed, and only lays the screen out again when
+its height changed."""
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING, cast
 
 from textual.content import Content
 from textual.widgets import Static
+
+if TYPE_CHECKING:
+    from textual.css.styles import RulesMap
 
 
 class Panel(Static):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._shown: str | None = None
+        self._lines: tuple[int, int] | None = None  # (width, height) it was laid out for
+        self.layouts = 0  # updates that asked for a layout pass (tests and bench/tui.py)
 
     @property
     def markup(self) -> str:
@@ -19,9 +26,32 @@ class Panel(Static):
         return self._shown or ""
 
     def show(self, markup: str) -> None:
-        if markup != self._shown:
-            self._shown = markup
-            self.update(markup)
+        if markup == self._shown:
+            return
+        self._shown = markup
+        content = Content.from_markup(markup)
+        # A layout pass (every widget on the screen measured and placed again) costs several
+        # times a repaint; a value that changed in place needs only the repaint. So: a layout
+        # only when the panel's own size can change, i.e. its height follows its text and the
+        # text now takes another number of lines at this width.
+        lines = self._lines_for(content)
+        layout = lines is None or lines != self._lines
+        self._lines = lines
+        if layout:
+            self.layouts += 1
+        self.update(content, layout=layout)
+
+    def _lines_for(self, content: Content) -> tuple[int, int] | None:
+        """(width, height) the content takes here; None when that is unknown (not laid out
+        yet, or a width that follows the content)."""
+        styles = self.styles
+        width = self.content_region.width
+        if not width or (styles.width is not None and styles.width.is_auto):
+            return None
+        if styles.height is not None and not styles.height.is_auto:
+            return (width, -1)  # a fixed height: the text never moves the layout
+        # What Textual itself measures the height with (Widget.get_content_height).
+        return (width, content.get_height(cast("RulesMap", styles), width))
 
 
 def usable_width(widget: Static) -> int:
