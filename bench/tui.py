@@ -77,7 +77,9 @@ def run_dashboard(url: str, first_frame_file: str, gpus: int) -> None:
 
     def patched_first() -> None:
         original_first()
-        Path(first_frame_file).write_text(json.dumps({"first_frame": time.time()}))
+        part = Path(first_frame_file + ".part")  # renamed whole: never read half written
+        part.write_text(json.dumps({"first_frame": time.time()}))
+        part.replace(first_frame_file)
 
     app._first_frame = patched_first  # type: ignore[method-assign]
     app.run()
@@ -98,8 +100,12 @@ class Side:
         self.started = time.time()
         cmd = (f"echo $$ > {self.pid_file}; PYTHONPATH={self.pythonpath} exec {sys.executable} "
                f"{__file__} --role dashboard --url {url} --gpus {gpus} --first-frame-file {self.frame_file}")  # fmt: skip
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.session, "-x", str(size[0]),
-                        "-y", str(size[1]), cmd], check=True)  # fmt: skip
+        new = ["tmux", "new-session", "-d", "-s", self.session, "-x", str(size[0]), "-y", str(size[1]), cmd]  # fmt: skip
+        for attempt in range(5):  # the tmux server may be exiting as the last session closes
+            if subprocess.run(new, capture_output=True).returncode == 0:
+                return
+            time.sleep(0.2 * (attempt + 1))
+        raise SystemExit(f"tmux could not start {self.session}")
 
     def first_frame(self) -> float:
         end = time.time() + 30
@@ -199,7 +205,7 @@ def main() -> None:
     rate = args.rate or 2.0 * args.engines
     sim = subprocess.Popen([sys.executable, "-m", "gpuwatch", "sim", "--listen", "127.0.0.1:0", "--time-scale", "1",
                             "--engines", str(args.engines)],
-                           stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     url = sim.stdout.readline().split(" on ")[1].split()[0] + "/metrics"
     budget = (args.seconds + 12) * args.repeat + 30
     load = subprocess.Popen([sys.executable, "-m", "gpuwatch", "load", "--url", url.removesuffix("/metrics"),

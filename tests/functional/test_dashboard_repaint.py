@@ -12,7 +12,7 @@ from gpuwatch.series import Point
 from gpuwatch.sim.server import start_sim
 from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 from gpuwatch.tui.widgets.chart import Chart, Line
-from gpuwatch.tui.widgets.panel import Panel
+from gpuwatch.tui.widgets.panel import HOLD_S, Panel
 from tests.functional.test_tui import PROFILE, Load, text
 from tests.helpers import eventually
 
@@ -47,6 +47,21 @@ async def test_values_that_change_in_place_repaint_without_a_layout_pass() -> No
             for (_, before), (layout, after) in itertools.pairwise(engines):
                 assert layout == (after != before)
             assert any(not layout for layout, _ in engines[1:])
+            # Lines more grow the panel at once; lines less wait HOLD_S, then shrink it.
+            panel = app.screen.query_one("#engines", Panel)
+            now = [0.0]
+            panel.clock = lambda: now[0]
+            base, layouts = panel.markup, panel.layouts
+            panel.show(base + "\nthree\nmore\nlines")
+            assert panel.layouts == layouts + 1
+            height = panel._lines
+            panel.show(base)
+            now[0] += HOLD_S - 1
+            panel.show(base + " ")
+            assert panel.layouts == layouts + 1 and panel._lines == height
+            now[0] += 2
+            panel.show(base)
+            assert panel.layouts == layouts + 2 and panel._lines[1] <= height[1] - 3
     finally:
         await load.close()
         await sim.close()
