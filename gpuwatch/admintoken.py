@@ -40,28 +40,29 @@ def _warn_if_readable(path: Path) -> None:
         )
 
 
-def read_token(path: Path | None) -> str | None:
-    """The admin token from a file or the environment; ValueError with the reason."""
+def read_token(path: Path | None, env: str = ENV_VAR, what: str = "admin token") -> str | None:
+    """The admin token (or another secret: ``what``, from ``env``) from a file or the
+    environment; ValueError with the reason."""
     if path is not None:
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise ValueError(f"cannot read admin token file {path}: {exc.strerror or exc}") from exc
+            raise ValueError(f"cannot read {what} file {path}: {exc.strerror or exc}") from exc
         try:
             token = data.decode("utf-8").strip()
         except UnicodeDecodeError as exc:
-            raise ValueError(f"admin token file {path} is not UTF-8 (byte {exc.start})") from None
+            raise ValueError(f"{what} file {path} is not UTF-8 (byte {exc.start})") from None
         if not token:
-            raise ValueError(f"admin token file {path} is empty")
+            raise ValueError(f"{what} file {path} is empty")
         problem = token_problem(token)
         if problem:
-            raise ValueError(f"admin token file {path}: the token {problem}")
+            raise ValueError(f"{what} file {path}: the token {problem}")
         _warn_if_readable(path)
         return token
-    token = os.environ.get(ENV_VAR, "").strip()
+    token = os.environ.get(env, "").strip()
     if not token:
         return None
     problem = token_problem(token)
     if problem:
-        raise ValueError(f"${ENV_VAR}: the token {problem}")
+        raise ValueError(f"${env}: the token {problem}")
     return token

@@ -86,6 +86,30 @@ class ScrapeSettings:
 
 
 @dataclass
+class PrometheusSettings:
+    """``[prometheus]``: the fleet's Prometheus (or anything answering its HTTP API: Thanos).
+
+    Secrets come from files (or $GPUWATCH_PROMETHEUS_TOKEN / $GPUWATCH_PROMETHEUS_PASSWORD),
+    never from the command line or this file itself.
+    """
+
+    url: str = ""
+    token_file: str = ""  # a bearer token
+    basic_user: str = ""  # basic auth: the user here, the password in password_file
+    password_file: str = ""
+    # The target label naming a node (relabel it in Prometheus); else the instance's host.
+    node_label: str = "node"
+
+
+@dataclass
+class GateTarget:
+    """``[gates."instance-glob"]``: how to reach the admin API of the gates that match."""
+
+    admin: str = ""  # "http://{instance}" uses the scraped instance itself
+    token_file: str = ""
+
+
+@dataclass
 class Settings:
     metrics: list[str] = field(default_factory=list)  # used when --metrics is not given
     interval_s: float = positive(1.0)
@@ -95,6 +119,8 @@ class Settings:
     read_only: bool = False
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
     slo: Slo = field(default_factory=Slo)
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    gates: dict[str, GateTarget] = field(default_factory=dict)
 
 
 class ConfigError(Exception):
@@ -135,7 +161,9 @@ def _build(cls: type[T], data: Mapping[str, Any], path: Path, prefix: str) -> T:
         if key not in fields:
             raise ConfigError(f"{path}: unknown key '{dotted}'")
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        if typing.get_origin(hint) is dict:
+            values[key] = _table_of(hint, value, path, dotted)
+        elif dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: '{dotted}' must be a table ([{dotted}])")
             values[key] = _build(hint, value, path, f"{dotted}.")  # type: ignore[arg-type]
@@ -145,6 +173,19 @@ def _build(cls: type[T], data: Mapping[str, Any], path: Path, prefix: str) -> T:
             if problem:
                 raise ConfigError(f"{path}: key '{dotted}' {problem}")
     return cls(**values)
+
+
+def _table_of(hint: Any, value: Any, path: Path, dotted: str) -> dict[str, Any]:
+    """A table of tables keyed by any string (``[gates."10.0.*"]``), each checked as a type."""
+    _, item_type = typing.get_args(hint)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: '{dotted}' must be a table ([{dotted}.\"name\"])")
+    out = {}
+    for name, table in value.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: '{dotted}.{name}' must be a table")
+        out[name] = _build(item_type, table, path, f'{dotted}."{name}".')
+    return out
 
 
 _NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}

@@ -116,3 +116,6 @@ class ScrapeResult:
     warnings: list[str] = field(default_factory=list)
     # The endpoint did not answer at all (refused, connect timeout): DOWN, not merely stale.
     unreachable: bool = False
+    # The prefiltered page the engines were mapped from: the wanted families only, what a
+    # recording keeps so that a replay maps it again through the same dialects.
+    page: str | None = field(default=None, repr=False, compare=False)

@@ -83,6 +83,8 @@ def loads_bounded(
 
     Refused: not UTF-8, over ``max_bytes``, nesting over ``max_depth``, integers over
     ``max_int_digits`` digits, NaN / Infinity / out-of-range floats, duplicate object keys.
+    ``max_depth=0`` skips the walk that measures nesting (a hot caller with large, flat
+    answers); the decoder's own recursion limit still refuses a pathological depth.
     """
     if max_bytes is not None and len(data) > max_bytes:
         raise JSONError(f"JSON is {len(data)} bytes, over the limit of {max_bytes}")
@@ -110,6 +112,6 @@ def loads_bounded(
         raise JSONError(f"nesting deeper than {max_depth}") from None
     except ValueError as exc:  # int() and float() limits the hooks did not catch first
         raise JSONError(f"invalid JSON: {str(exc)[:80]}") from None
-    if depth(value) > max_depth:
+    if max_depth and depth(value) > max_depth:
         raise JSONError(f"nesting deeper than {max_depth}")
     return value

@@ -9,10 +9,14 @@ sockets and no wall clock, so the pictures are the same on every machine.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import generate_latest
 
+from gpuwatch.demo import IMAGE_BURST, IMAGE_SIZE
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, Record
 from gpuwatch.load.spec import Dist
 from gpuwatch.monitor.state import Monitor
@@ -20,10 +24,20 @@ from gpuwatch.series import window_label
 from gpuwatch.sim.engine import Engine, Request
 from gpuwatch.sim.gpu import VirtualGpu
 from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
-from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
+from gpuwatch.sim.profiles import (
+    DEFAULT_PROFILE,
+    IMAGE_RESERVE_BYTES,
+    SDXL,
+    get_profile,
+    with_side_models,
+)
+from gpuwatch.sim.sidework import ImageJob, ImagePool, text_slowdown
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader
 from gpuwatch.sources.scrape import map_page
 from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+
+if TYPE_CHECKING:
+    from gpuwatch.tui.replay import ReplayApp
 
 SIM_URL = "http://127.0.0.1:8000/metrics"
 GATE_URL = "http://127.0.0.1:9000"
@@ -54,11 +68,14 @@ def gate_state(
     paused: bool = False,
     users: LaneLatency | None = None,
     ttft_slo: float | None = None,
+    image: tuple[int, int, int, int] = (4, 16, 0, 0),
 ) -> tuple[dict, dict]:
+    """The gate's limits and status; ``image`` = the image lane's (max_inflight, max_queue,
+    in flight, queued)."""
     lanes = {
         "chat": (max_inflight, max_queue, inflight, queued, rejected),
         "embed": (32, 128, 0, 0, {}),
-        "image": (4, 16, 0, 0, {}),
+        "image": (*image, {}),
         "default": (16, 64, 0, 0, {}),
     }
     limits = {"version": version, "paused": paused, "lanes": {}}
@@ -99,6 +116,10 @@ def build(
     slo: dict[str, float | None] | None = None,
     tighten_at: float | None = None,
     tight: tuple[int, int] = (8, 16),
+    images_at: float | None = None,
+    images: int = IMAGE_BURST,
+    image_size: tuple[int, int] = IMAGE_SIZE,
+    on_monitor: Callable[[Monitor], object] | None = None,
 ) -> Scenario:
     """Run the engine for ``seconds`` of simulated time and scrape it once a second.
 
@@ -106,8 +127,21 @@ def build(
     A gate in front bounds what the engine holds at once (``max_inflight``, 64 as in the demo);
     the rest wait at the gate, up to ``max_queue``, or are refused. ``tighten_at`` is the
     operator's move: from then on the gate allows ``tight`` = (max_inflight, max_queue).
+    ``on_monitor`` is given the monitor before the first reading (a recorder attaches there).
+
+    ``images_at``: the node also serves SDXL images (the simulator's ``--workloads image``, so
+    vLLM has a smaller share of the GPU) and ``images`` requests of ``image_size`` arrive then,
+    half a second apart, through an image lane of one in flight (as in the demo): its queue fills,
+    and each running image takes GPU time from the text engine (gpuwatch/sim/sidework.py).
     """
     profile = get_profile(DEFAULT_PROFILE)
+    pool: ImagePool | None = None
+    image_arrivals: list[float] = []
+    if images_at is not None:
+        profile = with_side_models(profile, embed=False, image=True)
+        pool = ImagePool(SDXL, profile.gpu, IMAGE_RESERVE_BYTES)
+        image_arrivals = [images_at + 0.5 * i for i in range(images)][::-1]
+    image_gate: list[ImageJob] = []
     engine = Engine(profile, seed=seed)
     metrics = SimMetrics(profile, profile.model.name, 1)
     recorder = EngineRecorder(metrics, 0, engine, 1.0)
@@ -116,6 +150,8 @@ def build(
     monitor = Monitor(
         [SIM_URL], 1.0, slo, admin_url=GATE_URL, clock=clock, wall=lambda: WALL_START + clock.now
     )
+    if on_monitor is not None:
+        on_monitor(monitor)
     rng = random.Random(seed)
     prompts, outputs = Dist("uniform", 256, 1536), Dist("lognormal", 200, 0.5)
     pending: list[Request] = []
@@ -159,8 +195,25 @@ def build(
                 record, at_gate = records.pop(refused.rid)
                 record.outcome, record.e2e_s = "refused", engine.now - at_gate
             del gate_queue[max_queue:]
+        if pool is not None:
+            if pool.running:
+                virtual[0].busy(pool.now, engine.now, 1.0)
+            pool.advance(engine.now)
+            pool.others = 0.0 if engine.idle else 1.0
+            while image_arrivals and image_arrivals[-1] <= engine.now:
+                at = image_arrivals.pop()
+                image_gate.append(ImageJob(f"i{len(image_arrivals)}", *image_size, 30, 1, at))
+            while image_gate and not pool.running and not pool.queue:  # the lane: one at a time
+                pool.add(image_gate.pop(0))
+            engine.slowdown = text_slowdown(pool.weight)
+            virtual[0].side_bytes = SDXL.weight_bytes + pool.bytes_in_use
         if engine.idle:
-            engine.now = min(pending[-1].arrival if pending else next_scrape, next_scrape)
+            wake = [pending[-1].arrival] if pending else []
+            if pool is not None and (finish := pool.next_finish()) is not None:
+                wake.append(finish)
+            if image_arrivals:
+                wake.append(image_arrivals[-1])
+            engine.now = max(engine.now, min([*wake, next_scrape]))
         else:
             result = engine.step()
             recorder.step(result)
@@ -192,6 +245,7 @@ def build(
                 version=1 if max_inflight == 64 else 2,
                 users=users,
                 ttft_slo=ttft_slo,
+                image=(1, 64, len(pool.running), len(image_gate)) if pool else (4, 16, 0, 0),
             )
             monitor.apply_gate(limits, status)
             monitor.evaluate()
@@ -206,3 +260,60 @@ def app_for(sc: Scenario) -> GpuwatchApp:
         urls=[], admin_url=GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
     )
     return GpuwatchApp(options, monitor=sc.monitor)
+
+
+def with_adaptive(sc: Scenario) -> Scenario:
+    """The scenario with its chat lane adaptive: the effective limit cut from 64 to 27 in three
+    steps after the spike, in the shape the gate's /admin/status serves (gate/adaptive_loop.py)."""
+    gate = sc.monitor.gate
+    assert gate is not None and gate.limits is not None
+    now = sc.monitor.wall()
+    chat = gate.limits["lanes"]["chat"]
+    chat.update(policy="adaptive", target_ttft_p99_s=1.5, min_inflight=8, min_inflight_tokens=None)
+    history = [64] * 14 + [48] * 4 + [36] * 4 + [27] * 8
+    gate.lanes["chat"].update(
+        effective_max_inflight=27,
+        adaptive={
+            "effective_max_inflight": 27,
+            "effective_max_inflight_tokens": None,
+            "min_inflight": 8,
+            "max_inflight": 64,
+            "min_inflight_tokens": None,
+            "max_inflight_tokens": None,
+            "target_ttft_p99_s": 1.5,
+            "last_decision": {
+                "time": now - 9,
+                "direction": "down",
+                "from": 36,
+                "to": 27,
+                "tokens_from": None,
+                "tokens_to": None,
+                "reason": "-25%: p99 TTFT 2.6s > 1.5s",
+            },
+            "note": "no queue: the limit is not binding",
+            "history": [[len(history) - i, n] for i, n in enumerate(history)],
+        },
+    )
+    return sc
+
+
+def replay_for(path: Path, at: float, **build_args: Any) -> ReplayApp:
+    """A scenario recorded into ``path`` through the real recorder, and the replay app on it
+    with its cursor ``at`` seconds into the run: ``gpuwatch replay`` as a person sees it."""
+    from gpuwatch.record.player import Player
+    from gpuwatch.record.recorder import Recorder
+    from gpuwatch.tui.replay import ReplayApp
+
+    recorder = Recorder(path)
+    title = "127.0.0.1:8000"
+    build(**build_args, on_monitor=lambda m: recorder.attach(m, host="gpu-node-1", title=title))
+    recorder.close()
+    player = Player(path)
+    player.seek(WALL_START + at)
+    options = DashboardOptions(
+        urls=list(player.meta["urls"]),
+        admin_url=GATE_URL,
+        hostname="gpu-node-1",
+        title_endpoint=title,
+    )
+    return ReplayApp(player, options)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 from pathlib import Path
 
 from scripts import scenario
@@ -29,6 +30,62 @@ async def shoot(
         app.save_screenshot(filename=path.name, path=str(path.parent))
 
 
+def fleet_scene() -> tuple[object, object]:
+    """A fleet of 14 engines on 10 nodes, two of them in trouble (seeded, no server)."""
+    import random
+
+    from gpuwatch.monitor.fleet import FleetState
+    from gpuwatch.sources.prometheus import FleetReading, PrometheusSource
+    from gpuwatch.sources.promql import FleetRow
+    from gpuwatch.tui.fleet_app import FleetOptions
+
+    rng = random.Random(17)
+    rows = []
+    for i in range(14):
+        node = f"gpu-{i % 10:02d}"
+        model = ("llama-3.1-8b", "qwen2.5-32b", "mistral-7b")[i % 3]
+        sick = i in (3, 7)
+        row = FleetRow(f"10.0.1.{10 + i}:8000", model, "vllm" if i != 9 else "sglang", node)
+        row.values = {
+            "running": float(rng.randint(8, 24)),
+            "waiting": float(rng.randint(20, 60) if sick else rng.randint(0, 2)),
+            "kv": 0.97 if sick else rng.uniform(0.3, 0.8),
+            "ttft_p99": rng.uniform(2.5, 4.0) if sick else rng.uniform(0.15, 0.9),
+            "itl_p99": rng.uniform(0.02, 0.05),
+            "gen_tps": rng.uniform(600, 1800),
+            "preempt_per_min": rng.uniform(3, 9) if sick else 0.0,
+        }
+        if i % 2 == 0 or sick:
+            row.gate = f"10.0.1.{10 + i}:9000"
+            row.values |= {
+                "gate_inflight": row.values["running"],
+                "gate_queued": row.values["waiting"],
+                "gate_refused_ps": rng.uniform(1, 4) if sick else 0.0,
+            }
+        rows.append(row)
+    state = FleetState()
+    state.apply(FleetReading(0.0, rows))
+    url = "http://prometheus:9090"
+    return FleetOptions(url, PrometheusSource(url)), state
+
+
+async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
+    from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+    from gpuwatch.tui.screens.fleet import FleetScreen
+
+    options, state = fleet_scene()
+    assert isinstance(options, FleetOptions)
+    app = FleetApp(options, state)  # type: ignore[arg-type]
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        screen.marked.update(r.key for r in app.state.view()[:2])
+        screen.paint()
+        await pilot.pause()
+        app.save_screenshot(filename=path.name, path=str(path.parent))
+
+
 async def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     normal = scenario.build(seconds=180)
@@ -37,14 +94,30 @@ async def main(out: Path) -> None:
     # The story, in one seeded run: a spike overloads the node, the operator tightens the gate.
     before = scenario.build(seconds=150, spike_at=100)
     after = scenario.build(seconds=235, spike_at=100, tighten_at=150)
+    # The mix: the demo's burst of 16 SDXL 512x512 images at 165 s through an image lane of
+    # one, 15 s later: the image lane's queue holds the rest of the burst, chat keeps its zone.
+    mix = scenario.build(seconds=180, images_at=165)
     for label, size in SIZES.items():
         await shoot(normal, size, out / f"dashboard-normal-{label}.svg")
         await shoot(overloaded, size, out / f"dashboard-overloaded-{label}.svg")
         await shoot(recovered, size, out / f"dashboard-recovered-{label}.svg")
         await shoot(before, size, out / f"story-before-{label}.svg")
         await shoot(after, size, out / f"story-after-{label}.svg")
+        await shoot(mix, size, out / f"dashboard-mix-{label}.svg")
         await shoot(normal, size, out / f"gpu-screen-{label}.svg", ["g"])
         await shoot(normal, size, out / f"help-screen-{label}.svg", ["question_mark"])
+        adaptive = scenario.with_adaptive(scenario.build(seconds=180, spike_at=140))
+        await shoot(adaptive, size, out / f"adaptive-{label}.svg")
+        await shoot_fleet(size, out / f"fleet-{label}.svg")
+    # The story again, replayed from its recording at the moment the operator tightened.
+    with tempfile.TemporaryDirectory() as tmp:
+        replay = scenario.replay_for(
+            Path(tmp) / "story.db", 160, seconds=235, spike_at=100, tighten_at=150
+        )
+        async with replay.run_test(size=SIZES["160x48"]) as pilot:
+            await pilot.pause()
+            replay.save_screenshot(filename="replay-160x48.svg", path=str(out))
+        replay.player.close()
     print(f"wrote {len(list(out.glob('*.svg')))} SVGs to {out}/")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuwatch import config
 from gpuwatch.admintoken import read_token
+from gpuwatch.cli import fleet
 from gpuwatch.cli.common import (
     EXIT_OK,
     TOKEN_HELP,
@@ -51,6 +52,11 @@ def register(sub: Any) -> None:
     )
     add_dashboard_args(top)
     add_source_args(top, "a gpuwatch gate to show and steer")
+    fleet.add_prometheus_args(top)
+    fleet.add_fleet_screen_args(top)
+    from gpuwatch.cli.record import add_recording_args
+
+    add_recording_args(top)
     top.set_defaults(func=run)
 
 
@@ -122,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
         settings, token = source_settings(args)
     except ValueError as exc:
         return fail("gpuwatch", str(exc))
+    prometheus = fleet.prometheus_url(args, settings)
+    if prometheus and not args.metrics:
+        return fleet.dashboard(args, settings, prometheus)
     urls = list(settings.metrics)
     hint = None
     if not urls:
@@ -144,5 +153,22 @@ def run(args: argparse.Namespace) -> int:
         read_only=settings.read_only,
         scrape=settings.scrape,
     )
-    GpuwatchApp(options).run()
+    from gpuwatch.cli.record import recorder_from
+    from gpuwatch.record.store import RecordingError
+
+    recorder = recorder_from(args, args.record)
+    jobs = [] if recorder is None else [lambda: recorder.run(options.admin_url, token)]
+    app = GpuwatchApp(options, background=jobs)
+    try:
+        if recorder is not None:
+            recorder.attach(
+                app.monitor, host=options.hostname, max_engines=options.scrape.max_engines
+            )
+    except RecordingError as exc:
+        return fail("gpuwatch", str(exc))
+    try:
+        app.run()
+    finally:
+        if recorder is not None:
+            recorder.close()
     return EXIT_OK

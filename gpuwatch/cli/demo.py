@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuwatch.cli.common import fail, positive_float
 from gpuwatch.cli.dashboard import add_dashboard_args, dashboard_settings
+from gpuwatch.cli.record import add_recording_args, recorder_from
 
 
 def register(sub: Any) -> None:
@@ -19,6 +20,7 @@ def register(sub: Any) -> None:
     demo.add_argument("--profile", help="simulator profile (gpuwatch sim --list-profiles)")
     demo.add_argument("--rate", type=positive_float, default=1.5, help="base requests/s (1.5)")
     demo.add_argument("--burstiness", type=positive_float, default=0.5, help="gamma shape (0.5)")
+    add_recording_args(demo)
     demo.set_defaults(func=run)
 
 
@@ -36,4 +38,5 @@ def run(args: argparse.Namespace) -> int:
         settings.theme,
         settings.read_only,
         settings.slo.thresholds(),
+        recorder_from(args, args.record),
     )

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.admintoken import read_token
-from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, TOKEN_HELP, fail, use_uvloop
+from gpuwatch.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    TOKEN_HELP,
+    fail,
+    positive_float,
+    use_uvloop,
+)
 
 PROG = "gpuwatch gate"
 
@@ -25,6 +32,24 @@ def register(sub: Any) -> None:
     gate.add_argument("--config", type=Path, metavar="FILE", help="lanes and limits (TOML)")
     gate.add_argument("--state-file", type=Path, metavar="FILE", help="persisted limits + audit")
     gate.add_argument("--admin-token-file", type=Path, metavar="FILE", help=TOKEN_HELP)
+    gate.add_argument(
+        "--upstream-metrics",
+        metavar="URL",
+        help="the upstream's /metrics: KV usage and preemptions for adaptive lanes",
+    )
+    gate.add_argument(
+        "--controller",
+        choices=("aimd", "gradient"),
+        default="aimd",
+        help="adaptive lanes' controller (gradient: the rejected alternative, for comparison)",
+    )
+    gate.add_argument(
+        "--adaptive-pace",
+        type=positive_float,
+        default=1.0,
+        metavar="X",
+        help="the controller's timings x X (1/N in front of a simulator at --time-scale N)",
+    )
     gate.set_defaults(func=run)
 
 
@@ -59,7 +84,15 @@ def run(args: argparse.Namespace) -> int:
     async def serve() -> int:
         try:
             gate, served = await start_gate(
-                args.upstream, gate_config, host, port, token=token, state_file=args.state_file
+                args.upstream,
+                gate_config,
+                host,
+                port,
+                token=token,
+                state_file=args.state_file,
+                upstream_metrics=args.upstream_metrics,
+                controller=args.controller,
+                adaptive_pace=args.adaptive_pace,
             )
         except StateError as exc:
             return fail(

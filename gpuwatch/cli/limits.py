@@ -18,7 +18,8 @@ PROG = "gpuwatch limits"
 def register(sub: Any) -> None:
     limits = sub.add_parser(
         "limits",
-        help="a gate's limits: get | set LANE.KEY=VALUE ... | pause | resume | audit | status",
+        help="a gate's limits: get | set LANE.KEY=VALUE ... | pause | resume | audit | status "
+        "(a tenant's: set tenants.ID.paused=true, tenants.ID.max_inflight=2, tenants.ID=none)",
         description="Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason.",
     )
     limits.add_argument(
@@ -88,9 +89,24 @@ def run(args: argparse.Namespace) -> int:
             if args.action in ("pause", "resume"):
                 return await client.patch({"paused": args.action == "pause"}, args.if_match)
             lanes: dict[str, dict[str, Any]] = {}
+            tenants: dict[str, Any] = {}
             for lane, key, value in assignments:
-                lanes.setdefault(lane, {})[key] = value
-            return await client.patch({"lanes": lanes}, args.if_match)
+                if lane == "tenants":
+                    # tenants.ID.KEY=VALUE (an id may hold dots: the key is after the last),
+                    # or tenants.ID=none to remove the tenant's limits.
+                    tenant, dot, field = key.rpartition(".")
+                    if dot and field in ("paused", "max_inflight"):
+                        entry = tenants.setdefault(tenant, {})
+                        if isinstance(entry, dict):
+                            entry[field] = value
+                    else:
+                        tenants[key] = value
+                else:
+                    lanes.setdefault(lane, {})[key] = value
+            patch: dict[str, Any] = {"lanes": lanes} if lanes else {}
+            if tenants:
+                patch["tenants"] = tenants
+            return await client.patch(patch, args.if_match)
 
     try:
         result = asyncio.run(call())
@@ -109,6 +125,8 @@ def _show(value: Any) -> str:
 
 
 def print_limits(limits: dict[str, Any]) -> None:
+    from gpuwatch.gate.limits import MEDIA_CAPS  # pure, and only needed here
+
     print(f"version {limits['version']}  paused {str(limits['paused']).lower()}")
     print(
         f"{'lane':<10}{'inflight':>9}{'queue':>7}{'timeout':>9}{'prompt':>8}{'output':>8}"
@@ -122,3 +140,20 @@ def print_limits(limits: dict[str, Any]) -> None:
             f"{_show(lane.get('max_inflight_tokens')):>10}"
             f"  {lane['output_tokens_policy']}"
         )
+        media = {k: lane.get(k) for k in MEDIA_CAPS if lane.get(k) is not None}
+        if media:
+            caps = "  ".join(f"{k} {v}" for k, v in media.items())
+            print(f"{'':<10}{caps}  ({lane.get('media_policy', 'clamp')})")
+    for tenant, t in (limits.get("tenants") or {}).items():
+        shown = ["paused"] if t.get("paused") else []
+        if t.get("max_inflight") is not None:
+            shown.append(f"max_inflight {t['max_inflight']}")
+        print(f"tenant {tenant}: {', '.join(shown) or 'no limits'}")
+    effective = limits.get("effective", {})
+    for name, lane in limits["lanes"].items():
+        if lane.get("policy") == "adaptive":
+            now = effective.get(name, {}).get("max_inflight", "?")
+            print(
+                f"{name}: adaptive, target p99 TTFT {_show(lane.get('target_ttft_p99_s'))} s, "
+                f"in flight {lane.get('min_inflight')}..{lane['max_inflight']}, effective {now}"
+            )

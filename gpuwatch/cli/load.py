@@ -37,7 +37,40 @@ def register(sub: Any) -> None:
     load.add_argument("--max-concurrency", type=positive_int, metavar="C")
     load.add_argument("--prompt-tokens", default="512", metavar="DIST", help=DIST_HELP)
     load.add_argument("--output-tokens", default="128", metavar="DIST", help=DIST_HELP)
-    load.add_argument("--lane-mix", default="chat=1", metavar="chat=W,embed=W")
+    load.add_argument(
+        "--mix",
+        "--lane-mix",
+        dest="mix",
+        default="chat=1",
+        metavar="chat=W,embed=W,image=W",
+        help="weights of each kind of request (--lane-mix is the old spelling)",
+    )
+    load.add_argument("--embed-inputs", default="1:8", metavar="DIST", help="inputs per embed")
+    load.add_argument("--embed-tokens", default="32:512", metavar="DIST", help="tokens per input")
+    load.add_argument("--image-size", default="1024x1024", metavar="WxH[,WxH]")
+    load.add_argument("--image-steps", default="30", metavar="DIST", help="denoising steps")
+    load.add_argument("--image-n", default="1", metavar="DIST", help="images per request")
+    load.add_argument(
+        "--tenants",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N tenants (x-gateway-inference-fairness-id), Zipf-skewed",
+    )
+    load.add_argument("--tenant-skew", type=float, default=1.0, metavar="S", help="Zipf exponent")
+    load.add_argument(
+        "--noisy-tenant",
+        type=float,
+        default=0.0,
+        metavar="X",
+        help="add tenant 'noisy' sending X times the busiest tenant",
+    )
+    load.add_argument(
+        "--classes",
+        default="",
+        metavar="critical=W,standard=W",
+        help="objective names sent in x-gateway-inference-objective, by weight",
+    )
     load.add_argument(
         "--slo",
         default="",
@@ -52,7 +85,19 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuwatch.load import progress
-    from gpuwatch.load.spec import Dist, LoadSpec, Pattern, SpecError, parse_lane_mix, parse_slo
+    from gpuwatch.load.spec import (
+        Dist,
+        EmbedShape,
+        ImageShape,
+        LoadSpec,
+        Pattern,
+        SpecError,
+        Tenancy,
+        parse_lane_mix,
+        parse_sizes,
+        parse_slo,
+        parse_weights,
+    )
 
     try:
         spec = LoadSpec(
@@ -67,7 +112,18 @@ def run(args: argparse.Namespace) -> int:
             max_concurrency=args.max_concurrency,
             prompt_tokens=Dist.parse(args.prompt_tokens, "--prompt-tokens"),
             output_tokens=Dist.parse(args.output_tokens, "--output-tokens"),
-            lane_mix=parse_lane_mix(args.lane_mix),
+            lane_mix=parse_lane_mix(args.mix),
+            embed=EmbedShape(
+                Dist.parse(args.embed_inputs, "--embed-inputs"),
+                Dist.parse(args.embed_tokens, "--embed-tokens"),
+            ),
+            image=ImageShape(
+                parse_sizes(args.image_size),
+                Dist.parse(args.image_steps, "--image-steps"),
+                Dist.parse(args.image_n, "--image-n"),
+            ),
+            tenancy=Tenancy(args.tenants, args.tenant_skew, args.noisy_tenant),
+            classes=parse_weights(args.classes, "--classes") if args.classes else {},
             slo=parse_slo(args.slo),
             seed=args.seed,
         )

@@ -7,11 +7,23 @@ import sys
 from collections.abc import Sequence
 
 from gpuwatch import __version__, config
-from gpuwatch.cli import dashboard, demo, gate, limits, load, plan, sim, snapshot, watch
+from gpuwatch.cli import (
+    dashboard,
+    demo,
+    gate,
+    limits,
+    load,
+    plan,
+    record,
+    replay,
+    sim,
+    snapshot,
+    watch,
+)
 from gpuwatch.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, fail
 
 # Order is the order of `gpuwatch --help`.
-SUBCOMMANDS = (dashboard, demo, snapshot, watch, sim, gate, limits, load, plan)
+SUBCOMMANDS = (dashboard, demo, snapshot, watch, record, replay, sim, gate, limits, load, plan)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, set[str]]:

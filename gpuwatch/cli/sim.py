@@ -24,12 +24,31 @@ def register(sub: Any) -> None:
     )
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--served-model-name", metavar="NAME")
+    sim.add_argument(
+        "--workloads",
+        default="",
+        metavar="embed,image",
+        help="also serve /v1/embeddings (embed) and /v1/images/generations (image) on the GPU",
+    )
+    sim.add_argument(
+        "--image-reserve-gib",
+        type=positive_float,
+        default=5.0,
+        metavar="G",
+        help="VRAM kept for image activations when serving images (5)",
+    )
     sim.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from gpuwatch.aioserve import parse_listen, run_until_signalled
-    from gpuwatch.sim.profiles import DEFAULT_PROFILE, PROFILES, ProfileError, get_profile
+    from gpuwatch.sim.profiles import (
+        DEFAULT_PROFILE,
+        PROFILES,
+        ProfileError,
+        get_profile,
+        with_side_models,
+    )
     from gpuwatch.sim.server import start_sim
 
     if args.list_profiles:
@@ -39,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         profile = get_profile(args.profile or DEFAULT_PROFILE)
         host, port = parse_listen(args.listen, 8000)
+        workloads = set(filter(None, (w.strip() for w in args.workloads.split(","))))
+        if workloads - {"embed", "image"}:
+            raise ValueError(f"--workloads: unknown {sorted(workloads - {'embed', 'image'})[0]!r}"
+                             " (known: embed, image)")  # fmt: skip
+        reserve = int(args.image_reserve_gib * 2**30)
+        # Checked here so that a mix that does not fit is a usage error, not a traceback.
+        shared = with_side_models(profile, "embed" in workloads, "image" in workloads, reserve)
     except (ProfileError, ValueError) as exc:
         return fail("gpuwatch sim", str(exc))
 
@@ -52,15 +78,24 @@ def run(args: argparse.Namespace) -> int:
                 time_scale=args.time_scale,
                 seed=args.seed,
                 model_name=args.served_model_name,
+                embed="embed" in workloads,
+                image="image" in workloads,
+                image_reserve=reserve,
             )
         except OSError as exc:
             return fail(
                 "gpuwatch sim", f"cannot listen on {host}:{port}: {exc.strerror}", EXIT_FAILED
             )
+        side = (
+            f", also {', '.join(sorted(workloads))} at gpu_memory_utilization "
+            f"{shared.gpu_memory_utilization:g}"
+            if workloads
+            else ""
+        )
         print(
             f"gpuwatch sim: {node.model_name} on {served.url} ({profile.name}, "
-            f"{args.engines} engine(s), {profile.kv_tokens:,} KV tokens each, "
-            f"time x{args.time_scale:g})",
+            f"{args.engines} engine(s), {shared.kv_tokens:,} KV tokens each, "
+            f"time x{args.time_scale:g}{side})",
             flush=True,
         )
         await run_until_signalled(served)

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from gpuwatch import config
+from gpuwatch.cli import fleet
 from gpuwatch.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -42,6 +43,7 @@ def register(sub: Any) -> None:
         help="read GPUs from a simulator's /sim/gpu instead of NVML",
     )
     snap.add_argument("--json", action="store_true", help="print the JSON contract (docs)")
+    fleet.add_prometheus_args(snap)
     snap.add_argument("--pid", type=positive_int, help="also report this serving process")
     snap.add_argument("--connect-timeout", type=positive_float, metavar="S")
     snap.add_argument("--timeout", type=positive_float, metavar="S", help="total per scrape")
@@ -66,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
             "scrape.max_engines": args.max_engines,
         },
     )
+    url = fleet.prometheus_url(args, settings)
+    if url and not args.metrics and not args.metrics_file:
+        return fleet.snapshot(settings, url, args.json)
     nvml = gpu_reader(args.fake_gpu_from, settings.no_gpu)
     snap = asyncio.run(
         snapshot.collect(

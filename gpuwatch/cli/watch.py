@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from typing import Any
 
+from gpuwatch.cli import fleet
 from gpuwatch.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -35,6 +36,7 @@ def register(sub: Any) -> None:
     add_source_args(watch, "a gpuwatch gate to read (never changed)")
     watch.add_argument("--count", type=positive_int, metavar="N", help="stop after N intervals")
     watch.add_argument("--json", action="store_true", help="one JSON object per interval")
+    fleet.add_prometheus_args(watch)
     watch.set_defaults(func=run)
 
 
@@ -45,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
         settings, token = source_settings(args)
     except ValueError as exc:
         return fail(PROG, str(exc))
+    url = fleet.prometheus_url(args, settings)
+    if url and not settings.metrics:
+        interval = args.interval or settings.interval_s
+        return fleet.watch(settings, url, interval, args.count, args.json)
     urls = list(settings.metrics) or asyncio.run(probe_local())
     if not urls and not settings.admin:
         ports = ", ".join(map(str, PROBE_PORTS))

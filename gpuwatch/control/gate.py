@@ -15,7 +15,9 @@ import httpx
 
 from gpuwatch.admintoken import token_problem
 from gpuwatch.control.guard import Guard
+from gpuwatch.gate.audit import check_entry
 from gpuwatch.httpclient import async_client
+from gpuwatch.safejson import JSONError, loads_bounded
 
 
 class GateError(Exception):
@@ -99,8 +101,14 @@ class GateClient:
         except httpx.HTTPError as exc:
             raise GateError(None, f"gate {self.base} unreachable: {type(exc).__name__}") from exc
         try:
-            body = response.json()
-        except ValueError:
+            # Bounded like every answer we parse (nesting, huge integers): a deep one is not a
+            # RecursionError for the caller.
+            body = loads_bounded(response.content)
+        except JSONError as exc:
+            if response.status_code < 400:
+                raise GateError(
+                    response.status_code, f"gate {self.base}: the answer is not its API ({exc})"
+                ) from None
             body = None
         if response.status_code >= 400:
             error = body.get("error") if isinstance(body, dict) else None
@@ -123,7 +131,14 @@ class GateClient:
         return await self._call("GET", "/admin/status", params=bounds)
 
     async def audit(self, limit: int = 20) -> list[dict[str, Any]]:
-        return (await self._call("GET", "/admin/audit", params={"limit": limit}))["entries"]
+        """The newest entries, newest first. The answer is the server's: entries that are not
+        audit entries (``gate/audit.check_entry``) are left out, and an answer without a list
+        of them is a GateError, so no caller indexes into something else."""
+        body = await self._call("GET", "/admin/audit", params={"limit": limit})
+        entries = body.get("entries") if isinstance(body, dict) else None
+        if not isinstance(entries, list):
+            raise GateError(200, f"gate {self.base}: /admin/audit has no list of entries", body)
+        return [e for e in entries if check_entry(e) is None]
 
     async def patch(self, changes: dict[str, Any], if_match: int | None = None) -> dict[str, Any]:
         """Apply ``changes``; with ``if_match``, GateConflict when another change came first."""

@@ -30,6 +30,8 @@ OUTPUT_STEPS: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
 # `b` / `B` step a lane's token budget (max_inflight_tokens) the same way.
 BUDGET_STEPS: tuple[int, ...] = (8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 512_000)
 QUEUE_STEP = 8
+# `c` / `C` step the selected tenant's in-flight cap; above the top step there is no cap.
+TENANT_CAP_STEPS: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
 # Keys pressed within this long of each other become one PATCH.
 COALESCE_S = 0.4
 
@@ -70,7 +72,19 @@ def describe(before: Limits, patch: Limits) -> list[str]:
         for key, value in changes.items():
             old = before["lanes"][lane].get(key)  # a key an older gate lacks: none
             lines.append(f"{lane}.{key} {show_value(old)} -> {show_value(value)}")
+    for tenant, value in patch.get("tenants", {}).items():
+        old = before.get("tenants", {}).get(tenant)
+        lines.append(f"tenant {tenant} {_tenant_limits(old)} -> {_tenant_limits(value)}")
     return lines
+
+
+def _tenant_limits(limits: dict[str, Any] | None) -> str:
+    if not limits:
+        return "no limits"
+    shown = ["paused"] if limits.get("paused") else []
+    if limits.get("max_inflight") is not None:
+        shown.append(f"max_inflight {limits['max_inflight']}")
+    return ", ".join(shown) or "no limits"
 
 
 def patch_from(base: Limits, ops: list[Op]) -> Limits:
@@ -82,6 +96,13 @@ def patch_from(base: Limits, ops: list[Op]) -> Limits:
             paused = compute(paused)
         elif lane in lanes:
             lanes[lane][key] = compute(lanes[lane].get(key))
+    for values in lanes.values():
+        # An adaptive lane's bounds move together: `-` under its floor takes the floor along
+        # (1 at the least), rather than a change the gate would refuse.
+        if values.get("policy") == "adaptive" and values.get("max_inflight") is not None:
+            values["min_inflight"] = min(
+                values.get("min_inflight", 1), max(1, values["max_inflight"])
+            )
     patch: Limits = {}
     if paused != base["paused"]:
         patch["paused"] = paused
@@ -99,6 +120,9 @@ def revert_of(before: Limits, patch: Limits) -> Limits:
         revert["paused"] = before["paused"]
     for lane, changes in patch.get("lanes", {}).items():
         revert.setdefault("lanes", {})[lane] = {k: before["lanes"][lane].get(k) for k in changes}
+    for tenant in patch.get("tenants", {}):
+        # A tenant without limits before gets its entry removed (null), not an empty one.
+        revert.setdefault("tenants", {})[tenant] = before.get("tenants", {}).get(tenant)
     return revert
 
 
@@ -124,6 +148,9 @@ class SteeringView(Protocol):
     async def edit_form(self, lane: str, limits: Limits) -> dict[str, Any] | None:
         """The operator's changes to ``lane`` from a form, or None when cancelled."""
 
+    def tenants(self, lane: str) -> list[str]:
+        """The ids of the tenants the gate shows for ``lane`` now, busiest first."""
+
     def changed(self) -> None:
         """Pending changes or the selection moved: show them."""
 
@@ -146,6 +173,7 @@ class Steering:
         self.coalesce_s = coalesce_s
         self.client: GateClient | None = None
         self.selected_lane = "chat"
+        self.selected_tenant: str | None = None  # a tenant id of the selected lane
         self.history: list[Change] = []
         self._ops: list[Op] = []
         self._base: Limits | None = None  # the limits on screen when the first pending key came
@@ -194,6 +222,7 @@ class Steering:
         lanes = self.lanes()
         if 0 <= index < len(lanes):
             self.selected_lane = lanes[index]
+            self.selected_tenant = None  # a tenant is selected within its lane
             self.view.changed()
 
     def next_lane(self) -> None:
@@ -201,7 +230,50 @@ class Steering:
         if lanes:
             i = lanes.index(self.selected_lane) if self.selected_lane in lanes else -1
             self.selected_lane = lanes[(i + 1) % len(lanes)]
+            self.selected_tenant = None
             self.view.changed()
+
+    def next_tenant(self) -> None:
+        """Select the next of the lane's busiest tenants; after the last, none."""
+        tenants = self.view.tenants(self.selected_lane)
+        if self.selected_tenant in tenants:
+            i = tenants.index(self.selected_tenant) + 1
+            self.selected_tenant = tenants[i] if i < len(tenants) else None
+        else:
+            self.selected_tenant = tenants[0] if tenants else None
+            if not tenants:
+                self.view.notify(f"no tenant has work in lane {self.selected_lane}")
+        self.view.changed()
+
+    # -- tenants: one change per key, like the form's (tenant limits are few and deliberate) --
+
+    def tenant_pause(self) -> None:
+        self._tenant("paused", lambda v: not v)
+
+    def tenant_cap(self, down: bool) -> None:
+        self._tenant("max_inflight", lambda v: step_output(v, down, TENANT_CAP_STEPS))
+
+    def _tenant(self, key: str, compute: Callable[[Any], Any]) -> None:
+        tenant = self.selected_tenant
+        if tenant is None:
+            self.view.notify("select a tenant first (n)", "warning")
+            return
+        if not self.allowed(f"change of tenant {tenant}"):
+            return
+        self.flush()
+
+        async def change() -> None:
+            async with self._lock:
+                base = copy.deepcopy(self.view.limits())
+                if base is None:
+                    return
+                old = dict(base.get("tenants", {}).get(tenant) or {})
+                new = {"paused": old.get("paused", False), "max_inflight": None, **old}
+                new[key] = compute(new[key])
+                await self._apply({"tenants": {tenant: new}}, base)
+                self.view.changed()
+
+        self._spawn(change())
 
     # -- the keys -------------------------------------------------------------------------
 
@@ -222,6 +294,46 @@ class Steering:
 
     def pause(self) -> None:
         self.propose("paused", lambda v: not v, lane="")
+
+    def toggle_adaptive(self, default_target_s: float) -> None:
+        """``A``: adaptive admission on (or off) for the selected lane, always confirmed. A
+        lane without a target gets ``default_target_s`` (the dashboard's TTFT SLO); its
+        ``max_inflight`` becomes the upper bound of the effective limit."""
+        lane = self.selected_lane
+        if not self.allowed(f"adaptive admission on {lane}"):
+            return
+        self.flush()  # keys pressed before are a change of their own, sent first
+
+        async def toggle() -> None:
+            async with self._lock:
+                found = self._lane_now(lane)
+                if found is None:
+                    return
+                base, current = found
+                on = current.get("policy", "static") != "adaptive"
+                changes: dict[str, Any] = {"policy": "adaptive" if on else "static"}
+                if on and current.get("target_ttft_p99_s") is None:
+                    changes["target_ttft_p99_s"] = default_target_s
+                why = (
+                    f"the gate will move {lane}'s in-flight limit between "
+                    f"{current.get('min_inflight', 1)} and {current['max_inflight']}"
+                    if on
+                    else f"{lane} goes back to its configured limits"
+                )
+                await self._apply({"lanes": {lane: changes}}, base, why=why)
+                self.view.changed()
+
+        self._spawn(toggle())
+
+    def _lane_now(self, lane: str) -> tuple[Limits, dict[str, Any]] | None:
+        """A copy of the gate's limits now and ``lane``'s part of them; None (and a warning)
+        when the gate has no such lane."""
+        base = copy.deepcopy(self.view.limits())
+        current = base["lanes"].get(lane) if base is not None else None
+        if base is None or current is None:
+            self.view.notify(f"the gate has no lane {lane}", "warning")
+            return None
+        return base, current
 
     def propose(self, key: str, compute: Callable[[Any], Any], lane: str | None = None) -> None:
         """Queue one key's change; it is sent with the keys that follow within coalesce_s."""
@@ -265,14 +377,22 @@ class Steering:
             self.view.changed()
 
     async def _apply(
-        self, patch: Limits, base: Limits, undo: bool = False, source: str | None = None
+        self,
+        patch: Limits,
+        base: Limits,
+        undo: bool = False,
+        source: str | None = None,
+        why: str | None = None,
     ) -> bool:
-        """Confirm if it can hurt (always, for a change from ``source``: a plan), then send it
-        with If-Match on the version it was made from. True when the gate applied it."""
+        """Confirm if it can hurt (always, for a change from ``source``: a plan, or one that
+        says ``why``), then send it with If-Match on the version it was made from. True when
+        the gate applied it."""
         lines = describe(base, patch)
         reason = confirmation_reason(base, patch)
         if source:
             reason = f"limits from {source}" + (f"; {reason}" if reason else "")
+        if why:
+            reason = why + (f"; {reason}" if reason else "")
         if reason:
             details = [f"gate   {self.gate_url}", f"why    {reason}", "", *lines]
             if not await self.view.confirm("Apply this change?", details):
@@ -291,11 +411,10 @@ class Steering:
 
         async def apply() -> None:
             async with self._lock:
-                base = copy.deepcopy(self.view.limits())
-                current = base["lanes"].get(lane) if base is not None else None
-                if base is None or current is None:
-                    self.view.notify(f"the gate has no lane {lane}", "warning")
+                found = self._lane_now(lane)
+                if found is None:
                     return
+                base, current = found
                 diff = {k: v for k, v in changes.items() if current.get(k) != v}
                 if not diff:
                     self.view.notify(f"the gate already has the limits of {source}")

@@ -12,18 +12,22 @@ import time
 import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from itertools import islice
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from gpuwatch.fmt import clip
+from gpuwatch.gate.adaptive_loop import AdaptiveLoop
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.body import BodyRefused, read_body
+from gpuwatch.gate.classes import Fairness
 from gpuwatch.gate.errors import MESSAGE_MAX, openai_error
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency
-from gpuwatch.gate.limits import LimitsError
+from gpuwatch.gate.limits import Limits, LimitsError
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
+from gpuwatch.gate.tenantstatus import lane_status
 from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.series import window_label
 
@@ -92,11 +96,23 @@ class Admin:
         lanes: Mapping[str, AdmissionLane],
         body_timeout_s: float,
         latency: Mapping[str, LaneLatency],
+        fairness: Fairness | None = None,
     ) -> None:
         self.state = state
         self.lanes = lanes
         self.body_timeout_s = body_timeout_s
         self.latency = latency
+        self.fairness = fairness or Fairness()
+        # Set by the gate: the effective limits beside the configured ones.
+        self.adaptive: AdaptiveLoop | None = None
+
+    def _limits_json(self, limits: Limits) -> dict[str, Any]:
+        """The limits document: the configured limits (what PATCH changes, versioned) and,
+        apart, ``effective``: the limits in force (the controller's on an adaptive lane)."""
+        body = limits.to_json()
+        if self.adaptive is not None:
+            body["effective"] = self.adaptive.effective()
+        return body
 
     def app(self, token: bytes | None) -> web.Application:
         app = web.Application(middlewares=[bearer_auth(token)], client_max_size=PATCH_MAX_BYTES)
@@ -108,7 +124,7 @@ class Admin:
 
     async def get_limits(self, _: web.Request) -> web.Response:
         limits = self.state.limits
-        return web.json_response(limits.to_json(), headers={"ETag": etag(limits.version)})
+        return web.json_response(self._limits_json(limits), headers={"ETag": etag(limits.version)})
 
     async def patch_limits(self, request: web.Request) -> web.Response:
         actor = request.headers.get(ACTOR_HEADER) or (request.remote or "unknown")
@@ -146,7 +162,7 @@ class Admin:
             return openai_error(str(exc), 400, "invalid_request_error", exc.field)
         except SaveError as exc:
             return openai_error(str(exc), 500, "internal_error")
-        return web.json_response(after.to_json(), headers={"ETag": etag(after.version)})
+        return web.json_response(self._limits_json(after), headers={"ETag": etag(after.version)})
 
     async def get_status(self, request: web.Request) -> web.Response:
         """Live admission state, and what users felt: exact latency over 1 m and 5 m, and
@@ -156,11 +172,12 @@ class Admin:
         except ValueError as exc:
             return openai_error(str(exc), 400, "invalid_request_error", str(exc).split()[0])
         now = time.monotonic()
+        limits = self.state.limits
         lanes = {
             name: {
                 "inflight": lane.inflight,
                 "inflight_tokens": lane.inflight_tokens,
-                "max_inflight_tokens": lane.limits.max_inflight_tokens,
+                "max_inflight_tokens": limits.lanes[name].max_inflight_tokens,
                 "queued": len(lane.queue),
                 "oldest_queued_s": round(lane.oldest_queued_s(now), 3),
                 "admitted_total": lane.admitted_total,
@@ -170,10 +187,17 @@ class Admin:
                     window_label(w): self.latency[name].goodput(w, slo["ttft_s"], slo["itl_s"])
                     for w in WINDOWS_S
                 },
+                **lane_status(lane, self.fairness),
+                # Configured (what the operator set) apart from effective (in force: the
+                # controller's on an adaptive lane). ``adaptive`` (null on a static lane):
+                # bounds, target, the last decision and why, the last two minutes.
+                "max_inflight": limits.lanes[name].max_inflight,
+                "effective_max_inflight": lane.limits.max_inflight,
+                "effective_max_inflight_tokens": lane.limits.max_inflight_tokens,
+                "adaptive": self.adaptive.status(name) if self.adaptive else None,
             }
             for name, lane in self.lanes.items()
         }
-        limits = self.state.limits
         return web.json_response(
             {"version": limits.version, "paused": limits.paused, "lanes": lanes}
         )

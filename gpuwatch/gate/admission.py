@@ -16,6 +16,11 @@ fit the budget. Both limits apply: count and tokens. The queue stays FIFO: the h
 tokens even when a smaller request behind it would fit (no starvation of large requests). A
 request over the whole budget is refused at once (``over_token_budget``), and a queued one is
 refused when a lowered budget no longer holds it: neither could ever be admitted.
+
+Classes and tenants (``fairqueue.py``, ``tenants.py``): the queue serves higher priority
+first and takes turns across tenants within a priority, FIFO within one tenant and class. When
+the queue is full, an arrival may evict the newest waiter of a lower, sheddable class (429
+``evicted``); a sheddable arrival finds no one to evict and gets ``queue_full``.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from gpuwatch.gate.classes import Who
+from gpuwatch.gate.fairqueue import FairQueue
 from gpuwatch.gate.limits import LaneLimits
+from gpuwatch.gate.tenants import TenantBook
 
 
 class _Expired(Exception):
@@ -48,12 +56,14 @@ class Ticket:
     queue_wait_s: float = 0.0
     tokens: int = 0
     released: bool = False
+    who: Who = field(default_factory=Who)
 
     def release(self) -> None:
         if not self.released:
             self.released = True
             self.lane._live.discard(self)
             self.lane.inflight_tokens -= self.tokens
+            self.lane.tenants.give(self.who)
             self.lane.pump()
 
 
@@ -62,6 +72,7 @@ class Waiter:
     future: asyncio.Future[Ticket]
     since: float
     tokens: int = 0
+    who: Who = field(default_factory=Who)
 
 
 @dataclass(eq=False)
@@ -69,21 +80,26 @@ class AdmissionLane:
     name: str
     limits: LaneLimits
     paused: bool = False
-    queue: deque[Waiter] = field(default_factory=deque)
+    queue: FairQueue[Waiter] = field(default_factory=FairQueue)
     admitted_total: int = 0
     rejected_total: Counter[str] = field(default_factory=Counter)
     # The sum of the live tickets' reservations; changed only with ``_live``.
     inflight_tokens: int = 0
     _live: set[Ticket] = field(default_factory=set)
+    tenants: TenantBook = field(default_factory=TenantBook)
+
+    def __post_init__(self) -> None:
+        self.queue.blocked = self.tenants.blocked
 
     @property
     def inflight(self) -> int:
         return len(self._live)
 
     def oldest_queued_s(self, now: float | None = None) -> float:
-        if not self.queue:
+        since = self.queue.oldest_since()
+        if since is None:
             return 0.0
-        return (now if now is not None else time.monotonic()) - self.queue[0].since
+        return (now if now is not None else time.monotonic()) - since
 
     def _can_admit(self, tokens: int = 0) -> bool:
         if self.paused or self.inflight >= self.limits.max_inflight:
@@ -105,41 +121,49 @@ class AdmissionLane:
         self.rejected_total[reason] += 1
         return Refused(reason, message)
 
-    def _issue(self, since: float, tokens: int) -> Ticket:
-        ticket = Ticket(self, time.monotonic() - since, tokens)
+    def _issue(self, since: float, tokens: int, who: Who) -> Ticket:
+        ticket = Ticket(self, time.monotonic() - since, tokens, who=who)
         self._live.add(ticket)
         self.inflight_tokens += tokens
+        self.tenants.take(who)
         self.admitted_total += 1
         return ticket
 
     @contextlib.asynccontextmanager
-    async def slot(self, tokens: int = 0) -> AsyncIterator[Ticket]:
+    async def slot(self, tokens: int = 0, who: Who | None = None) -> AsyncIterator[Ticket]:
         """Hold a slot (and ``tokens`` of the lane's token budget) for the block; raises
-        Refused (paused, queue full, queue timeout, over the token budget)."""
-        ticket = await self.admit(tokens)
+        Refused (paused, queue full, queue timeout, over the token budget, evicted)."""
+        ticket = await self.admit(tokens, who)
         try:
             yield ticket
         finally:
             ticket.release()
 
-    async def admit(self, tokens: int = 0) -> Ticket:
+    async def admit(self, tokens: int = 0, who: Who | None = None) -> Ticket:
         """A ticket the caller must release (prefer ``slot()``); raises Refused."""
         started = time.monotonic()
+        who = who or Who()
         if self.paused:
             raise self.refuse("paused", "admission is paused (the node is draining)")
+        if self.tenants.paused(who.tenant):
+            raise self.refuse("tenant_paused", f"tenant {who.tenant!r} is paused")
         over = self._over_budget(tokens)
         if over is not None:
             raise over
-        if self._can_admit(tokens) and not self.queue:
-            return self._issue(started, tokens)
-        if len(self.queue) >= self.limits.max_queue:
+        if (
+            self._can_admit(tokens)
+            and self.queue.peek() is None
+            and not self.tenants.blocked(who.tenant)
+        ):
+            return self._issue(started, tokens, who)
+        if len(self.queue) >= self.limits.max_queue and not self._evict_for(who):
             raise self.refuse(
                 "queue_full",
                 f"lane {self.name!r} is full: {self.inflight} in flight, "
                 f"{len(self.queue)} queued (max_queue {self.limits.max_queue})",
             )
         loop = asyncio.get_running_loop()
-        waiter = Waiter(loop.create_future(), started, tokens)
+        waiter = Waiter(loop.create_future(), started, tokens, who)
         self.queue.append(waiter)
         timer = loop.call_later(self.limits.queue_timeout_s, self._expire, waiter)
         try:
@@ -171,25 +195,44 @@ class AdmissionLane:
             waiter.future.set_exception(_Expired())
             self.pump()
 
+    def _evict_for(self, who: Who) -> bool:
+        """Make room in a full queue for ``who`` by refusing the newest waiter of a lower,
+        sheddable class; False when there is none."""
+        victim = self.queue.victim(who.priority)
+        if victim is None:
+            return False
+        self.queue.remove(victim)
+        if not victim.future.done():
+            victim.future.set_exception(
+                self.refuse(
+                    "evicted",
+                    f"evicted from lane {self.name!r}'s full queue for a {who.klass} request "
+                    f"(class {victim.who.klass} is sheddable)",
+                )
+            )
+        return True
+
     def pump(self) -> None:
         """Hand free slots to the head of the queue (after a release or a limit change)."""
         while self.queue:
-            waiter = self.queue[0]
+            waiter = self.queue.peek()
+            if waiter is None:
+                break  # every tenant waiting is paused or at its in-flight cap
             if waiter.future.done():
                 # Cancelled (its task has not run its handler yet) or expired: it holds no
                 # slot and must not be given one.
-                self.queue.popleft()
+                self.queue.remove(waiter)
                 continue
             over = self._over_budget(waiter.tokens)
             if over is not None:
                 # The budget was lowered under it: it could never be admitted.
-                self.queue.popleft()
+                self.queue.remove(waiter)
                 waiter.future.set_exception(over)
                 continue
             if not self._can_admit(waiter.tokens):
-                break  # FIFO: the head waits, even if a smaller request behind it would fit
-            self.queue.popleft()
-            waiter.future.set_result(self._issue(waiter.since, waiter.tokens))
+                break  # the head waits, even if a smaller request behind it would fit
+            self.queue.served(waiter)
+            waiter.future.set_result(self._issue(waiter.since, waiter.tokens, waiter.who))
 
     def set_limits(self, limits: LaneLimits, paused: bool) -> None:
         self.limits = limits

@@ -22,7 +22,7 @@ Limits given here are the starting point; limits persisted in the state file win
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gpuwatch.config import ConfigError
+from gpuwatch.gate.classes import Fairness, parse_fairness
 from gpuwatch.gate.limits import (
     DEFAULT_LANES,
     LANE_KEYS,
@@ -57,6 +58,8 @@ class GateConfig:
     # Output tokens reserved from a lane's max_inflight_tokens for a request that sets no
     # bound of its own, in a lane without max_output_tokens.
     default_output_tokens: int = 512
+    # Classes and tenants from headers ([fairness], see classes.py).
+    fairness: Fairness = field(default_factory=Fairness)
 
 
 TIMEOUT_KEYS = ("client_header_timeout_s", "client_body_timeout_s", "client_send_timeout_s")
@@ -110,6 +113,7 @@ def load_gate_config(path: Path | None) -> GateConfig:
     extra: tuple[str, ...] = ()
     timeouts: dict[str, Any] = {}  # floats; Any so ** can pass them beside an int field
     default_output = GateConfig.default_output_tokens
+    fairness = Fairness()
     for key, value in data.items():
         if key == "extra_paths":
             extra = _strings(path, key, value)
@@ -121,6 +125,8 @@ def load_gate_config(path: Path | None) -> GateConfig:
             if not 1 <= value <= MAX_TOKENS:
                 raise ConfigError(f"{path}: key '{key}' must be an integer in [1, {MAX_TOKENS}]")
             default_output = value
+        elif key == "fairness":
+            fairness = parse_fairness(path, value)
         elif key == "lanes":
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: 'lanes' must be a table ([lanes.NAME])")
@@ -129,7 +135,11 @@ def load_gate_config(path: Path | None) -> GateConfig:
         else:
             raise ConfigError(f"{path}: unknown key '{key}'")
     return GateConfig(
-        tuple(lanes.values()), extra, **timeouts, default_output_tokens=default_output
+        tuple(lanes.values()),
+        extra,
+        **timeouts,
+        default_output_tokens=default_output,
+        fairness=fairness,
     )
 
 

@@ -13,8 +13,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpuwatch.fmt import clip
+from gpuwatch.gate.tenants import TenantLimits, TenantLimitsError, patch_tenants
 
 POLICIES = ("clamp", "reject")
+# Admission policy of a lane: "static" (the limits as set) or "adaptive" (gate/adaptive.py
+# moves the effective limits between the lane's bounds to hold target_ttft_p99_s).
+ADMISSION_POLICIES = ("static", "adaptive")
 REASONS = (
     "queue_full",
     "queue_timeout",
@@ -22,6 +26,15 @@ REASONS = (
     "prompt_too_long",
     "max_tokens",
     "over_token_budget",
+    # Image and embedding caps (mediacaps.py), one reason per cap: the code names the limit.
+    "max_pixels",
+    "max_steps",
+    "max_n",
+    "max_inputs",
+    "max_input_tokens",
+    # Classes and tenants (fairqueue.py, tenants.py).
+    "evicted",
+    "tenant_paused",
 )
 
 
@@ -43,9 +56,24 @@ class LaneLimits:
     output_tokens_policy: str = "clamp"
     # Token budget: the sum of (prompt + output bound) over the lane's requests in flight.
     max_inflight_tokens: int | None = None
+    # Adaptive admission: with policy "adaptive", max_inflight / max_inflight_tokens are the
+    # upper bounds and min_inflight / min_inflight_tokens the lower ones of the effective limit.
+    policy: str = "static"
+    target_ttft_p99_s: float | None = None
+    min_inflight: int = 1
+    min_inflight_tokens: int | None = None
+    # Image and embedding caps (mediacaps.py), None for none; ``media_policy`` is clamp or
+    # reject for all of them, as output_tokens_policy is for the output cap.
+    max_pixels: int | None = None
+    max_steps: int | None = None
+    max_n: int | None = None
+    max_inputs: int | None = None
+    max_input_tokens: int | None = None
+    media_policy: str = "clamp"
 
 
 LANE_KEYS = tuple(LaneLimits.__dataclass_fields__)
+MEDIA_CAPS = ("max_pixels", "max_steps", "max_n", "max_inputs", "max_input_tokens")
 # Upper bounds: far above any real node, low enough that arithmetic and display stay sane.
 MAX_COUNT = 1_000_000
 MAX_TOKENS = 100_000_000
@@ -83,12 +111,15 @@ class Limits:
     version: int
     paused: bool
     lanes: Mapping[str, LaneLimits] = field(default_factory=dict)
+    # Per-tenant limits (tenants.py), by tenant id; only tenants that have some.
+    tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "paused": self.paused,
             "lanes": {name: asdict(lane) for name, lane in self.lanes.items()},
+            "tenants": {tenant: asdict(t) for tenant, t in self.tenants.items()},
         }
 
 
@@ -123,8 +154,32 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
         at = f"{path}.{key}"
         if key in ("max_inflight", "max_queue"):
             changes[key] = _int(at, value, 0, MAX_COUNT)
-        elif key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens"):
+        elif key == "min_inflight":
+            changes[key] = _int(at, value, 1, MAX_COUNT)
+        elif key in (
+            "max_prompt_tokens",
+            "max_output_tokens",
+            "max_inflight_tokens",
+            "min_inflight_tokens",
+            *MEDIA_CAPS,
+        ):
             changes[key] = _int(at, value, 1, MAX_TOKENS, nullable=True)
+        elif key == "target_ttft_p99_s":
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise LimitsError(at, f"must be a number or null, got {_shown(value)}")
+                if not 0 < value <= MAX_TIMEOUT_S or not math.isfinite(value):
+                    raise LimitsError(
+                        at, f"must be > 0 and <= {MAX_TIMEOUT_S:g}, got {_shown(value)}"
+                    )
+                value = float(value)
+            changes[key] = value
+        elif key == "policy":
+            if not isinstance(value, str) or value not in ADMISSION_POLICIES:
+                raise LimitsError(
+                    at, f"must be one of {', '.join(ADMISSION_POLICIES)}, got {_shown(value)}"
+                )
+            changes[key] = value
         elif key == "queue_timeout_s":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise LimitsError(at, f"must be a number, got {_shown(value)}")
@@ -132,13 +187,35 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
             if not 0 < value <= MAX_TIMEOUT_S or not math.isfinite(value):
                 raise LimitsError(at, f"must be > 0 and <= {MAX_TIMEOUT_S:g}, got {_shown(value)}")
             changes[key] = float(value)
-        elif key == "output_tokens_policy":
+        elif key in ("output_tokens_policy", "media_policy"):
             if not isinstance(value, str) or value not in POLICIES:
                 raise LimitsError(at, f"must be one of {', '.join(POLICIES)}, got {_shown(value)}")
             changes[key] = value
         else:
             raise LimitsError(_field(at), "unknown key")
-    return replace(current, **changes)
+    return _check_adaptive(path, replace(current, **changes))
+
+
+def _check_adaptive(path: str, lane: LaneLimits) -> LaneLimits:
+    """An adaptive lane needs a target and bounds in order; a static lane's are not judged
+    (they are kept for when adaptive is switched back on)."""
+    if lane.policy != "adaptive":
+        return lane
+    if lane.target_ttft_p99_s is None:
+        raise LimitsError(f"{path}.target_ttft_p99_s", "an adaptive lane needs a target")
+    if lane.max_inflight < lane.min_inflight:
+        raise LimitsError(
+            f"{path}.max_inflight",
+            f"must be >= min_inflight ({lane.min_inflight}) on an adaptive lane, "
+            f"got {lane.max_inflight}",
+        )
+    low, high = lane.min_inflight_tokens, lane.max_inflight_tokens
+    if low is not None and (high is None or high < low):
+        raise LimitsError(
+            f"{path}.max_inflight_tokens",
+            f"must be set and >= min_inflight_tokens ({low}) on an adaptive lane, got {high}",
+        )
+    return lane
 
 
 def apply_patch(current: Limits, patch: Any) -> Limits:
@@ -147,9 +224,12 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
         raise LimitsError("body", "must be a JSON object")
     paused = current.paused
     lanes = dict(current.lanes)
+    tenants = current.tenants
     for key, value in patch.items():
-        if key == "version":
-            continue  # a GET-modify-PATCH client may send it back; If-Match is the check
+        if key in ("version", "effective"):
+            # A GET-modify-PATCH client may send them back: If-Match is the check, and the
+            # effective limits are the controller's, never set by a PATCH.
+            continue
         if key == "paused":
             if not isinstance(value, bool):
                 raise LimitsError("paused", f"must be true or false, got {_shown(value)}")
@@ -161,9 +241,14 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
                 if name not in lanes:
                     raise LimitsError(_field(f"lanes.{name}"), "unknown lane")
                 lanes[name] = _lane_patch(f"lanes.{name}", lanes[name], lane_patch)
+        elif key == "tenants":
+            try:
+                tenants = patch_tenants(tenants, value)
+            except TenantLimitsError as exc:
+                raise LimitsError(exc.field, str(exc).split(": ", 1)[1]) from None
         else:
             raise LimitsError(_field(key), "unknown key")
-    return Limits(current.version + 1, paused, lanes)
+    return Limits(current.version + 1, paused, lanes, tenants)
 
 
 def _field(name: str) -> str:
@@ -186,7 +271,11 @@ def from_json(data: Any, lanes: Mapping[str, LaneLimits]) -> Limits:
         raise LimitsError("limits.lanes", f"must be an object, got {_shown(saved)}")
     base = Limits(version - 1, False, dict(lanes))
     known = {k: v for k, v in saved.items() if k in lanes}
-    patch = {"paused": data.get("paused", False), "lanes": copy.deepcopy(known)}
+    patch = {
+        "paused": data.get("paused", False),
+        "lanes": copy.deepcopy(known),
+        "tenants": copy.deepcopy(data.get("tenants", {})),
+    }
     return apply_patch(base, patch)
 
 
@@ -208,4 +297,11 @@ def changed(before: Limits, after: Limits) -> dict[str, Any]:
             lanes[name] = diff
     if lanes:
         out["lanes"] = lanes
+    tenants: dict[str, Any] = {}
+    for tenant in set(before.tenants) | set(after.tenants):
+        was, now = before.tenants.get(tenant), after.tenants.get(tenant)
+        if was != now:
+            tenants[tenant] = asdict(now) if now is not None else None
+    if tenants:
+        out["tenants"] = dict(sorted(tenants.items()))
     return out

@@ -88,6 +88,18 @@ class GateMetrics:
             lane,
             registry=r,
         )
+        self.effective_inflight = Gauge(
+            "gpuwatch_gate_effective_inflight",
+            "The max_inflight in force (the adaptive controller's on an adaptive lane).",
+            lane,
+            registry=r,
+        )
+        self.adaptive_decisions = Counter(
+            "gpuwatch_gate_adaptive_decisions",
+            "Changes of an adaptive lane's effective limit, by direction (up, down).",
+            ["lane", "direction"],
+            registry=r,
+        )
         self.lanes = {name: LaneMetrics(self, name) for name in lanes}
 
 
@@ -107,3 +119,4 @@ class LaneMetrics:
         self.limit_queue = m.limit_queue.labels(lane)
         self.inflight_tokens = m.inflight_tokens.labels(lane)
         self.limit_inflight_tokens = m.limit_inflight_tokens.labels(lane)
+        self.effective_inflight = m.effective_inflight.labels(lane)

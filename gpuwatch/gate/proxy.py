@@ -35,7 +35,8 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.errors import openai_error
 from gpuwatch.gate.exchange import Exchange
 from gpuwatch.gate.latency import LaneLatency
-from gpuwatch.gate.limits import Lane
+from gpuwatch.gate.limits import MEDIA_CAPS, Lane
+from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, apply_media_caps, has_media_caps
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.paths import PathError, split_target
 from gpuwatch.gate.upstream import Upstream, UpstreamError
@@ -60,7 +61,13 @@ HOP_BY_HOP = frozenset(
         "Expect",  # the gate answered 100-continue itself; the body is already here
     )
 )
-RETRY_AFTER = {"queue_full": "1", "queue_timeout": "5", "paused": "10"}
+RETRY_AFTER = {
+    "queue_full": "1",
+    "queue_timeout": "5",
+    "paused": "10",
+    "evicted": "1",
+    "tenant_paused": "10",
+}
 STATUS = {
     "queue_full": 429,
     "queue_timeout": 503,
@@ -68,11 +75,16 @@ STATUS = {
     "prompt_too_long": 400,
     "max_tokens": 400,
     "over_token_budget": 400,
+    **{cap: 400 for cap in MEDIA_CAPS},
+    "evicted": 429,
+    "tenant_paused": 503,
 }
 # Bodies up to this size are read whole when the upstream declares their length: cheaper than
 # streaming a short JSON answer chunk by chunk.
 _WHOLE_BODY_MAX = 256 * 1024
 _TOKENIZE_ANSWER_MAX = 4 * 1024 * 1024
+# What the media caps clamped, from the check to the answer's headers.
+_CLAMPED = web.RequestKey("gpuwatch_clamped", str)
 
 
 class _Throttled:
@@ -187,19 +199,26 @@ class Proxy:
         except BodyRefused as exc:
             code = "body_too_large" if exc.status == 413 else "body_timeout"
             return self._client_error(exc.status, code, str(exc), close=True)
+        who = self.config.fairness.who(request.headers)
         inference = self.is_inference(request.method, path)
         ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
         try:
             try:
-                raw, tokens = await self._check_body(lane, name, path, raw)
+                clamped: list[str] = []  # what the caps rewrote, for X-Gpuwatch-Clamped
+                if has_media_caps(lane.limits):
+                    raw = self._check_media(lane, name, raw, clamped)
+                raw, tokens = await self._check_body(lane, name, path, raw, clamped)
+                if clamped:
+                    request[_CLAMPED] = "; ".join(clamped)
             except BodyError as exc:
                 ex.outcome("invalid")
                 return self._client_error(400, "invalid_body", str(exc), param=exc.field)
             ex.queueing()
-            async with lane.slot(tokens) as ticket:
+            async with lane.slot(tokens, who) as ticket:
                 ex.admitted(ticket.queue_wait_s)
                 return await self._forward(request, ex, path, query, raw)
         except Refused as refused:
+            lane.tenants.refused[(who.klass, refused.reason)] += 1
             ex.outcome("refused")
             return self._refusal(name, refused)
         except asyncio.CancelledError:
@@ -218,11 +237,39 @@ class Proxy:
             response.force_close()
         return response
 
+    def _check_media(self, lane: AdmissionLane, name: str, raw: bytes, clamped: list[str]) -> bytes:
+        """Apply the lane's image and embedding caps (``mediacaps.py``): the body to send; what
+        was clamped is added to ``clamped``."""
+        if not raw.strip():
+            return raw  # a GET through the lane: nothing to cap
+        try:
+            body = loads_bounded(raw)
+        except JSONError as exc:
+            raise BodyError(
+                "body", f"lane {name!r} has caps and needs a JSON body: {exc}"
+            ) from None
+        if not isinstance(body, dict):
+            raise BodyError("body", "must be a JSON object")
+        try:
+            notes = apply_media_caps(body, lane.limits, name)
+        except MediaRefused as exc:
+            raise lane.refuse(exc.reason, str(exc)) from None
+        if not notes:
+            return raw
+        clamped.extend(notes)
+        return json.dumps(body).encode()
+
     async def _check_body(
-        self, lane: AdmissionLane, name: str, path: str, raw: bytes
+        self,
+        lane: AdmissionLane,
+        name: str,
+        path: str,
+        raw: bytes,
+        clamped: list[str] | None = None,
     ) -> tuple[bytes, int]:
         """Apply the prompt and output caps; returns the body to send (rewritten if capped) and
-        the tokens to reserve from the lane's budget (0 without a budget)."""
+        the tokens to reserve from the lane's budget (0 without a budget). Output bounds the
+        cap rewrote are added to ``clamped``."""
         limits = lane.limits
         budget = limits.max_inflight_tokens
         no_caps = limits.max_prompt_tokens is None and limits.max_output_tokens is None
@@ -253,12 +300,20 @@ class Proxy:
         changed = False
         if cap is not None:
             default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
+            asked = {k: body[k] for k in OUTPUT_KEYS if k in body}
             try:
                 changed = cap_output(
                     body, cap, limits.output_tokens_policy == "reject", default_key, name
                 )
             except OverCap as exc:
                 raise lane.refuse("max_tokens", str(exc)) from None
+            if changed and clamped is not None:
+                # As numbers: a bound sent as " 500" must not put its spaces in a header.
+                clamped.extend(
+                    f"{k} {output_tokens(k, asked.get(k)) or 'none'}->{body[k]}"
+                    for k in OUTPUT_KEYS
+                    if k in body and asked.get(k) != body[k]
+                )
         reserve = 0
         if budget is not None:
             reserve = (tokens or 0) + self._output_bound(body, cap)
@@ -329,6 +384,8 @@ class Proxy:
         self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange
     ) -> web.StreamResponse:
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+        if _CLAMPED in request:
+            out_headers[CLAMP_HEADER] = request[_CLAMPED]
         length = upstream.content_length
         if length is not None and length <= _WHOLE_BODY_MAX:
             try:

@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuwatch.gate import state as state_mod
+from gpuwatch.gate.adaptive_loop import AdaptiveLoop
 from gpuwatch.gate.admin import Admin
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.config import GateConfig
@@ -23,7 +24,9 @@ from gpuwatch.gate.listener import Listening, listen, track_requests
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.proxy import Proxy
 from gpuwatch.gate.state import GateState
+from gpuwatch.gate.tenantstatus import ClassCollector
 from gpuwatch.gate.upstream import Upstream
+from gpuwatch.gate.upstream_metrics import UpstreamMetrics
 
 
 def _inflight(lane: AdmissionLane) -> float:
@@ -34,7 +37,11 @@ def _queued(lane: AdmissionLane) -> float:
     return len(lane.queue)
 
 
-def _limit_inflight(lane: AdmissionLane) -> float:
+def _limit_inflight(state: GateState, name: str) -> float:
+    return state.limits.lanes[name].max_inflight  # configured (an adaptive lane's upper bound)
+
+
+def _effective_inflight(lane: AdmissionLane) -> float:
     return lane.limits.max_inflight
 
 
@@ -46,14 +53,21 @@ def _inflight_tokens(lane: AdmissionLane) -> float:
     return lane.inflight_tokens
 
 
-def _limit_inflight_tokens(lane: AdmissionLane) -> float:
-    budget = lane.limits.max_inflight_tokens
+def _limit_inflight_tokens(state: GateState, name: str) -> float:
+    budget = state.limits.lanes[name].max_inflight_tokens
     return float("nan") if budget is None else budget
 
 
 class Gate:
     def __init__(
-        self, upstream: str, config: GateConfig, state: GateState, token: str | None
+        self,
+        upstream: str,
+        config: GateConfig,
+        state: GateState,
+        token: str | None,
+        upstream_metrics: str | None = None,
+        controller: str = "aimd",
+        adaptive_pace: float = 1.0,
     ) -> None:
         self.config = config
         self.state = state
@@ -63,11 +77,28 @@ class Gate:
             lane.name: AdmissionLane(lane.name, limits.lanes[lane.name], limits.paused)
             for lane in config.lanes
         }
+        for lane in self.lanes.values():
+            lane.tenants.limits = limits.tenants
         self.metrics = GateMetrics(list(self.lanes))
         self.upstream = Upstream(upstream, on_retry=self.metrics.upstream_retries.inc)
         self.latency = {name: LaneLatency() for name in self.lanes}
         self.proxy = Proxy(config, self.lanes, self.metrics, self.upstream, self.latency)
-        self.admin = Admin(state, self.lanes, config.client_body_timeout_s, self.latency)
+        self.upstream_metrics = UpstreamMetrics(upstream_metrics) if upstream_metrics else None
+        self.adaptive = AdaptiveLoop(
+            state,
+            self.lanes,
+            self.latency,
+            self.metrics,
+            self.upstream_metrics.latest if self.upstream_metrics else lambda: None,
+            controller,
+            pace=adaptive_pace,
+        )
+        self.adaptive.apply(limits)  # an adaptive lane starts at its upper bound
+        self.admin = Admin(
+            state, self.lanes, config.client_body_timeout_s, self.latency, config.fairness
+        )
+        self.metrics.registry.register(ClassCollector(self.lanes, config.fairness))
+        self.admin.adaptive = self.adaptive
         state.on_change(self._apply)
         self._bind_gauges()
 
@@ -75,8 +106,9 @@ class Gate:
         return self.proxy.lane_for(path)
 
     def _apply(self, limits: Limits) -> None:
-        for name, lane in self.lanes.items():
-            lane.set_limits(limits.lanes[name], limits.paused)
+        for lane in self.lanes.values():
+            lane.tenants.limits = limits.tenants  # before set_limits, which admits by them
+        self.adaptive.apply(limits)  # the one place limits reach the lanes
 
     def _bind_gauges(self) -> None:
         """Gauges read the admission state when scraped: nothing to update per request."""
@@ -85,10 +117,11 @@ class Gate:
             lm = self.metrics.lanes[name]
             lm.inflight.set_function(partial(_inflight, lane))
             lm.queued.set_function(partial(_queued, lane))
-            lm.limit_inflight.set_function(partial(_limit_inflight, lane))
+            lm.limit_inflight.set_function(partial(_limit_inflight, self.state, name))
+            lm.effective_inflight.set_function(partial(_effective_inflight, lane))
             lm.limit_queue.set_function(partial(_limit_queue, lane))
             lm.inflight_tokens.set_function(partial(_inflight_tokens, lane))
-            lm.limit_inflight_tokens.set_function(partial(_limit_inflight_tokens, lane))
+            lm.limit_inflight_tokens.set_function(partial(_limit_inflight_tokens, self.state, name))
 
     def app(self) -> web.Application:
         # The proxy reads bodies itself, bounded per lane (client_max_size is for request.read).
@@ -103,8 +136,14 @@ class Gate:
 
     async def _open(self, _: web.Application) -> None:
         await self.upstream.open()
+        self.adaptive.start()
+        if self.upstream_metrics is not None:
+            self.upstream_metrics.start()
 
     async def _close(self, _: web.Application) -> None:
+        await self.adaptive.stop()
+        if self.upstream_metrics is not None:
+            await self.upstream_metrics.stop()
         await self.upstream.close()
 
     async def get_metrics(self, _: web.Request) -> web.Response:
@@ -125,6 +164,9 @@ async def start_gate(
     *,
     token: str | None = None,
     state_file: Path | None = None,
+    upstream_metrics: str | None = None,
+    controller: str = "aimd",
+    adaptive_pace: float = 1.0,
 ) -> tuple[Gate, Listening]:
     """Load state (persisted limits win), start serving; close with ``served.close()``."""
     defaults = {lane.name: lane.limits for lane in config.lanes}
@@ -132,6 +174,6 @@ async def start_gate(
     state = state_mod.load(path, defaults)
     if not path.exists():
         state.save()  # the file exists from the start: its path is something to show
-    gate = Gate(upstream, config, state, token)
+    gate = Gate(upstream, config, state, token, upstream_metrics, controller, adaptive_pace)
     served = await listen(gate.app(), host, port, config.client_header_timeout_s)
     return gate, served

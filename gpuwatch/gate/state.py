@@ -115,6 +115,9 @@ class GateState:
     log: AuditLog
     _listeners: list[Callable[[Limits], None]] = field(default_factory=list)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Who made the version in force, once a change was made here: the log's recent entries
+    # can all be the controller's after a few minutes of moves, which would hide the person.
+    _changed_by: str | None = None
 
     @property
     def audit(self) -> list[dict[str, Any]]:
@@ -122,7 +125,20 @@ class GateState:
         return list(self.log.recent)
 
     def last_actor(self) -> str | None:
-        return self.log.recent[0]["actor"] if self.log.recent else None
+        """Who made the limits what they are: the newest change of the limits themselves (a
+        controller's line, which changes no version, is not one)."""
+        if self._changed_by is not None:
+            return self._changed_by
+        for entry in self.log.recent:
+            if "controller" not in entry:
+                return str(entry["actor"])
+        return None
+
+    async def record(self, entry: dict[str, Any]) -> None:
+        """An audit line that changes no limits (the adaptive controller's), under the same
+        lock as changes: lines are never written by two threads at once."""
+        async with self._lock:
+            await asyncio.to_thread(self.log.append, entry)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "limits": self.limits.to_json()}
@@ -162,6 +178,7 @@ class GateState:
             except OSError as exc:
                 raise SaveError(f"cannot persist limits: {exc.strerror or exc}") from exc
             self.limits = after
+            self._changed_by = actor
             for listener in self._listeners:
                 listener(after)
             return after

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import IO, Any
 
@@ -107,7 +107,60 @@ def build(
             report[f"{stat}_{key}_ms"] = value * 1000 if value is not None else None
     if send_errors:
         report["send_error_p99_ms"] = percentile(send_errors, 99) * 1000
+    report["classes"] = [r.klass for r in results]
+    report["tenants"] = [r.tenant for r in results]
+    report["by_lane"] = split(results, lambda r: r.lane, spec.slo, duration)
+    report["by_class"] = split(results, lambda r: r.klass, spec.slo, duration)
+    report["by_tenant"] = split(results, lambda r: r.tenant, spec.slo, duration)
     return report
+
+
+SPLIT_FIGURES = ("ttft", "tpot", "e2el")
+
+
+def split(
+    results: list[Result],
+    key: Callable[[Result], str | None],
+    slo: dict[str, float],
+    duration: float,
+) -> dict[str, dict[str, Any]]:
+    """Every figure of the summary, per group (lane, class or tenant): requests, completed,
+    failed by status, throughput, goodput and the latency percentiles in ms. Requests without
+    the key (no tenant given) are not split; no group at all gives {}."""
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        name = key(r)
+        if name is not None:
+            groups.setdefault(name, []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(groups):
+        members = groups[name]
+        done = [r for r in members if r.ok]
+        failed = [r for r in members if not r.ok]
+        values = {
+            "ttft": [r.ttft for r in done if r.ttft is not None],
+            "tpot": [r.tpot for r in done if r.tpot is not None],
+            "e2el": [r.e2e for r in done if r.e2e is not None],
+        }
+        group: dict[str, Any] = {
+            "requests": len(members),
+            "completed": len(done),
+            "failed": len(failed),
+            "failures_by_status": dict(
+                sorted(Counter(str(r.status or "cancelled") for r in failed).items())
+            ),
+            "request_throughput": len(done) / duration,
+            "output_throughput": sum(r.output_tokens for r in done) / duration,
+            "request_goodput": (sum(meets(r, slo) for r in done) / duration) if slo else None,
+        }
+        for figure in SPLIT_FIGURES:
+            s = _summary([v for v in values[figure] if v is not None])
+            group[f"count_{figure}"] = s["count"]
+            for stat in ("mean", "median", *(f"p{p}" for p in PERCENTILES)):
+                v = s[stat]
+                group[f"{stat}_{figure}_ms"] = v * 1000 if v is not None else None
+        out[name] = group
+    return out
 
 
 def error_text(r: Result) -> str:
@@ -144,6 +197,42 @@ def render(report: dict[str, Any], out: IO[str]) -> None:
     if report["request_goodput"] is not None:
         slo = ", ".join(f"{k} <= {v:g} s" for k, v in report["slo"].items())
         console.print(f"goodput: {report['request_goodput']:.2f} req/s meeting every SLO ({slo})")
+    for field_name, title in (("by_lane", "lane"), ("by_class", "class"), ("by_tenant", "tenant")):
+        groups = report.get(field_name) or {}
+        # One lane, no class, no tenant: the table above already says it all.
+        if len(groups) > 1 or (groups and field_name != "by_lane"):
+            console.print(split_table(title, groups, report["slo"] is not None))
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def split_table(title: str, groups: dict[str, dict[str, Any]], goodput: bool) -> Any:
+    from rich.table import Table
+
+    columns = ["ok", "failed", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99", "req/s"]
+    table = Table(title, *columns, *(["goodput"] if goodput else []), box=None,
+                  title=f"by {title} (ms)")  # fmt: skip
+    for name, g in groups.items():
+        failed = str(g["failed"])
+        if g["failures_by_status"]:
+            failed += (
+                " (" + ", ".join(f"{k}: {v}" for k, v in g["failures_by_status"].items()) + ")"
+            )
+        row = [
+            str(g["completed"]),
+            failed,
+            _ms(g["median_ttft_ms"]),
+            _ms(g["p99_ttft_ms"]),
+            _ms(g["median_e2el_ms"]),
+            _ms(g["p99_e2el_ms"]),
+            f"{g['request_throughput']:.2f}",
+        ]
+        if goodput:
+            row.append(f"{g['request_goodput']:.2f}")
+        table.add_row(name, *row)
+    return table
 
 
 def ttft_chart(report: dict[str, Any], width: int = 78, height: int = 12) -> str | None:

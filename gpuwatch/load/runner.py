@@ -3,7 +3,10 @@
 Per request: TTFT = first chunk whose choice carries text; ITL = gaps between such chunks;
 E2E = start to the last of them; TPOT = (E2E - TTFT) / (output tokens - 1). Output tokens come
 from ``usage`` when the server sends it, else from the number of content chunks.
-Non-2xx responses fail by status code and are never retried.
+Embeddings and images are not streamed: they have an E2E latency only.
+Non-2xx responses fail by status code and are never retried. With tenants or classes, each
+request carries the Gateway API Inference Extension's headers: ``x-gateway-inference-
+fairness-id`` (the tenant) and ``x-gateway-inference-objective`` (the class).
 """
 
 from __future__ import annotations
@@ -33,10 +36,17 @@ class NothingListening(Exception):
     """The target never answered; the message is the one line the CLI prints."""
 
 
+# The Gateway API Inference Extension's request headers: the objective (class) and the tenant.
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
+
+
 @dataclass
 class Result:
     lane: str
     planned: float
+    klass: str | None = None
+    tenant: str | None = None
     sent: float = 0.0
     status: int | str | None = None
     ttft: float | None = None
@@ -131,10 +141,21 @@ class LoadRun:
         prompt_tokens = shape[2] if shape else spec.prompt_tokens.sample(rng)
         r.prompt_tokens = prompt_tokens
         if lane == "embed":
-            return "/v1/embeddings", {
-                "model": self.model,
-                "input": make_prompt(prompt_tokens, rng, tag),
-            }
+            # No "model": an embedding server serves its one model (TEI ignores the field).
+            if shape:
+                return "/v1/embeddings", {"input": make_prompt(prompt_tokens, rng, tag)}
+            count = spec.embed.inputs.sample(rng)
+            sizes = [spec.embed.tokens.sample(rng) for _ in range(count)]
+            r.prompt_tokens = sum(sizes)
+            texts = [make_prompt(t, rng, tag) for t in sizes]
+            return "/v1/embeddings", {"input": texts if count > 1 else texts[0]}
+        if lane == "image":
+            width, height = rng.choice(spec.image.sizes)
+            n = spec.image.n.sample(rng)
+            steps = spec.image.steps.sample(rng)
+            r.prompt_tokens = 0
+            body = {"prompt": make_text(64, rng, tag), "size": f"{width}x{height}", "n": n}
+            return "/v1/images/generations", {**body, "steps": steps}
         max_tokens = shape[3] if shape else spec.output_tokens.sample(rng)
         common = {
             "model": self.model,
@@ -151,13 +172,19 @@ class LoadRun:
     async def _one(
         self, session: aiohttp.ClientSession, path: str, body: dict[str, Any], r: Result
     ) -> None:
+        headers = {}
+        if r.klass:
+            headers[OBJECTIVE_HEADER] = r.klass
+        if r.tenant:
+            headers[FAIRNESS_HEADER] = r.tenant
         self.inflight += 1
         start = time.perf_counter()
         r.sent = start - self.started
         last = None
         chunks = 0
         try:
-            async with session.post(f"{self.spec.url}{path}", json=body) as resp:
+            url = f"{self.spec.url}{path}"
+            async with session.post(url, json=body, headers=headers) as resp:
                 if resp.status != 200:
                     r.status = resp.status
                     await resp.read()
@@ -172,10 +199,14 @@ class LoadRun:
                         continue
                     payload = line[6:].strip()
                     if payload == b"[DONE]":
-                        break
+                        # Read on to the end of the body: closing the connection under the
+                        # server's last write makes a gate count a whole answer as abandoned.
+                        continue
                     data = json.loads(payload)
+                    if not isinstance(data, dict):  # the server's answer, whatever it is
+                        raise ValueError("a stream chunk that is not a JSON object")
                     usage = data.get("usage")
-                    if usage and usage.get("completion_tokens") is not None:
+                    if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
                         r.output_tokens = usage["completion_tokens"]
                     if _has_content(data):
                         now = time.perf_counter()
@@ -214,6 +245,9 @@ class LoadRun:
         rng = random.Random(spec.seed)
         lanes = list(spec.lane_mix)
         weights = [spec.lane_mix[k] for k in lanes]
+        tenants = spec.tenancy.weights()
+        tenant_names, tenant_weights = list(tenants), list(tenants.values())
+        class_names, class_weights = list(spec.classes), list(spec.classes.values())
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
         gate = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
@@ -240,6 +274,11 @@ class LoadRun:
                     lane = rng.choices(lanes, weights)[0] if len(lanes) > 1 else lanes[0]
                 r = Result(lane, planned)
                 path, body = self._body(lane, rng, tag, r, shape)
+                # Drawn only when asked for, so a run without them keeps its seeded sequence.
+                if tenant_names:
+                    r.tenant = rng.choices(tenant_names, tenant_weights)[0]
+                if class_names:
+                    r.klass = rng.choices(class_names, class_weights)[0]
                 self.results.append(r)
                 task = asyncio.create_task(self._guarded(session, gate, path, body, r))
                 tasks.add(task)
@@ -273,10 +312,10 @@ class LoadRun:
 
 def _has_content(data: dict[str, Any]) -> bool:
     choices = data.get("choices")
-    if not choices:
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return False
     choice = choices[0]
     if choice.get("text"):
         return True
-    delta = choice.get("delta") or {}
-    return bool(delta.get("content") or delta.get("reasoning_content"))
+    delta = choice.get("delta")
+    return isinstance(delta, dict) and bool(delta.get("content") or delta.get("reasoning_content"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -126,17 +127,83 @@ def parse_slo(text: str) -> dict[str, float]:
     return slo
 
 
-def parse_lane_mix(text: str) -> dict[str, float]:
-    mix = _kv(text, "--lane-mix")
-    for key, value in mix.items():
-        if key not in ("chat", "embed"):
-            raise SpecError(f"--lane-mix: unknown lane {key!r} (known: chat, embed)")
+KINDS = ("chat", "embed", "image")
+# Names sent in headers: a token a gate can map, nothing a header could be split on.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def parse_weights(text: str, what: str, known: tuple[str, ...] | None = None) -> dict[str, float]:
+    """``a=0.7,b=0.3`` as weights that add up to 1; names checked against ``known``."""
+    weights = _kv(text, what)
+    for key, value in weights.items():
+        if known is not None and key not in known:
+            raise SpecError(f"{what}: unknown kind {key!r} (known: {', '.join(known)})")
+        if known is None and not _NAME.match(key):
+            raise SpecError(f"{what}: {key!r} is not a name (letters, digits, _ . -)")
         if value < 0:
-            raise SpecError(f"--lane-mix: {key} must be >= 0")
-    if not mix or sum(mix.values()) <= 0:
-        raise SpecError("--lane-mix: weights must add up to more than 0")
-    total = sum(mix.values())
-    return {k: v / total for k, v in mix.items()}
+            raise SpecError(f"{what}: {key} must be >= 0")
+    if not weights or sum(weights.values()) <= 0:
+        raise SpecError(f"{what}: weights must add up to more than 0")
+    total = sum(weights.values())
+    return {k: v / total for k, v in weights.items()}
+
+
+def parse_lane_mix(text: str, what: str = "--mix") -> dict[str, float]:
+    return parse_weights(text, what, KINDS)
+
+
+def parse_sizes(text: str) -> tuple[tuple[int, int], ...]:
+    """``1024x1024`` or ``512x512,1024x1024`` (one drawn per request, evenly)."""
+    sizes = []
+    for part in filter(None, text.split(",")):
+        w, sep, h = part.strip().partition("x")
+        if not (sep and w.isdigit() and h.isdigit()) or not (
+            0 < int(w) <= 8192 and 0 < int(h) <= 8192
+        ):
+            raise SpecError(f"--image-size: expected WIDTHxHEIGHT, got {part!r}")
+        sizes.append((int(w), int(h)))
+    if not sizes:
+        raise SpecError("--image-size: give at least one WIDTHxHEIGHT")
+    return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class EmbedShape:
+    """An embeddings request: how many inputs, and how many tokens each."""
+
+    inputs: Dist = field(default_factory=lambda: Dist("uniform", 1, 8))
+    tokens: Dist = field(default_factory=lambda: Dist("uniform", 32, 512))
+
+
+@dataclass(frozen=True)
+class ImageShape:
+    sizes: tuple[tuple[int, int], ...] = ((1024, 1024),)
+    steps: Dist = field(default_factory=lambda: Dist("fixed", 30))
+    n: Dist = field(default_factory=lambda: Dist("fixed", 1))
+
+
+@dataclass(frozen=True)
+class Tenancy:
+    """``tenants`` tenants ``t01``... with Zipf weights 1 / rank^skew, and optionally one
+    ``noisy`` tenant sending ``noisy`` times as much as the busiest of them."""
+
+    tenants: int = 0
+    skew: float = 1.0
+    noisy: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.tenants < 0 or self.skew < 0 or self.noisy < 0:
+            raise SpecError("--tenants, --tenant-skew and --noisy-tenant must be >= 0")
+        if self.noisy and not self.tenants:
+            raise SpecError("--noisy-tenant needs --tenants")
+
+    def weights(self) -> dict[str, float]:
+        width = len(str(self.tenants))
+        raw = {f"t{k:0{max(2, width)}d}": 1 / k**self.skew for k in range(1, self.tenants + 1)}
+        if self.noisy:
+            raw["noisy"] = self.noisy * max(raw.values())
+        total = sum(raw.values())
+        return {k: v / total for k, v in raw.items()}
 
 
 @dataclass(frozen=True)
@@ -153,6 +220,11 @@ class LoadSpec:
     prompt_tokens: Dist = field(default_factory=lambda: Dist("fixed", 512))
     output_tokens: Dist = field(default_factory=lambda: Dist("fixed", 128))
     lane_mix: dict[str, float] = field(default_factory=lambda: {"chat": 1.0})
+    embed: EmbedShape = field(default_factory=EmbedShape)
+    image: ImageShape = field(default_factory=ImageShape)
+    tenancy: Tenancy = field(default_factory=Tenancy)
+    # Objective (class) names sent in x-gateway-inference-objective, by weight; empty: none.
+    classes: dict[str, float] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)
     seed: int = 0
 

@@ -10,8 +10,9 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+from gpuwatch.fmt import clip
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
 from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict
 from gpuwatch.series import CounterRate, EngineHistory, RingSeries, window_label
@@ -29,6 +30,13 @@ BADGE_EVENT: dict[Level, EventLevel] = {
     "TIGHT": "warn",
     "OVERLOADED": "bad",
 }
+
+
+class Tap(Protocol):
+    """Whoever wants every reading the monitor is fed, at the clock it was fed at (a
+    recorder): replaying the same calls at the same clock redraws the same screen."""
+
+    def reading(self, kind: str, mono: float, wall: float, payload: Any) -> None: ...
 
 
 @dataclass
@@ -115,16 +123,31 @@ class GateView:
         }
         if not lanes:
             return None
-        totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
-        for data in lanes.values():
-            for key in totals:
-                totals[key] += data.get("goodput", {}).get(window, {}).get(key) or 0
         tails = {
             name: data["latency"][window]
             for name, data in lanes.items()
             if data["latency"][window].get("requests")
         }
-        ranked = [(t["ttft"]["p99"], n) for n, t in tails.items() if t["ttft"].get("p99")]
+        # The TTFT SLO is about tokens. A lane whose answers come in one piece (embeddings,
+        # images: no gap between tokens in the window) while another lane streams has a "TTFT"
+        # that is its whole generation and queue: it is shown, but neither its tails nor its
+        # goodput are judged against a chat SLO. With no lane streaming, every lane is judged.
+        # A lane is one of answers in one piece only when it gave answers: a token lane that
+        # answered nothing in the window (all refused, all failed) is the worst, not left out.
+        streaming = {n for n, t in tails.items() if (t.get("itl") or {}).get("count")}
+        answered = {n for n, t in tails.items() if (t.get("ttft") or {}).get("count")}
+        whole = (answered - streaming) if streaming else set()
+        totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
+        for name, data in lanes.items():
+            if name in whole:
+                continue
+            for key in totals:
+                totals[key] += data.get("goodput", {}).get(window, {}).get(key) or 0
+        ranked = [
+            (t["ttft"]["p99"], n)
+            for n, t in tails.items()
+            if t["ttft"].get("p99") and n not in whole
+        ]
         worst = max(ranked, default=None)
         return UsersView(window, totals, tails, worst[0] if worst else None, worst and worst[1])
 
@@ -161,11 +184,19 @@ class Monitor:
         self.health = HealthTracker({**DEFAULT_SLO, **(slo or {})})
         self.verdict: Verdict = self.health.shown
         self.version = 0  # bumps on every change: widgets skip work when nothing moved
+        self.started = started
+        self.tap: Tap | None = None
+
+    def _tapped(self, kind: str, now: float, payload: Any) -> None:
+        if self.tap is not None:
+            self.tap.reading(kind, now, self.wall(), payload)
 
     # -- events ---------------------------------------------------------------------------
 
     def event(self, level: EventLevel, text: str) -> None:
-        self.events.append(Event(self.wall(), level, text))
+        event = Event(self.wall(), level, text)
+        self._tapped("event", self.clock(), event)
+        self.events.append(event)
         self.version += 1
 
     def _transition(
@@ -187,6 +218,7 @@ class Monitor:
     def apply_scrape(self, result: ScrapeResult) -> None:
         ep = self.endpoints[result.source]
         now = self.clock()
+        self._tapped("scrape", now, result)
         if result.error:
             ep.status.last_error = result.error
             if result.unreachable:
@@ -207,6 +239,7 @@ class Monitor:
 
     def apply_gpus(self, reading: GpuReading) -> None:
         now = self.clock()
+        self._tapped("gpus", now, reading)
         if reading.error:
             self._transition(self.gpu_status, "DOWN", reading.error, "GPUs")
         else:
@@ -222,8 +255,24 @@ class Monitor:
         self.version += 1
 
     def apply_host(self, sample: HostSample) -> None:
+        self._tapped("host", self.clock(), sample)
         self.host = sample
         self.version += 1
+
+    def _adaptive_events(self, before: dict[str, Any], after: dict[str, Any]) -> None:
+        """An event per move of an adaptive lane's effective limit seen since the last poll
+        (the controller's changes are not new versions of the limits: no other event shows
+        them)."""
+        for lane, data in after.items():
+            new = (data.get("adaptive") or {}).get("last_decision")
+            old = ((before.get(lane) or {}).get("adaptive") or {}).get("last_decision")
+            if new and new != old and lane in before:
+                level: EventLevel = "warn" if new.get("direction") == "down" else "info"
+                self.event(
+                    level,
+                    f"gate {lane}: adaptive {new.get('from')} -> {new.get('to')} in flight: "
+                    f"{clip(str(new.get('reason')), 80)}",
+                )
 
     def apply_gate(
         self,
@@ -239,6 +288,7 @@ class Monitor:
         if gate is None:
             return
         now = self.clock()
+        self._tapped("gate", now, (limits, status, error, current))
         if error:
             self._transition(gate.status, "DOWN", error, f"gate {gate.url}")
             return
@@ -248,6 +298,7 @@ class Monitor:
         if limits is not None:
             self._accept_limits(gate, limits, current or was_down)
         if status is not None:
+            self._adaptive_events(gate.lanes, status["lanes"])
             gate.lanes = status["lanes"]
             queued = 0
             for lane, data in gate.lanes.items():
@@ -287,7 +338,9 @@ class Monitor:
     # -- derived --------------------------------------------------------------------------
 
     def check_stale(self, now: float | None = None) -> None:
-        now = self.clock() if now is None else now
+        if now is None:  # a tick's check (the ones inside apply_scrape replay with it)
+            now = self.clock()
+            self._tapped("stale", now, None)
         for ep in self.endpoints.values():
             if ep.status.state == "WAITING" and ep.status.last_error:
                 # It answers, but never usefully (an HTTP error, a page of no known metrics).
@@ -350,11 +403,11 @@ class Monitor:
         return out, details
 
     def evaluate(self) -> Verdict:
+        now = self.clock()
+        self._tapped("evaluate", now, None)
         before = self.health.shown.level
         signals, details = self.judged()
-        verdict, changed = self.health.update(
-            self.clock(), signals, window_label(self.window_s), details
-        )
+        verdict, changed = self.health.update(now, signals, window_label(self.window_s), details)
         if verdict.level == "NO DATA" and not self.serving_engines():
             verdict = self.health.shown = Verdict("NO DATA", "no serving engine answers")
         if changed:

@@ -98,6 +98,9 @@ class Engine:
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.steps = 0
+        # Other work on the same GPU (images, embeddings) stretches every step by this factor;
+        # the node sets it before each step (gpuwatch/sim/sidework.py, text_slowdown).
+        self.slowdown = 1.0
 
     # -- requests -------------------------------------------------------------------------
 
@@ -266,7 +269,7 @@ class Engine:
     def step_duration(self, tokens: int, kv_read_bytes: int) -> float:
         memory, compute = self.roofline(tokens, kv_read_bytes)
         noise = max(0.9, min(1.1, 1 + self.rng.gauss(0, 0.02)))
-        return (self.profile.step_overhead_s + max(memory, compute)) * noise
+        return (self.profile.step_overhead_s + max(memory, compute)) * noise * self.slowdown
 
     def step(self) -> StepResult:
         """Advance one scheduler step; return what happened (tokens, finishes, preemptions)."""

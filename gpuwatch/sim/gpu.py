@@ -30,6 +30,8 @@ class VirtualGpu:
         self._busy: deque[tuple[float, float, float]] = deque()  # (start, end, intensity)
         self._temp = 30.0 + profile.gpu.idle_w * 0.09
         self._temp_at: float | None = None
+        # VRAM held beside vLLM's share: embedding and diffusion weights, image activations.
+        self.side_bytes = 0
 
     def busy(self, start: float, end: float, intensity: float = 1.0) -> None:
         self._busy.append((start, end, intensity))
@@ -52,7 +54,7 @@ class VirtualGpu:
     @property
     def used_bytes(self) -> int:
         p = self.profile
-        return int(p.cuda_context_bytes + p.usable_bytes)
+        return int(p.cuda_context_bytes + p.usable_bytes) + self.side_bytes
 
     def state(self, now: float) -> dict[str, Any]:
         gpu = self.profile.gpu

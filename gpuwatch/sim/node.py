@@ -24,7 +24,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gpuwatch.sim.engine import Engine, Event, Request
 from gpuwatch.sim.gpu import VirtualGpu
 from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
-from gpuwatch.sim.profiles import Profile
+from gpuwatch.sim.profiles import IMAGE_RESERVE_BYTES, Profile, with_side_models
+from gpuwatch.sim.siderun import SideWork
+from gpuwatch.sim.sidework import text_slowdown
 
 # Back-to-back steps keep simulated time continuous (a busy GPU has no gaps) unless the event
 # loop falls this far behind the wall clock.
@@ -60,7 +62,13 @@ class SimNode:
         time_scale: float = 1.0,
         seed: int = 0,
         model_name: str | None = None,
+        *,
+        embed: bool = False,
+        image: bool = False,
+        image_reserve: int = IMAGE_RESERVE_BYTES,
     ) -> None:
+        # Serving embeddings or images too leaves vLLM a smaller share of the GPU.
+        profile = with_side_models(profile, embed, image, image_reserve)
         profile.validate()
         self.profile = profile
         self.model_name = model_name or profile.model.name
@@ -72,6 +80,12 @@ class SimNode:
             EngineRecorder(self.metrics, i, e, time_scale) for i, e in enumerate(self.engines)
         ]
         self.gpus = [VirtualGpu(profile, i, seed) for i in range(engines)]
+        # The other workloads run beside engine 0, on the first GPU.
+        self.side = SideWork(
+            profile, self.gpus[0], self.metrics.registry, self.sim_now, time_scale,
+            lambda: not self.engines[0].idle,
+            embed=embed, image=image, image_reserve=image_reserve,
+        )  # fmt: skip
         self._wake = [asyncio.Event() for _ in self.engines]
         self._slots: dict[str, Slot] = {}
         self._t0 = time.monotonic()
@@ -90,8 +104,10 @@ class SimNode:
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._run(i)) for i in range(len(self.engines))]
+        self.side.start()
 
     async def stop(self) -> None:
+        await self.side.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -112,6 +128,8 @@ class SimNode:
             elif self.sim_now() - engine.now > _MAX_LAG_S * self.time_scale:
                 # The CPU fell behind the simulated GPU; skip ahead rather than drift.
                 engine.now = self.sim_now()
+            if i == 0:
+                engine.slowdown = text_slowdown(self.side.weight)
             result = engine.step()
             if result.duration == 0:
                 wake.clear()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,8 +27,12 @@ def _word(rid: str, k: int) -> str:
 class OpenAIApi:
     """Completions and chat completions served from a node's engines."""
 
-    def __init__(self, node: SimNode) -> None:
+    def __init__(
+        self, node: SimNode, more_models: Callable[[], list[dict[str, Any]]] | None = None
+    ) -> None:
         self.node = node
+        # The other models the node serves (embeddings, images), listed after the text model.
+        self.more_models = more_models or list
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -46,7 +51,7 @@ class OpenAIApi:
             "root": node.model_name,
             "max_model_len": node.profile.model.max_model_len,
         }
-        return web.json_response({"object": "list", "data": [model]})
+        return web.json_response({"object": "list", "data": [model, *self.more_models()]})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)

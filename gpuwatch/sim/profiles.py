@@ -30,7 +30,7 @@ of TensorRT-LLM (the roofline uses the FP16/BF16 peak, where FP8 GEMMs would dou
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 GIB = 2**30
 GB = 10**9
@@ -260,6 +260,101 @@ MEASURED: dict[str, Measured] = {
         output_tps=303,
     ),
 }
+
+
+# -- the other workloads on the same GPU: embeddings and image generation --------------------
+#
+# BGE-large-en-v1.5 (BAAI): 335 M parameters, 24 layers, 512-token inputs (its config.json);
+# served in FP16 that is 0.67 GB of weights. TEI's defaults: max_batch_tokens 16384 per batch,
+# max_client_batch_size 32 inputs per request (text-embeddings-inference router/src/main.rs).
+#
+# SDXL base 1.0 (stabilityai/stable-diffusion-xl-base-1.0, FP16 safetensors): UNet 5.14 GB,
+# text encoders 0.25 + 1.39 GB, VAE 0.17 GB: 6.95 GB of weights.
+# ESTIMATE, not a measurement: no published per-step timing of SDXL on an RTX 4090 was found in
+# the reference material this project can cite (the pages found give it/s charts without a
+# fixed setup). The cost is derived from FLOPs instead: one denoising step at 1024x1024 with
+# classifier-free guidance (two UNet passes) is taken as 11 TFLOP, the VAE decode as 15 TFLOP,
+# both at 45% of the GPU's dense FP16 peak. On the RTX 4090 that is 0.15 s a step and 4.7 s for
+# 1024x1024 at 30 steps, inside the 4-6 s that user reports for this setup commonly give; the
+# other GPUs scale by their FP16 peak (the UNet is compute-bound). Cost grows linearly with
+# pixels (the attention's quadratic term is ignored) and with the batch n. Peak activations:
+# 2.5 GiB per 1024x1024 image (estimate), linear in pixels and n.
+
+
+@dataclass(frozen=True)
+class EmbeddingModel:
+    name: str
+    params: float
+    weight_bytes: int
+    max_input_tokens: int = 512
+    max_batch_tokens: int = 16384
+    max_inputs: int = 32
+    step_overhead_s: float = 0.002
+    vocab_size: int = 30522  # BERT's WordPiece vocabulary, which the BGE models use
+
+    def batch_seconds(self, gpu: Gpu, tokens: int, efficiency: float = 0.5) -> float:
+        """One forward pass over ``tokens`` tokens: 2 x params x tokens FLOPs, plus overhead."""
+        return self.step_overhead_s + 2 * self.params * tokens / (gpu.fp16_flops * efficiency)
+
+    def weight(self, tokens: int) -> float:
+        """Its weight against the text engine while a batch runs (see ``DiffusionModel``)."""
+        return min(1.0, tokens / self.max_batch_tokens)
+
+
+@dataclass(frozen=True)
+class DiffusionModel:
+    name: str
+    weight_bytes: int
+    step_flops: float  # one denoising step for one image at ``ref_pixels`` (CFG included)
+    decode_flops: float  # the VAE decode of one image at ``ref_pixels``
+    activation_bytes: int  # peak activations of one image at ``ref_pixels``
+    ref_pixels: int = 1024 * 1024
+    efficiency: float = 0.45
+
+    def seconds(self, gpu: Gpu, pixels: int, steps: int, n: int) -> float:
+        """Alone on the GPU: steps x pixels x n, plus the decode of each image."""
+        scale = pixels / self.ref_pixels * n
+        flops = (steps * self.step_flops + self.decode_flops) * scale
+        return flops / (gpu.fp16_flops * self.efficiency)
+
+    def bytes_for(self, pixels: int, n: int) -> int:
+        return int(self.activation_bytes * pixels / self.ref_pixels * n)
+
+    def weight(self, pixels: int, n: int) -> float:
+        """How much GPU time a running request claims against the other work on the GPU:
+        1 for a 1024x1024 image or more (it keeps the GPU as busy as the text engine does, so
+        time slicing gives each half), less for smaller ones, in proportion to pixels x n."""
+        return min(1.0, pixels * n / self.ref_pixels)
+
+
+BGE_LARGE = EmbeddingModel("BAAI/bge-large-en-v1.5", 335e6, int(0.67 * GB))
+SDXL = DiffusionModel(
+    "stabilityai/stable-diffusion-xl-base-1.0",
+    int(6.95 * GB),
+    step_flops=11e12,
+    decode_flops=15e12,
+    activation_bytes=int(2.5 * GIB),
+)
+# Room kept for image activations when images are served: two 1024x1024 images at once.
+IMAGE_RESERVE_BYTES = 5 * GIB
+
+
+def with_side_models(
+    profile: Profile, embed: bool, image: bool, image_reserve: int = IMAGE_RESERVE_BYTES
+) -> Profile:
+    """The profile with vLLM's gpu_memory_utilization lowered so the embedding and diffusion
+    models (and the image activations) fit beside it, as an operator sharing one GPU sets it."""
+    side = (BGE_LARGE.weight_bytes if embed else 0) + (
+        SDXL.weight_bytes + image_reserve if image else 0
+    )
+    if not side:
+        return profile
+    vram = profile.gpu.vram_bytes
+    share = (vram - profile.cuda_context_bytes - side) / vram
+    utilization = min(profile.gpu_memory_utilization, math.floor(share * 100) / 100)
+    mixed = replace(profile, gpu_memory_utilization=utilization)
+    mixed.validate()
+    return mixed
 
 
 def get_profile(name: str) -> Profile:

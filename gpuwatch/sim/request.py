@@ -21,7 +21,7 @@ from aiohttp import web
 from gpuwatch.fmt import clip
 from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.sim.node import Job
-from gpuwatch.sim.profiles import Profile
+from gpuwatch.sim.profiles import DiffusionModel, EmbeddingModel, Profile
 from gpuwatch.tokens import CHARS_PER_TOKEN, chat_text, estimate_chat, estimate_text
 
 _TYPE_NAMES: dict[type, str] = {
@@ -166,4 +166,118 @@ def parse(body: Mapping[str, Any], chat: bool, model_name: str, profile: Profile
         job,
         stream=_field(body, "stream", bool, False),
         include_usage=_field(options, "include_usage", bool, False),
+    )
+
+
+# -- embeddings and images ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EmbedBody:
+    tokens: list[int]  # per input
+    batched: bool  # a list of inputs (TEI's "batch" method) or one
+    base64: bool
+
+
+def _check_model(body: Mapping[str, Any], served: str) -> None:
+    model = _field(body, "model", str)
+    if model is not None and model != served:
+        raise BadRequest(f"The model `{clip(model, 100)}` does not exist.", 404, "model")
+
+
+def parse_embeddings(body: Mapping[str, Any], model: EmbeddingModel) -> EmbedBody:
+    """OpenAI's embeddings body: ``input`` is a string, a list of strings, a list of token ids
+    or a list of lists of token ids; each input and the count are checked against the model."""
+    _check_model(body, model.name)
+    raw = body.get("input")
+    inputs: list[Any]
+    if isinstance(raw, str) or _is_token_ids(raw):
+        inputs, batched = [raw], False
+    elif isinstance(raw, list) and raw:
+        inputs, batched = raw, True
+    else:
+        raise BadRequest(
+            "input must be a string, a list of strings or a list of token-id lists", param="input"
+        )
+    if len(inputs) > model.max_inputs:
+        raise BadRequest(
+            f"input has {len(inputs)} items, over max_inputs {model.max_inputs} per request",
+            param="input",
+        )
+    tokens: list[int] = []
+    for i, item in enumerate(inputs):
+        if isinstance(item, str):
+            if not item:  # TEI refuses it too: no tokens is nothing to embed
+                raise BadRequest(f"input[{i}] is empty", param="input")
+            count = estimate_text(item)
+        elif _is_token_ids(item):
+            if not all(0 <= t < model.vocab_size for t in item):
+                raise BadRequest(
+                    f"input[{i}] has a token id outside 0..{model.vocab_size - 1}", param="input"
+                )
+            count = len(item)
+        else:
+            raise BadRequest(f"input[{i}] must be a string or a list of token ids", param="input")
+        if count > model.max_input_tokens:
+            raise BadRequest(
+                f"input[{i}] has {count} tokens, over max_input_tokens "
+                f"{model.max_input_tokens} per item",
+                param="input",
+            )
+        tokens.append(count)
+    encoding = _field(body, "encoding_format", str, "float")
+    if encoding not in ("float", "base64"):
+        raise BadRequest("encoding_format must be float or base64", param="encoding_format")
+    return EmbedBody(tokens, batched, encoding == "base64")
+
+
+# Bounds an image request must keep: the diffusion model's latents are 1/8 of the pixels, and
+# OpenAI's images API allows n up to 10.
+IMAGE_SIDE = (64, 4096)
+IMAGE_MAX_N = 10
+IMAGE_MAX_STEPS = 500
+
+
+@dataclass(frozen=True)
+class ImageBody:
+    width: int
+    height: int
+    steps: int
+    n: int
+    b64: bool
+
+
+def _bounded(body: Mapping[str, Any], name: str, default: int, high: int) -> int:
+    value: int = _field(body, name, int, default)
+    if not 1 <= value <= high:
+        raise BadRequest(f"{name} must be between 1 and {high}, got {value}", param=name)
+    return value
+
+
+def parse_images(body: Mapping[str, Any], model: DiffusionModel) -> ImageBody:
+    """OpenAI's images body plus a ``steps`` extension (denoising steps, default 30)."""
+    _check_model(body, model.name)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("prompt must be a non-empty string", param="prompt")
+    size = _field(body, "size", str, "1024x1024")
+    w, sep, h = size.partition("x")
+    lo, hi = IMAGE_SIDE
+    if not (sep and w.isdigit() and h.isdigit() and len(w) <= 5 and len(h) <= 5):
+        raise BadRequest(f"size must be WIDTHxHEIGHT, got {clip(size, 40)!r}", param="size")
+    width, height = int(w), int(h)
+    if not (lo <= width <= hi and lo <= height <= hi and width % 8 == 0 and height % 8 == 0):
+        raise BadRequest(
+            f"size {width}x{height}: each side must be a multiple of 8 from {lo} to {hi}",
+            param="size",
+        )
+    fmt = _field(body, "response_format", str, "b64_json")
+    if fmt not in ("b64_json", "url"):
+        raise BadRequest("response_format must be b64_json or url", param="response_format")
+    return ImageBody(
+        width,
+        height,
+        steps=_bounded(body, "steps", 30, IMAGE_MAX_STEPS),
+        n=_bounded(body, "n", 1, IMAGE_MAX_N),
+        b64=fmt == "b64_json",
     )

@@ -10,8 +10,9 @@ from aiohttp.typedefs import Handler
 from gpuwatch.aioserve import Served, serve
 from gpuwatch.sim.node import NodeRoutes, SimNode
 from gpuwatch.sim.openai import OpenAIApi
-from gpuwatch.sim.profiles import Profile
+from gpuwatch.sim.profiles import IMAGE_RESERVE_BYTES, Profile
 from gpuwatch.sim.request import error_response
+from gpuwatch.sim.sideapi import SideApi
 
 __all__ = ["SimNode", "build_app", "start_sim"]
 
@@ -30,7 +31,9 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
 def build_app(node: SimNode) -> web.Application:
     app = web.Application(middlewares=[_json_errors])
     app.router.add_routes(NodeRoutes(node).routes())
-    app.router.add_routes(OpenAIApi(node).routes())
+    side = SideApi(node)
+    app.router.add_routes(OpenAIApi(node, side.models).routes())
+    app.router.add_routes(side.routes())
 
     async def start(_: web.Application) -> None:
         node.start()
@@ -52,8 +55,15 @@ async def start_sim(
     time_scale: float = 1.0,
     seed: int = 0,
     model_name: str | None = None,
+    embed: bool = False,
+    image: bool = False,
+    image_reserve: int = IMAGE_RESERVE_BYTES,
 ) -> tuple[SimNode, Served]:
-    """Start a simulator on ``host:port`` (0 = a free port); close with ``served.close()``."""
-    node = SimNode(profile, engines, time_scale, seed, model_name)
+    """Start a simulator on ``host:port`` (0 = a free port); close with ``served.close()``.
+    ``embed`` and ``image`` serve embeddings and image generation on the same GPU too."""
+    node = SimNode(
+        profile, engines, time_scale, seed, model_name,
+        embed=embed, image=image, image_reserve=image_reserve,
+    )  # fmt: skip
     served = await serve(build_app(node), host, port)
     return node, served

@@ -261,6 +261,9 @@ GATE = Dialect(
     },
 )
 
+# The gate's refusals (a counter, every lane and reason): the fleet table's "refused" column.
+GATE_REFUSED_TOTAL = "gpuwatch_gate_rejected_total"
+
 DIALECTS: tuple[Dialect, ...] = (
     VLLM,
     SGLANG,

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from gpuwatch.fmt import clip
-from gpuwatch.httpclient import DEFAULT_TIMEOUT_S
+from gpuwatch.httpclient import DEFAULT_TIMEOUT_S, BodyTooLarge, mib_limit, read_bounded
 from gpuwatch.model import ScrapeResult
 from gpuwatch.sources.dialects import MODEL_LABELS, index_samples, map_samples, wanted_sample_names
 
@@ -449,7 +449,7 @@ def map_page(
     elif len(engines) > max_engines:  # several dialects on one page, each under the cap
         warnings.insert(0, _too_many(len(engines), max_engines))
         engines = engines[:max_engines]
-    return ScrapeResult(source, engines, warnings=warnings)
+    return ScrapeResult(source, engines, warnings=warnings, page=kept.text)
 
 
 async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
@@ -458,16 +458,9 @@ async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MA
         async with client.stream("GET", url) as response:
             if response.status_code != 200:
                 raise ScrapeError(f"HTTP {response.status_code} {response.reason_phrase}".strip())
-            declared = response.headers.get("content-length")
-            if declared and declared.isdigit() and int(declared) > max_bytes:
-                raise ScrapeError(f"body of {int(declared)} bytes exceeds the {_mib(max_bytes)}")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > max_bytes:
-                    raise ScrapeError(body_too_big(max_bytes))
-                chunks.append(chunk)
+            body = await read_bounded(response, max_bytes)
+    except BodyTooLarge as exc:
+        raise ScrapeError(str(exc)) from None
     except httpx.ConnectTimeout as exc:
         raise ScrapeError(f"connect timed out ({_host(url)})", unreachable=True) from exc
     except httpx.TimeoutException as exc:
@@ -478,7 +471,7 @@ async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MA
         raise ScrapeError(f"connection closed mid-response ({_host(url)})") from exc
     except httpx.HTTPError as exc:
         raise ScrapeError(f"{type(exc).__name__}: {exc}") from exc
-    return decode_body(b"".join(chunks))
+    return decode_body(body)
 
 
 async def scrape(
@@ -503,11 +496,7 @@ async def scrape(
 
 
 def body_too_big(max_bytes: int) -> str:
-    return f"body exceeds the {_mib(max_bytes)}"
-
-
-def _mib(n: int) -> str:
-    return f"{n / 1048576:g} MiB limit"
+    return f"body exceeds the {mib_limit(max_bytes)}"
 
 
 def _host(url: str) -> str:

@@ -37,6 +37,7 @@ from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
+from gpuwatch.tui.widgets.adaptive import AdaptivePanel
 from gpuwatch.tui.widgets.admission import AdmissionPanel
 from gpuwatch.tui.widgets.chart import Chart, Line
 from gpuwatch.tui.widgets.engines import EnginePanel, short_url
@@ -66,6 +67,7 @@ class DashboardOptions:
     title_endpoint: str | None = None
     hostname: str = field(default_factory=socket.gethostname)
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
+    clock_label: str = ""  # the header's clock is not now: REPLAY
 
 
 class Dashboard(Screen[None]):
@@ -105,6 +107,11 @@ class Dashboard(Screen[None]):
         Binding("u", "app.undo", "undo"),
         Binding("a", "app.audit", "audit", show=False),
         Binding("P", "app.plan", "plan for this gate", show=False),
+        Binding("A", "app.adaptive", "adaptive on/off", show=False),
+        Binding("n", "app.next_tenant", "next tenant", show=False),
+        Binding("x", "app.tenant_pause", "pause/resume tenant", show=False),
+        Binding("c", "app.tenant_cap(True)", "lower tenant cap", show=False),
+        Binding("C", "app.tenant_cap(False)", "raise tenant cap", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -114,6 +121,7 @@ class Dashboard(Screen[None]):
                 yield GpuPanel(id="gpus", classes="box")
                 yield EnginePanel(id="engines", classes="box")
                 yield AdmissionPanel(id="admission", classes="box")
+                yield AdaptivePanel(id="adaptive", classes="box")
                 yield UsersPanel(id="users", classes="box")
             with Container(id="charts"):
                 # Titles name the windows the plotted values were computed over.
@@ -128,6 +136,7 @@ class Dashboard(Screen[None]):
 
 
 class GpuwatchApp(App[None]):
+    DASHBOARD: type[Dashboard] = Dashboard  # a replay brings its own, with the cursor keys
     CSS_PATH = "styles/app.tcss"
     TITLE = "gpuwatch"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
@@ -153,6 +162,16 @@ class GpuwatchApp(App[None]):
         "[b]control[/] (with --admin): keys pressed together become one change; pausing or "
         "cutting a lane by more than half asks first; o / O step the output cap to the next of "
         "128 256 512 1024 2048 4096 and none. P: the last plan. --read-only refuses all.",
+        "",
+        "[b]adaptive[/]: A switches the selected lane to adaptive admission and back (asks "
+        "first): the gate moves its in-flight limit between min_inflight and max_inflight to "
+        "hold a p99 TTFT target (the lane's, else the dashboard's SLO). On an adaptive lane "
+        "+ / - move the upper bound, e sets both bounds and the target, u undoes; a pause "
+        "always wins over the controller.",
+        "",
+        "[b]tenants[/]: n selects the next of the lane's busiest tenants (shown as "
+        "in-flight·queued); x pauses or resumes it, c / C step its in-flight cap over 32 16 8 4 "
+        "2 1 0 and none. Each is one change to the gate's limits (If-Match, audited, undo).",
     ]
 
     def __init__(
@@ -196,7 +215,7 @@ class GpuwatchApp(App[None]):
             self.monitor.event("warn", f"theme {wanted!r} not found; using {DEFAULT_THEME}")
             wanted = DEFAULT_THEME
         self.theme = wanted
-        self.push_screen(Dashboard())
+        self.push_screen(self.DASHBOARD())
         if self.polling:
             m, interval = self.monitor, self.options.interval_s
             for url in self.options.urls:
@@ -295,6 +314,7 @@ class GpuwatchApp(App[None]):
             self.frozen,
             self.window[1],
             m.wall(),
+            self.options.clock_label,
         )
         if m.version == self._painted_version:
             return
@@ -304,8 +324,12 @@ class GpuwatchApp(App[None]):
             list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint
         )
         dash.query_one(AdmissionPanel).render_gate(
-            m.gate, self.steering.selected_lane, self.steering.pending_lines()
+            m.gate,
+            self.steering.selected_lane,
+            self.steering.pending_lines(),
+            self.steering.selected_tenant,
         )
+        dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, m.wall())
         users = m.gate.users(window_label(m.window_s)) if m.gate else None
         dash.query_one(UsersPanel).render_users(
             ttft_breakdown(m), users, m.health.slo, compact=narrow or short
@@ -387,6 +411,15 @@ class GpuwatchApp(App[None]):
     def action_next_lane(self) -> None:
         self.steering.next_lane()
 
+    def action_next_tenant(self) -> None:
+        self.steering.next_tenant()
+
+    def action_tenant_pause(self) -> None:
+        self.steering.tenant_pause()
+
+    def action_tenant_cap(self, down: bool) -> None:
+        self.steering.tenant_cap(down)
+
     def action_inflight(self, delta: int) -> None:
         self.steering.inflight(delta)
 
@@ -404,6 +437,10 @@ class GpuwatchApp(App[None]):
 
     def action_pause(self) -> None:
         self.steering.pause()
+
+    def action_adaptive(self) -> None:
+        # A lane switched on without a target of its own gets the dashboard's TTFT SLO.
+        self.steering.toggle_adaptive(self.monitor.health.slo.get("ttft_p99_s") or 2.0)
 
     def action_undo(self) -> None:
         self.steering.undo()

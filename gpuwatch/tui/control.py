@@ -28,10 +28,14 @@ CONTROL_ACTIONS = frozenset(
         "output",
         "budget",
         "pause",
+        "adaptive",
         "edit",
         "undo",
         "select_lane",
         "next_lane",
+        "next_tenant",
+        "tenant_pause",
+        "tenant_cap",
     }
 )
 
@@ -67,6 +71,11 @@ class DashboardControl:
         gate = self.app.monitor.gate
         changes = await self._ask(EditLimits(gate.url if gate else "?", lane, limits))
         return changes if isinstance(changes, dict) else None
+
+    def tenants(self, lane: str) -> list[str]:
+        gate = self.app.monitor.gate
+        shown = gate.lanes.get(lane, {}).get("tenants", []) if gate else []
+        return [t["id"] for t in shown if isinstance(t, dict) and isinstance(t.get("id"), str)]
 
     def changed(self) -> None:
         self.app.repaint()

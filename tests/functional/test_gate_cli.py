@@ -151,3 +151,30 @@ def test_gate_config_errors_name_the_key(tmp_path: Path) -> None:
         "gate", "--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--config", str(cfg)
     )
     assert out.returncode == 2 and "new lane 'lanes.batch' needs 'prefixes'" in out.stderr
+
+
+def test_limits_set_image_and_embedding_caps(gate) -> None:
+    """The issue's own command line: ``gpuwatch limits set image.max_steps=30``."""
+    url, token, _ = gate
+    common = ["--admin", url, "--admin-token-file", str(token)]
+    out = gw("limits", "set", "image.max_steps=30", "image.media_policy=reject", *common)
+    assert out.returncode == 0, out.stderr
+    assert "max_steps 30  (reject)" in out.stdout
+    limits = json.loads(gw("limits", "get", "--json", *common).stdout)
+    assert limits["lanes"]["image"]["max_steps"] == 30
+    out = gw("limits", "set", "embed.max_inputs=0", *common)
+    assert out.returncode == 1 and "lanes.embed.max_inputs: must be >= 1" in out.stderr
+
+
+def test_limits_set_a_tenants_limits(gate) -> None:
+    url, token, _ = gate
+    common = ["--admin", url, "--admin-token-file", str(token)]
+    out = gw("limits", "set", "tenants.team.a.max_inflight=2", "tenants.bob.paused=true", *common)
+    assert out.returncode == 0, out.stderr
+    assert "tenant team.a: max_inflight 2" in out.stdout and "tenant bob: paused" in out.stdout
+    out = gw("limits", "set", "tenants.bob=none", *common)
+    assert out.returncode == 0, out.stderr
+    limits = json.loads(gw("limits", "get", "--json", *common).stdout)
+    assert limits["tenants"] == {"team.a": {"paused": False, "max_inflight": 2}}
+    out = gw("limits", "set", "tenants.bob.colour=1", *common)
+    assert out.returncode == 1 and "tenants.bob.colour" in out.stderr

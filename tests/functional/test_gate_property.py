@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -67,10 +68,27 @@ async def _run(batch) -> None:  # type: ignore[no-untyped-def]
                         assert r.status in (200, 400, 409), (body, r.status, await r.text())
                         data = await r.json()
                     if r.status == 200:
+                        effective = data.pop("effective")
                         assert data == gate.state.limits.to_json()
+                        assert effective == gate.adaptive.effective()
                     reloaded = load_state(path, {lane.name: lane.limits for lane in DEFAULT_LANES})
                     assert reloaded.limits == gate.state.limits
                     for name, lane in gate.lanes.items():
-                        assert lane.limits == gate.state.limits.lanes[name]
+                        configured = gate.state.limits.lanes[name]
+                        if configured.policy == "adaptive":
+                            # The effective limit, within the bounds; all else as configured.
+                            low, high = (
+                                min(configured.min_inflight, configured.max_inflight),
+                                (configured.max_inflight),
+                            )
+                            assert low <= lane.limits.max_inflight <= high
+                            lane_limits = replace(
+                                lane.limits,
+                                max_inflight=configured.max_inflight,
+                                max_inflight_tokens=configured.max_inflight_tokens,
+                            )
+                            assert lane_limits == configured
+                        else:
+                            assert lane.limits == configured
         finally:
             await served.close()

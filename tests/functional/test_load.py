@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -12,7 +13,9 @@ from pathlib import Path
 import aiohttp
 import httpx
 import pytest
+from aiohttp import web
 
+from gpuwatch.aioserve import serve
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
@@ -183,3 +186,26 @@ async def test_lane_mix_sends_each_lane_to_its_endpoint() -> None:
         assert report["failures_by_status"] == {"404": len(embed)}
     finally:
         await sim.close()
+
+
+async def test_a_stream_of_json_that_is_not_an_object_is_a_failed_request() -> None:
+    """A server's chunk that is JSON but not an object (``data: [1]``) fails that request with
+    a status, like any bad answer; the run ends with every result accounted for."""
+
+    async def odd(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: [1, 2]\n\ndata: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", odd)
+    served = await serve(app, "127.0.0.1", 0)
+    try:
+        spec = LoadSpec(url=served.url, rate=20.0, requests=5, prompt_tokens=Dist("fixed", 8),
+                        output_tokens=Dist("fixed", 4), seed=1, model="m")  # fmt: skip
+        results = await asyncio.wait_for(LoadRun(spec).run(), 30)
+    finally:
+        await served.close()
+    assert len(results) == 5
+    assert all(not r.ok and r.status == "ValueError" for r in results), [r.status for r in results]

@@ -21,7 +21,7 @@ import pytest
 
 from gpuwatch.series import EngineHistory
 from gpuwatch.sources.scrape import map_page
-from tests.helpers import eventually_sync
+from tests.functional.fleetkit import start_prometheus
 
 BOUNDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MODEL = "m"
@@ -129,32 +129,7 @@ def prom(scrapes: list[Scrape], tmp_path_factory: pytest.TempPathFactory) -> Ite
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     (root / "prometheus.yml").write_text("global: {}\n")
-    # Prometheus cannot report a port it picked itself; try ports until one is ours.
-    rng = random.Random()
-    for _ in range(20):
-        port = rng.randint(20000, 60000)
-        proc = subprocess.Popen(
-            ["prometheus", f"--config.file={root / 'prometheus.yml'}",
-             f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-
-        def ready(url: str = url, proc: subprocess.Popen[str] = proc) -> bool:
-            if proc.poll() is not None:
-                return True
-            try:
-                return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        eventually_sync(ready, 60, message="prometheus did not become ready")
-        if proc.poll() is None:
-            break
-        err = proc.stderr.read() if proc.stderr else ""
-        assert "address already in use" in err, err[-2000:]
-    else:
-        pytest.fail("no free port for prometheus after 20 tries")
+    proc, url = start_prometheus(root)
     yield Prom(url)
     proc.terminate()
     proc.wait(10)

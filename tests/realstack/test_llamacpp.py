@@ -137,9 +137,10 @@ async def test_gate_max_inflight_bounds_requests_processing(
 ) -> None:
     gate, gate_url = gated
     async with aiohttp.ClientSession() as s, async_client() as client:
-        async with s.patch(
-            f"{gate_url}/admin/limits", json={"lanes": {"chat": {"max_inflight": 1}}}
-        ) as r:
+        # Four 1,500-token answers one at a time take minutes on a busy 2-core machine: the
+        # queue must outlast them (this test is about the in-flight bound, not the timeout).
+        limits = {"max_inflight": 1, "queue_timeout_s": 900}
+        async with s.patch(f"{gate_url}/admin/limits", json={"lanes": {"chat": limits}}) as r:
             assert r.status == 200
         tasks = [asyncio.create_task(complete(s, gate_url, 1500)) for _ in range(4)]
         peak_processing = peak_deferred = peak_gate_queue = 0
@@ -207,7 +208,10 @@ async def test_dashboard_pointed_at_llama_server(llama_server: str) -> None:
             lambda: "llamacpp" in engines() and "run 2" in engines() and "wait 1" in engines(),
             20, pause=pilot.pause, message=engines,
         )  # fmt: skip
-        # Tokens flow: the 10 s generation rate is a number above zero.
+        # Tokens flow: the 10 s generation rate is a number above zero. llama.cpp adds a
+        # request's tokens to its counter when the request ends, so wait for the first answer
+        # (a minute for 3,000 tokens on a busy 2-core machine), then for the rate to show it.
+        await eventually(lambda: any(t.done() for t in tasks), 90, pause=pilot.pause)
         await eventually(
             lambda: (m := re.search(r"gen (\d+)", engines())) and int(m[1]) > 0,
             20, pause=pilot.pause, message=engines,

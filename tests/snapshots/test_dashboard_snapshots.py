@@ -43,6 +43,12 @@ def test_overloaded(snap_compare, size: tuple[int, int]) -> None:  # type: ignor
     assert snap_compare(scenario.app_for(sc), terminal_size=size, run_before=_paint)
 
 
+def test_adaptive_lane(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """The adaptive panel: effective limit in its bounds, target, last cut and why, sparkline."""
+    sc = scenario.with_adaptive(scenario.build(seconds=150, spike_at=110))
+    assert snap_compare(scenario.app_for(sc), terminal_size=(160, 48), run_before=_paint)
+
+
 def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await _paint(pilot)

@@ -93,3 +93,27 @@ def test_slo_on_the_command_line_is_checked_like_the_file(arg: str, message: str
     with pytest.raises(ValueError, match=message):
         parse_slo_args([arg])
     assert parse_slo_args(["goodput_min=0.95"]) == {"goodput_min": 0.95}
+
+
+def test_prometheus_and_gates_tables_are_typed(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[prometheus]\nurl = "http://p:9090"\nnode_label = "host"\n\n'
+        '[gates."10.0.*:9000"]\nadmin = "http://{instance}"\ntoken_file = "/t"\n\n'
+        '[gates."*"]\nadmin = "http://gw"\n'
+    )
+    settings = config.load(path)
+    assert settings.prometheus.url == "http://p:9090" and settings.prometheus.node_label == "host"
+    assert list(settings.gates) == ["10.0.*:9000", "*"]  # file order: the first match wins
+    assert settings.gates["10.0.*:9000"] == config.GateTarget("http://{instance}", "/t")
+    for bad, message in (
+        ('[gates."a"]\nadmn = "x"\n', """unknown key 'gates."a".admn'"""),
+        ('[gates."a"]\nadmin = 3\n', """key 'gates."a".admin' must be a string"""),
+        ("gates = 1\n", "'gates' must be a table"),
+        ('[prometheus]\ntoken = "s3cret"\n', "unknown key 'prometheus.token'"),
+    ):
+        path.write_text(bad)
+        with pytest.raises(
+            config.ConfigError, match=message.replace(".", r"\.").replace("*", r"\*")
+        ):
+            config.load(path)

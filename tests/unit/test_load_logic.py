@@ -79,9 +79,10 @@ def test_bad_slo_pattern_mix_rate() -> None:
         parse_slo("ttft=fast")
     with pytest.raises(SpecError, match="--pattern"):
         Pattern.parse("wave")
-    with pytest.raises(SpecError, match="--lane-mix: unknown lane 'image'"):
-        parse_lane_mix("chat=1,image=1")
+    with pytest.raises(SpecError, match="--mix: unknown kind 'video'"):
+        parse_lane_mix("chat=1,video=1")
     assert parse_lane_mix("chat=0.8,embed=0.2") == {"chat": 0.8, "embed": 0.2}
+    assert parse_lane_mix("chat=7,embed=2,image=1") == {"chat": 0.7, "embed": 0.2, "image": 0.1}
     with pytest.raises(SpecError, match="--rate"):
         LoadSpec(url="x", rate=0.0, requests=1)
 
@@ -124,3 +125,19 @@ def test_report_has_vllm_bench_field_names() -> None:
         assert key in report, key
     assert report["request_goodput"] is None  # no SLO given
     assert report["p99_ttft_ms"] == pytest.approx(200)
+
+
+def test_tenancy_weights_are_zipf_with_a_noisy_tenant() -> None:
+    from gpuwatch.load.spec import Tenancy
+
+    w = Tenancy(tenants=4, skew=1.0).weights()
+    assert list(w) == ["t01", "t02", "t03", "t04"]
+    assert w["t01"] / w["t02"] == pytest.approx(2) and w["t01"] / w["t04"] == pytest.approx(4)
+    assert sum(w.values()) == pytest.approx(1)
+    flat = Tenancy(tenants=3, skew=0.0).weights()
+    assert list(flat.values()) == pytest.approx([1 / 3] * 3)
+    noisy = Tenancy(tenants=2, skew=1.0, noisy=10.0).weights()
+    assert noisy["noisy"] / noisy["t01"] == pytest.approx(10)
+    assert Tenancy().weights() == {}
+    with pytest.raises(SpecError, match="--noisy-tenant needs --tenants"):
+        Tenancy(noisy=2.0)

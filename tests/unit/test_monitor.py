@@ -202,3 +202,51 @@ def test_limits_that_went_back_are_believed_when_the_gate_says_so_twice() -> Non
     m.apply_gate(None, None, "connection refused")
     m.apply_gate({"version": 1, "paused": False, "lanes": {}}, None)  # back after being DOWN
     assert m.gate.limits["version"] == 1
+
+
+def test_a_move_of_the_adaptive_controller_is_one_event() -> None:
+    clock = Clock()
+    m = Monitor([], clock=clock, wall=clock, admin_url="http://127.0.0.1:9000")
+
+    def status(decision: dict | None) -> dict:
+        lane = {"queued": 0, "rejected_total": {}, "adaptive": {"last_decision": decision}}
+        return {"lanes": {"chat": lane}}
+
+    cut = {"time": 5.0, "direction": "down", "from": 16, "to": 12, "reason": "-25%: p99 TTFT 3.0s > 2.0s"}  # fmt: skip
+    m.apply_gate(None, status(cut))  # the first poll: a decision from before, no event
+    before = len(m.events)
+    m.apply_gate(None, status(cut))  # the same decision polled again: nothing new
+    assert len(m.events) == before
+    up = {"time": 9.0, "direction": "up", "from": 12, "to": 13, "reason": "+1: p99 TTFT 0.5s <= 2.0s, 3 queued"}  # fmt: skip
+    m.apply_gate(None, status(up))
+    assert len(m.events) == before + 1
+    assert (
+        m.events[-1].text
+        == "gate chat: adaptive 12 -> 13 in flight: +1: p99 TTFT 0.5s <= 2.0s, 3 queued"
+    )
+    assert m.events[-1].level == "info"
+
+
+def test_lanes_answering_in_one_piece_are_shown_but_not_judged_by_the_ttft_slo() -> None:
+    """An image queue of 25 s is the image lane doing its job, not chat users waiting: with a
+    streaming lane beside it, a lane with no token gaps is left out of the badge."""
+    clock = Clock()
+    m = Monitor([URL], clock=clock, wall=clock, admin_url="http://127.0.0.1:9000")
+    m.health.hold_s = 0
+    limits = {"version": 1, "paused": False, "lanes": {"chat": {}, "image": {}}}
+    m.apply_scrape(ScrapeResult(URL, [EngineSnapshot(URL, "vllm", "m", kv_cache_usage=0.3)]))
+    status = _status(good=100, slow=0, refused=0, ttft_p99=0.9)
+    image = _status(good=2, slow=6, refused=0, ttft_p99=29.0)["lanes"]["chat"]
+    for tails in image["latency"].values():
+        tails["itl"] = {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    status["lanes"]["image"] = image
+    m.apply_gate(limits, status)
+    assert m.evaluate().level == "OK"
+    assert m.gate is not None
+    users = m.gate.users()
+    assert users is not None and set(users.tails) == {"chat", "image"}  # still on screen
+    assert users.worst_lane == "chat" and users.totals["ended"] == 100
+    # Without a streaming lane (a gate of embeddings only), every lane is judged as before.
+    del status["lanes"]["chat"]
+    m.apply_gate(limits, status)
+    assert m.evaluate().level == "OVERLOADED"

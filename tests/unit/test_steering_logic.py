@@ -95,3 +95,17 @@ def test_a_patch_for_a_key_an_older_gate_lacks() -> None:
     assert patch == {"lanes": {"chat": {"max_inflight_tokens": 512_000}}}
     assert describe(base, patch) == ["chat.max_inflight_tokens none -> 512000"]
     assert revert_of(base, patch) == {"lanes": {"chat": {"max_inflight_tokens": None}}}
+
+
+def test_on_an_adaptive_lane_the_floor_follows_the_ceiling_down() -> None:
+    base = {
+        "version": 1,
+        "paused": False,
+        "lanes": {"chat": {"max_inflight": 6, "min_inflight": 4, "policy": "adaptive"}},
+    }
+    down = [("chat", "max_inflight", lambda v: v - 3)]
+    assert patch_from(base, down) == {"lanes": {"chat": {"max_inflight": 3, "min_inflight": 3}}}
+    up = [("chat", "max_inflight", lambda v: v + 3)]
+    assert patch_from(base, up) == {"lanes": {"chat": {"max_inflight": 9}}}  # floor stays
+    static = {"version": 1, "paused": False, "lanes": {"chat": {"max_inflight": 6, "min_inflight": 4}}}  # fmt: skip
+    assert patch_from(static, down) == {"lanes": {"chat": {"max_inflight": 3}}}  # not judged

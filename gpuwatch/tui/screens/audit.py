@@ -41,6 +41,8 @@ class AuditScreen(Screen[None]):
         for e in self.entries:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("time", 0)))
             change = json.dumps(e.get("change"), separators=(", ", ": "))
+            if e.get("reason"):  # the adaptive controller says why it moved the limit
+                change += f"  {e['reason']}"
             # Actors come from clients (an older gate saved anything): one escaped line each.
             actor = Text(clip(e.get("actor", ""), 80))
             table.add_row(when, str(e.get("version", "")), actor, Text(clip(change, 400)))

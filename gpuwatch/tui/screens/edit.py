@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.validation import Function, Integer, Number, ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Select, Static
 
-from gpuwatch.gate.limits import POLICIES
+from gpuwatch.gate.limits import ADMISSION_POLICIES, MEDIA_CAPS, POLICIES
 
 FIELDS = (
     ("max_inflight", "max in flight", "0 admits nothing new"),
@@ -22,11 +22,42 @@ FIELDS = (
     ("max_prompt_tokens", "max prompt tokens", "empty: no cap"),
     ("max_output_tokens", "max output tokens", "empty: no cap"),
     ("max_inflight_tokens", "max tokens in flight", "empty: no budget"),
+    # Adaptive admission: the max_* above are the upper bounds of the effective limits.
+    ("target_ttft_p99_s", "adaptive p99 TTFT (s)", "empty: no target"),
+    ("min_inflight", "adaptive min in flight", ""),
+    ("min_inflight_tokens", "adaptive min tokens", "empty: no lower bound"),
 )
+# The image and embedding caps, in the form of the lanes they are for (and of any lane that
+# has one set): a chat lane has no use for max_pixels.
+MEDIA_FIELDS = {
+    "max_pixels": ("max pixels (w x h)", "empty: no cap"),
+    "max_steps": ("max steps", "empty: no cap"),
+    "max_n": ("max images (n)", "empty: no cap"),
+    "max_inputs": ("max inputs per request", "empty: no cap (always refused over)"),
+    "max_input_tokens": ("max tokens per input", "empty: no cap"),
+}
+MEDIA_LANES = {
+    "image": ("max_pixels", "max_steps", "max_n"),
+    "embed": ("max_inputs", "max_input_tokens"),
+}
+
+
+def fields_for(name: str, lane: dict[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    media = [k for k in MEDIA_CAPS if k in MEDIA_LANES.get(name, ()) or lane.get(k) is not None]
+    return FIELDS + tuple((k, *MEDIA_FIELDS[k]) for k in media)
 
 
 def _optional_int(text: str) -> bool:
     return text.strip() == "" or (text.strip().isdigit() and int(text) >= 1)
+
+
+def _optional_seconds(text: str) -> bool:
+    if text.strip() == "":
+        return True
+    try:
+        return 0 < float(text) <= 86_400
+    except ValueError:
+        return False
 
 
 VALIDATORS: dict[str, list[Validator]] = {
@@ -36,15 +67,24 @@ VALIDATORS: dict[str, list[Validator]] = {
     "max_prompt_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     "max_output_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     "max_inflight_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
+    "target_ttft_p99_s": [Function(_optional_seconds, "empty, or a number of seconds > 0")],
+    "min_inflight": [Function(_optional_int, "a whole number >= 1")],
+    "min_inflight_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
+    **{k: [Function(_optional_int, "empty, or a whole number >= 1")] for k in MEDIA_CAPS},
 }
 
 
 def parse_field(key: str, text: str) -> Any:
     text = text.strip()
-    if key == "queue_timeout_s":
-        return float(text)
-    if key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens") and text == "":
+    if key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens", *MEDIA_CAPS) and (
+        text == ""
+    ):
         return None
+    if key in ("target_ttft_p99_s", "min_inflight", "min_inflight_tokens") and text == "":
+        # (min_inflight is empty only from a gate without adaptive admission: left as it is)
+        return None
+    if key in ("queue_timeout_s", "target_ttft_p99_s"):
+        return float(text)
     return int(text)
 
 
@@ -53,7 +93,8 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
     DEFAULT_CSS = """
     EditLimits { align: center middle; }
     EditLimits > Vertical {
-        width: 72; height: auto; border: thick $primary; background: $surface; padding: 1 2;
+        width: 72; height: auto; max-height: 100%; overflow-y: auto;
+        border: thick $primary; background: $surface; padding: 1 2;
     }
     EditLimits .row { height: 3; }
     EditLimits .row Label { width: 22; padding-top: 1; }
@@ -74,7 +115,7 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
                 f"[b]lane {escape(self.lane)}[/] on {escape(self.gate)}  [dim]v{version}[/]"
             )
             lane = self.limits["lanes"][self.lane]
-            for key, label, hint in FIELDS:
+            for key, label, hint in fields_for(self.lane, lane):
                 value = lane.get(key)
                 with Horizontal(classes="row"):
                     yield Label(label)
@@ -97,6 +138,23 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
                     allow_blank=False,
                     id="output_tokens_policy",
                 )
+            with Horizontal(classes="row"):
+                yield Label("admission")
+                yield Select(
+                    [(p, p) for p in ADMISSION_POLICIES],
+                    value=lane.get("policy", "static"),
+                    allow_blank=False,
+                    id="policy",
+                )
+            if any(k for k, _, _ in fields_for(self.lane, lane) if k in MEDIA_CAPS):
+                with Horizontal(classes="row"):
+                    yield Label("image/embed policy")
+                    yield Select(
+                        [(p, p) for p in POLICIES],
+                        value=lane.get("media_policy", "clamp"),
+                        allow_blank=False,
+                        id="media_policy",
+                    )
             with Horizontal(id="buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Apply", id="apply", variant="primary")
@@ -115,7 +173,7 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
         lane = self.limits["lanes"][self.lane]
         out: dict[str, Any] = {}
         valid = True
-        for key, _, _ in FIELDS:
+        for key, _, _ in fields_for(self.lane, lane):
             field = self.query_one(f"#{key}", Input)
             result = field.validate(field.value)
             self._show(key, result)
@@ -128,6 +186,12 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
         policy = self.query_one("#output_tokens_policy", Select).value
         if policy != lane["output_tokens_policy"]:
             out["output_tokens_policy"] = policy
+        admission = self.query_one("#policy", Select).value
+        if admission != lane.get("policy", "static"):
+            out["policy"] = admission
+        for media in self.query("#media_policy").results(Select):
+            if media.value != lane.get("media_policy", "clamp"):
+                out["media_policy"] = media.value
         return out if valid else None
 
     def on_input_submitted(self) -> None:

@@ -9,6 +9,7 @@ from rich.markup import escape
 from gpuwatch.gate.limits import REASONS
 from gpuwatch.monitor.state import GateView
 from gpuwatch.tui.widgets.panel import Panel
+from gpuwatch.tui.widgets.tenants import tenant_lines
 
 SHORT = {
     "queue_full": "full",
@@ -17,6 +18,13 @@ SHORT = {
     "prompt_too_long": "prompt",
     "max_tokens": "max_tok",
     "over_token_budget": "budget",
+    "max_pixels": "pixels",
+    "max_steps": "steps",
+    "max_n": "n",
+    "max_inputs": "inputs",
+    "max_input_tokens": "in_tok",
+    "evicted": "evicted",
+    "tenant_paused": "t_paused",
 }
 
 
@@ -43,7 +51,11 @@ class AdmissionPanel(Panel):
     DEFAULT_CSS = "AdmissionPanel { height: auto; }"
 
     def render_gate(
-        self, gate: GateView | None, selected: str | None = None, pending: list[str] | None = None
+        self,
+        gate: GateView | None,
+        selected: str | None = None,
+        pending: list[str] | None = None,
+        selected_tenant: str | None = None,
     ) -> None:
         if gate is None:
             self.display = False
@@ -73,7 +85,12 @@ class AdmissionPanel(Panel):
         for name, lane in limits["lanes"].items():
             live = gate.lanes.get(name, {})
             inflight, queued = live.get("inflight", 0), live.get("queued", 0)
-            full = inflight >= lane["max_inflight"]
+            # An adaptive lane admits up to its effective limit (the adaptive panel says why);
+            # a static one shows the limits the gate answered with, at once.
+            limit = lane["max_inflight"]
+            if lane.get("policy") == "adaptive":
+                limit = live.get("effective_max_inflight", limit)
+            full = inflight >= limit
             inflight_color = "$warn" if full else "$foreground"
             queue_color = (
                 "$bad" if queued >= lane["max_queue"] > 0 else "$queue" if queued else "$foreground"
@@ -85,13 +102,14 @@ class AdmissionPanel(Panel):
                 or "[dim]-[/]"
             )
             label = f"[reverse]{name:<8}[/reverse]" if name == selected else f"{name:<8}"
-            flight = f"{inflight}/{lane['max_inflight']}"
+            flight = f"{inflight}/{limit}"
             waiting = f"{queued}/{lane['max_queue']}"
             tokens = f"  {'tokens ' + _budget(lane, live):<14}" if budgets else ""
             out.append(
                 f" {label} [{inflight_color}]{flight:>9}[/]  [{queue_color}]{waiting:>9}[/]"
                 f"  {cap!s:>7}{tokens}  {shown}"
             )
+            out.extend(tenant_lines(live, selected_tenant if name == selected else None))
         if pending:
             out.append(f" [$warn]sending: {escape('; '.join(pending))}[/]")
         self.show("\n".join(out))

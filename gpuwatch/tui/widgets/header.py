@@ -26,13 +26,17 @@ class HeaderBar(Panel):
         frozen: bool,
         window: str,
         wall: float,
+        clock_label: str = "",
     ) -> None:
+        """``clock_label`` names a clock that is not now (``REPLAY``)."""
         color = BADGE[verdict.level]
         badge = f"[b reverse {color}] {verdict.level} [/]"
         waiting = f" [dim]({pending[0].lower()} in {pending[1]:.0f}s?)[/]" if pending else ""
         mode = "[b reverse $warn] RO [/]" if read_only else "[b reverse $primary] RW [/]"
         freeze = " [b reverse $warn] FROZEN [/]" if frozen else ""
         clock = time.strftime("%H:%M:%S", time.localtime(wall))
+        if clock_label:
+            clock = f"[b reverse $accent] {escape(clock_label)} {clock} [/]"
         self.show(
             f"[b]gpuwatch[/] {escape(host)} {badge} [{color}]{escape(verdict.reason)}[/]"
             f"{waiting}  {mode}{freeze} {clock} [dim]{window}[/]  {escape(endpoint)}"

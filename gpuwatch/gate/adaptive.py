@@ -1,0 +1,286 @@
+"""Adaptive admission: the decisions, pure (no clock of its own, no I/O).
+
+A lane with ``policy = "adaptive"`` has two limits: the configured ones (what the operator
+set: ``max_inflight`` / ``max_inflight_tokens`` are the upper bounds, ``min_inflight`` /
+``min_inflight_tokens`` the lower ones) and the effective one, which a controller moves between
+them to hold ``target_ttft_p99_s``. ``adaptive_loop.py`` runs a controller once a second per
+lane and applies what it decides; this module only decides.
+
+What is measured. The gate keeps every request (``latency.py``). The controller judges the
+time to first token *after admission* (the gate's TTFT less the request's queue wait), over the
+requests admitted in the last ``WINDOW_S`` and since the last decrease. That is the part the
+limit controls: a lower limit makes the engine's batches smaller and its prefill queue shorter.
+The user's TTFT also holds the gate's queue wait, which a *lower* limit makes longer: steering on
+it would cut the limit further the more requests wait, down to the floor (a spiral). Requests
+admitted but without a first token yet count with the time they have waited so far, so a stuck
+engine is seen before its requests end. The queue tells whether more concurrency is wanted at
+all; the upstream's preemptions (``--upstream-metrics``) say the KV cache is over-committed
+before the tail shows it.
+
+Why AIMD (and not a gradient). Envoy's adaptive concurrency and Netflix's gradient2 compare the
+sampled latency with the minimum latency (``limit x minRTT / sampleRTT + headroom``): they steer
+toward the least latency the service can give, and find that minimum by cutting concurrency
+periodically. On an LLM engine latency grows with the batch *by design*: a bigger batch is
+more throughput for somewhat more TTFT, so "as close to the minimum as possible" means small
+batches and a wasted GPU, and the operator's SLO (a p99 target) is nowhere in the formula.
+AIMD has the target in it: add a step (1/32 of the bounds' span) while the tail is under
+target and requests wait, cut a quarter when it is over (or preemptions appear), then hold
+until requests admitted under the new limit have been measured. ``Gradient`` below is the
+rejected alternative, kept so ``bench/adaptive.py --controller gradient`` can measure it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from gpuwatch.gate.latency import Record
+from gpuwatch.gate.limits import LaneLimits
+from gpuwatch.series import sample_quantile
+
+# Timings, in seconds of the upstream's time. ``pace`` scales them all: 1 on a real node; 1/X
+# in front of a simulator running X times faster than real time (bench/adaptive.py), so the
+# controller sees the same dynamics there as it would on the node it simulates.
+WINDOW_S = 10.0  # requests admitted this long ago still count (unless before a decrease)
+MIN_INTERVAL_S = 1.0  # at most one decision a second
+HOLD_S = 3.0  # after a decrease, no decision until this long has passed ...
+MIN_SAMPLES = 3  # ... and this many requests admitted since have been measured
+DECREASE = 0.75  # multiplicative cut: -25%
+# Additive step: a constant per lane, 1/32 of its bounds' span (at least 1), so a lane goes from
+# its floor to its ceiling in 32 good decisions whatever its size (+1 a second would take two
+# minutes from 60 to 180). Constant, not a share of the current limit: AIMD's slow climb and
+# fast cut are what keep it from ringing.
+INCREASE_SHARE = 32
+KV_FULL = 0.98  # upstream KV usage at which no slot is added (the next one would preempt)
+
+Direction = Literal["up", "down"]
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a lane's last window showed."""
+
+    engine_ttft_p99_s: float | None  # TTFT after admission, p99 (see the module doc)
+    queue_wait_p99_s: float | None
+    samples: int  # requests behind engine_ttft_p99_s
+    queued: int  # waiting now
+    preemptions: float = 0.0  # upstream preemptions since the last decision
+    kv_usage: float | None = None  # upstream KV cache usage, 0..1
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A change of the effective limit, and why (``-25%: p99 TTFT 2.6s > 2.0s``)."""
+
+    direction: Direction
+    inflight: int
+    tokens: int | None
+    reason: str
+
+
+def measure(
+    records: Iterable[Record],
+    now: float,
+    since: float,
+    queued: int,
+    preemptions: float = 0.0,
+    kv_usage: float | None = None,
+) -> Measure:
+    """The window from the gate's own records: those admitted after ``since``."""
+    ttfts: list[float] = []
+    waits: list[float] = []
+    for r in records:
+        wait = r.queue_wait_s
+        if wait is None or r.arrived + wait <= since:
+            continue
+        waits.append(wait)
+        if r.ttft_s is not None:
+            ttfts.append(max(0.0, r.ttft_s - wait))
+        elif r.e2e_s is None and r.outcome == "ok":
+            ttfts.append(max(0.0, now - r.arrived - wait))  # in flight: at least this long
+    ttfts.sort()
+    waits.sort()
+    return Measure(
+        sample_quantile(ttfts, 0.99) if ttfts else None,
+        sample_quantile(waits, 0.99) if waits else None,
+        len(ttfts),
+        queued,
+        preemptions,
+        kv_usage,
+    )
+
+
+def bounds(limits: LaneLimits) -> tuple[int, int]:
+    """The effective in-flight limit's bounds (the lower never above the upper)."""
+    return min(limits.min_inflight, limits.max_inflight), limits.max_inflight
+
+
+def clamp_inflight(limits: LaneLimits, value: int) -> int:
+    low, high = bounds(limits)
+    return max(low, min(high, value))
+
+
+def tokens_for(limits: LaneLimits, inflight: int) -> int | None:
+    """The effective token budget that goes with ``inflight``: the configured budget scaled by
+    the same share of its count bound, within the token bounds (None without a budget)."""
+    high = limits.max_inflight_tokens
+    if high is None:
+        return None
+    low = limits.min_inflight_tokens or 1
+    if limits.max_inflight <= 0:
+        return high
+    scaled = math.ceil(high * inflight / limits.max_inflight)
+    return max(min(low, high), min(high, scaled))
+
+
+def step_up(limits: LaneLimits) -> int:
+    low, high = bounds(limits)
+    return max(1, (high - low) // INCREASE_SHARE)
+
+
+def _s(value: float) -> str:
+    return f"{value:.2f}s" if value < 1 else f"{value:.1f}s"
+
+
+class Controller(Protocol):
+    note: str  # why the limit did not move last time (for the dashboard)
+    pace: float  # the timings' scale (see WINDOW_S)
+
+    @property
+    def since(self) -> float:
+        """Requests admitted before this are not judged any more."""
+        ...
+
+    def restart(self, now: float) -> None:
+        """The configured limits changed: judge only what is admitted from now."""
+        ...
+
+    def decide(
+        self, now: float, limits: LaneLimits, current: int, m: Measure
+    ) -> Decision | None: ...
+
+
+class Aimd:
+    """Additive increase, multiplicative decrease, with a hold after each decrease."""
+
+    def __init__(self, start: float = 0.0, pace: float = 1.0) -> None:
+        self.pace = pace
+        self._last = -math.inf
+        self._hold_until = -math.inf
+        self._since = start  # requests admitted before this are not judged any more
+        self.note = "waiting for requests"  # why the limit did not move (for the dashboard)
+
+    @property
+    def since(self) -> float:
+        return self._since
+
+    def restart(self, now: float) -> None:
+        self._since = now
+
+    def decide(self, now: float, limits: LaneLimits, current: int, m: Measure) -> Decision | None:
+        if now - self._last < MIN_INTERVAL_S * self.pace or now < self._hold_until:
+            return None
+        self._last = now
+        target = limits.target_ttft_p99_s
+        if target is None:
+            return None
+        low, high = bounds(limits)
+        current = max(low, min(high, current))
+        p99 = m.engine_ttft_p99_s
+        why: str | None = None
+        if m.preemptions > 0:
+            why = f"{m.preemptions:g} preemptions upstream"
+        elif p99 is not None and m.samples >= MIN_SAMPLES and p99 > target:
+            why = f"p99 TTFT {_s(p99)} > {_s(target)}"
+        if why is not None:
+            cut = max(low, math.floor(current * DECREASE))
+            if cut >= current:
+                self.note = f"at the floor {low}: {why}"
+                return None
+            self._hold_until = now + HOLD_S * self.pace
+            self._since = now
+            self.note = f"holding after a cut: {why}"
+            pct = round(100 * (current - cut) / current)
+            return Decision("down", cut, tokens_for(limits, cut), f"-{pct}%: {why}")
+        if m.queued <= 0:
+            self.note = "no queue: the limit is not binding"
+            return None
+        if p99 is None or m.samples < MIN_SAMPLES:
+            self.note = f"measuring ({m.samples} of {MIN_SAMPLES} requests)"
+            return None
+        if m.kv_usage is not None and m.kv_usage >= KV_FULL:
+            self.note = f"upstream KV {m.kv_usage:.0%} full: not adding"
+            return None
+        if current >= high:
+            self.note = f"at the ceiling {high}: {m.queued} queued"
+            return None
+        up = min(high, current + step_up(limits))
+        self.note = "adding"
+        return Decision(
+            "up",
+            up,
+            tokens_for(limits, up),
+            f"+{up - current}: p99 TTFT {_s(p99)} <= {_s(target)}, {m.queued} queued",
+        )
+
+
+GRADIENT_BUFFER = 0.25  # Envoy's default: latency up to minRTT x 1.25 is "no worse"
+MIN_RTT_WINDOW_S = 30.0  # the minimum is forgotten this often (Envoy re-measures it)
+
+
+class Gradient:
+    """The rejected alternative: Envoy's gradient controller on the same measure.
+
+    ``new = limit x gradient + sqrt(limit x gradient)``, ``gradient = clamp(minRTT x (1 +
+    buffer) / p99, 0.5, 2)``, the sample being the window's p99 of TTFT after admission and
+    minRTT the least seen in the last ``MIN_RTT_WINDOW_S``. No target in it: see the module doc.
+    """
+
+    def __init__(self, start: float = 0.0, pace: float = 1.0) -> None:
+        self.pace = pace
+        self._last = -math.inf
+        self._since = start
+        self._min_rtt: float | None = None
+        self._min_rtt_at = -math.inf
+        self.note = "waiting for requests"
+
+    @property
+    def since(self) -> float:
+        return self._since
+
+    def restart(self, now: float) -> None:
+        self._since = now
+
+    def decide(self, now: float, limits: LaneLimits, current: int, m: Measure) -> Decision | None:
+        if now - self._last < MIN_INTERVAL_S * self.pace:
+            return None
+        self._last = now
+        p99 = m.engine_ttft_p99_s
+        if p99 is None or m.samples < MIN_SAMPLES:
+            self.note = f"measuring ({m.samples} of {MIN_SAMPLES} requests)"
+            return None
+        if (
+            self._min_rtt is None
+            or p99 < self._min_rtt
+            or now - self._min_rtt_at > MIN_RTT_WINDOW_S * self.pace
+        ):
+            self._min_rtt, self._min_rtt_at = p99, now
+        gradient = max(0.5, min(2.0, self._min_rtt * (1 + GRADIENT_BUFFER) / max(p99, 1e-6)))
+        scaled = current * gradient
+        new = clamp_inflight(limits, math.floor(scaled + math.sqrt(scaled)))
+        self._since = now
+        if new == current:
+            self.note = f"gradient {gradient:.2f}: no change"
+            return None
+        direction: Direction = "up" if new > current else "down"
+        return Decision(
+            direction,
+            new,
+            tokens_for(limits, new),
+            f"x{gradient:.2f}: p99 TTFT {_s(p99)} vs min {_s(self._min_rtt)}",
+        )
+
+
+CONTROLLERS: dict[str, Callable[[float, float], Controller]] = {"aimd": Aimd, "gradient": Gradient}

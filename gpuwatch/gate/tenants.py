@@ -1,0 +1,120 @@
+"""Per-tenant limits (part of the limits document) and a lane's live count per tenant and
+class. Pure: no I/O.
+
+A tenant limit applies in every lane, each lane counting the tenant's requests on its own:
+``paused`` refuses the tenant's new requests (503 ``tenant_paused``; its queued ones wait),
+``max_inflight`` holds its requests in the queue while it has that many in flight, and the
+turn passes to the next tenant.
+
+Memory: the live counts hold a tenant only while it has a request in flight (entries at zero
+are dropped), and the limits document holds at most ``MAX_TENANT_LIMITS`` entries, each keyed
+by a short plain id (``classes.TENANT_ID``). A million fairness ids cost nothing once their
+requests are gone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpuwatch.fmt import clip
+from gpuwatch.gate.classes import TENANT_ID, Who
+
+MAX_TENANT_LIMITS = 1024
+TOP_TENANTS = 8  # tenants shown per lane in /admin/status
+_MAX_COUNT = 1_000_000
+
+
+class TenantLimitsError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class TenantLimits:
+    paused: bool = False
+    max_inflight: int | None = None
+
+
+def patch_tenants(current: Mapping[str, TenantLimits], patch: Any) -> dict[str, TenantLimits]:
+    """``{"tenants": {ID: {"paused": true, "max_inflight": 2} | null}}``; null (or an entry
+    back at the defaults) removes the tenant's entry."""
+    if not isinstance(patch, dict):
+        raise TenantLimitsError("tenants", "must be an object")
+    out = dict(current)
+    for tenant, spec in patch.items():
+        at = f"tenants.{clip(tenant, 80)}"
+        if not TENANT_ID.fullmatch(tenant):
+            raise TenantLimitsError(at, "a tenant id is 1-64 of A-Z a-z 0-9 . _ : @ / + -")
+        if spec is None:
+            out.pop(tenant, None)
+            continue
+        if not isinstance(spec, dict):
+            raise TenantLimitsError(at, "must be an object or null")
+        limits = out.get(tenant, TenantLimits())
+        for key, value in spec.items():
+            if key == "paused":
+                if not isinstance(value, bool):
+                    raise TenantLimitsError(f"{at}.paused", "must be true or false")
+                limits = replace(limits, paused=value)
+            elif key == "max_inflight":
+                if value is not None and (
+                    isinstance(value, bool)
+                    or not isinstance(value, int)
+                    or not 0 <= value <= _MAX_COUNT
+                ):
+                    raise TenantLimitsError(
+                        f"{at}.max_inflight", f"must be an integer in [0, {_MAX_COUNT}] or null"
+                    )
+                limits = replace(limits, max_inflight=value)
+            else:
+                raise TenantLimitsError(f"{at}.{clip(key, 40)}", "unknown key")
+        if limits == TenantLimits():
+            out.pop(tenant, None)
+        else:
+            out[tenant] = limits
+    if len(out) > MAX_TENANT_LIMITS:
+        raise TenantLimitsError("tenants", f"at most {MAX_TENANT_LIMITS} tenants have limits")
+    return out
+
+
+@dataclass
+class TenantBook:
+    """A lane's requests in flight by tenant and by class, and the tenant limits in force."""
+
+    limits: Mapping[str, TenantLimits] = field(default_factory=dict)
+    inflight: Counter[str] = field(default_factory=Counter)
+    classes: Counter[str] = field(default_factory=Counter)
+    # Refusals by (class, reason): configured classes x known reasons, so bounded.
+    refused: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def take(self, who: Who) -> None:
+        self.inflight[who.tenant] += 1
+        self.classes[who.klass] += 1
+
+    def give(self, who: Who) -> None:
+        for counter, key in ((self.inflight, who.tenant), (self.classes, who.klass)):
+            counter[key] -= 1
+            if counter[key] <= 0:
+                del counter[key]
+
+    def paused(self, tenant: str) -> bool:
+        limits = self.limits.get(tenant)
+        return limits is not None and limits.paused
+
+    def blocked(self, tenant: str) -> bool:
+        """May not get a slot now: paused, or at its in-flight cap."""
+        limits = self.limits.get(tenant)
+        if limits is None:
+            return False
+        cap = limits.max_inflight
+        return limits.paused or (cap is not None and self.inflight[tenant] >= cap)
+
+    def top(self, queued: Mapping[str, int], n: int = TOP_TENANTS) -> list[tuple[str, int, int]]:
+        """(tenant, in flight, queued) of the ``n`` busiest tenants, busiest first."""
+        tenants = set(self.inflight) | set(queued)
+        ranked = sorted(tenants, key=lambda t: (-(self.inflight.get(t, 0) + queued.get(t, 0)), t))
+        return [(t, self.inflight.get(t, 0), queued.get(t, 0)) for t in ranked[:n]]

@@ -1,0 +1,515 @@
+"""The fleet through a real Prometheus: rows equal its own answers at the same instant, and one
+change reaches two marked gates (each audited; a stale one gets 409)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+from aiohttp import web
+from textual.widgets import Static
+
+from gpuwatch import config
+from gpuwatch.aioserve import serve
+from gpuwatch.config import GateTarget
+from gpuwatch.control.fleet import FleetChange, address_of
+from gpuwatch.control.guard import Guard, ReadOnlyError
+from gpuwatch.monitor.fleet import FleetState
+from gpuwatch.sources import promql
+from gpuwatch.sources.prometheus import MAX_BYTES, PrometheusSource, auth_headers
+from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+from gpuwatch.tui.screens.confirm import ConfirmationModal
+from gpuwatch.tui.screens.fleet import FleetScreen
+from gpuwatch.tui.screens.node import NodeScreen
+from gpuwatch.tui.screens.results import ResultsScreen
+from gpuwatch.tui.widgets.engines import EnginePanel
+from gpuwatch.tui.widgets.fleet import FleetTable
+from tests.functional.fleetkit import Fleet, fleet
+from tests.functional.servers import ThreadedServer
+from tests.helpers import eventually, refusing_port
+
+# What an operator would type into Prometheus' own console, written by hand (not generated):
+# the rows must equal these at the same evaluation time.
+BY = "by (instance, model_name)"
+HAND_WRITTEN = {
+    "running": f"sum {BY} (vllm:num_requests_running)",
+    "waiting": f"sum {BY} (vllm:num_requests_waiting)",
+    "kv": f"max {BY} (vllm:kv_cache_usage_perc)",
+    "ttft_p99": "histogram_quantile(0.99, sum by (le, instance, model_name) "
+    "(rate(vllm:time_to_first_token_seconds_bucket[1m])))",
+    "itl_p99": "histogram_quantile(0.99, sum by (le, instance, model_name) "
+    "(rate(vllm:inter_token_latency_seconds_bucket[1m])))",
+    "gen_tps": f"sum {BY} (rate(vllm:generation_tokens_total[1m]))",
+    "preempt_per_min": f"sum {BY} (rate(vllm:num_preemptions_total[1m])) * 60",
+    "gate_inflight": "sum by (instance) (gpuwatch_gate_inflight)",
+    "gate_queued": "sum by (instance) (gpuwatch_gate_queued)",
+    "gate_refused_ps": "sum by (instance) (rate(gpuwatch_gate_rejected_total[1m]))",
+}
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with fleet(tmp_path_factory.mktemp("fleet")) as f:
+        yield f
+
+
+def gates_of(f: Fleet) -> list:
+    targets = config.load(f.config).gates
+    return [address_of(url.split("://")[1], node, targets) for node, url in f.gates.items()]
+
+
+async def test_rows_equal_prometheus_answers_at_the_same_instant(rig: Fleet) -> None:
+    at = time.time()
+    async with PrometheusSource(rig.prometheus) as source:
+        reading = await source.read_fleet(at)
+    assert reading.error is None, reading.error
+    sims = {url.split("://")[1]: node for node, url in rig.sims.items()}
+    rows = {r.instance: r for r in reading.rows}
+    assert set(rows) == set(sims), "one row per simulated node (model), no gate-only rows"
+    for instance, node in sims.items():
+        assert rows[instance].node == node and rows[instance].dialect == "vllm"
+    # The node with two engines is one row: both engines summed, as on a scraped page.
+    two = rows[rig.sims["b"].split("://")[1]]
+    engines = rig.query(f'vllm:num_requests_running{{instance="{two.instance}"}}', at)
+    assert len(engines) == 2 and two.values["running"] == sum(v for _, v in engines)
+    assert two.model == "m-two"
+    compared = 0
+    for key, expr in HAND_WRITTEN.items():
+        answer = {labels["instance"]: value for labels, value in rig.query(expr, at)}
+        for row in rows.values():
+            target = row.gate if key.startswith("gate_") else row.instance
+            if target is None:
+                assert row.values.get(key) is None, (key, row)
+                continue
+            assert target in answer, (key, row, answer)
+            if math.isnan(answer[target]):  # no request in the window: unknown, never 0
+                assert row.values[key] is None, (key, row)
+            else:
+                assert row.values[key] == pytest.approx(answer[target], rel=1e-12), (key, row)
+            compared += 1
+    assert compared >= 3 * 7 + 2 * 3
+    assert rows[rig.sims["a"].split("://")[1]].gate == rig.gates["a"].split("://")[1]
+    assert any(r.values["gen_tps"] for r in rows.values()), "the load reached the engines"
+
+
+async def test_one_query_per_signal_whatever_the_fleet_size(rig: Fleet) -> None:
+    async with PrometheusSource(rig.prometheus) as source:
+        first = await source.read_fleet()
+        second = await source.read_fleet()
+    # names (once per 30 s) + 7 signals + 3 gate signals + targets + alerts (once per 5 s)
+    assert first.queries == 1 + len(promql.SIGNALS) + len(promql.GATE_SIGNALS) + 2
+    assert second.queries == len(promql.SIGNALS) + len(promql.GATE_SIGNALS)
+
+
+async def test_a_change_to_two_marked_gates_applies_to_both_each_audited(rig: Fleet) -> None:
+    change = FleetChange(Guard(), actor="fleet-test")
+    read = await change.read(gates_of(rig))
+    before = {p.gate.node: p.before["lanes"]["chat"]["max_inflight"] for p in read}
+    planned = change.plan(read, [("chat", "max_inflight", lambda v: v + 1)])
+    shown = [line for p in planned for line in p.summary()]
+    for p in planned:
+        old = before[p.gate.node]
+        assert (
+            f"{p.gate.node} ({p.gate.instance}) v{p.version}: chat.max_inflight {old} -> {old + 1}"
+            in shown
+        )
+    outcomes = await change.apply(planned)
+    assert [o.result for o in outcomes] == ["applied", "applied"]
+    for node, url in rig.gates.items():
+        limits = httpx.get(f"{url}/admin/limits").json()
+        assert limits["lanes"]["chat"]["max_inflight"] == before[node] + 1
+        audit = httpx.get(f"{url}/admin/audit", params={"limit": 1}).json()["entries"]
+        assert audit[0]["actor"] == "fleet-test", audit
+
+
+async def test_a_gate_changed_in_between_gets_409_and_the_other_applies(rig: Fleet) -> None:
+    change = FleetChange(Guard(), actor="fleet-test")
+    read = await change.read(gates_of(rig))
+    planned = change.plan(read, [("chat", "max_queue", lambda v: v + 8)])
+    # Someone else changes gate b after the confirmation was shown, before it is applied.
+    b = rig.gates["b"]
+    httpx.patch(f"{b}/admin/limits", json={"lanes": {"chat": {"max_queue": 3}}}).raise_for_status()
+    outcomes = {o.gate.node: o for o in await change.apply(planned)}
+    assert outcomes["a"].result == "applied"
+    assert outcomes["b"].result == "409", outcomes["b"]
+    assert httpx.get(f"{b}/admin/limits").json()["lanes"]["chat"]["max_queue"] == 3
+
+
+async def test_read_only_refuses_a_fleet_change_in_the_guard(rig: Fleet) -> None:
+    before = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
+    with pytest.raises(ReadOnlyError):
+        await FleetChange(Guard(read_only=True)).read(gates_of(rig))
+    after = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
+    assert before == after
+
+
+def test_snapshot_prometheus_json_gives_the_fleet_rows(rig: Fleet) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "snapshot", "--prometheus", rig.prometheus, "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["error"] is None and data["window"] == "1m"
+    assert {r["node"] for r in data["rows"]} == {"a", "b", "c"}
+    assert all(
+        ("ttft_p99" in r and "gate_inflight" in r) or r["gate"] is None for r in data["rows"]
+    )
+
+
+def test_watch_prometheus_prints_rows_per_interval(rig: Fleet) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "watch", "--prometheus", rig.prometheus,
+         "--count", "2", "--interval", "0.5", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    frames = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(frames) == 2 and frames[1]["at"] > frames[0]["at"]
+    assert len(frames[0]["rows"]) == 3
+
+
+async def test_a_down_prometheus_is_one_line() -> None:
+    with refusing_port() as port:
+        async with PrometheusSource(f"http://127.0.0.1:{port}") as source:
+            reading = await source.read_fleet()
+    assert reading.error is not None and "unreachable" in reading.error
+    assert "\n" not in reading.error and reading.rows == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "<html>not prometheus</html>",
+        '{"status": "error", "error": "bad_data: parse error"}',
+        '{"status": "success", "data": {"resultType": "matrix", "result": []}}',
+        '{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": 5}]}}',
+    ],
+)
+async def test_a_prometheus_answering_garbage_is_one_line(body: str) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        if request.path.endswith("/values"):
+            return web.json_response({"status": "success", "data": ["vllm:num_requests_running"]})
+        return web.Response(text=body, content_type="application/json")
+
+    with ThreadedServer({"/api/v1/{tail:.*}": answer}) as server:
+        async with PrometheusSource(server.url("")) as source:
+            reading = await source.read_fleet()
+    assert reading.error is not None and "\n" not in reading.error
+    assert reading.rows == []
+
+
+def fleet_app(rig: Fleet, **kw: object) -> FleetApp:
+    settings = config.load(rig.config)
+    source = PrometheusSource(rig.prometheus)
+    options = FleetOptions(rig.prometheus, source, gates=settings.gates, **kw)  # type: ignore[arg-type]
+    return FleetApp(options)
+
+
+async def test_fleet_screen_filter_drill_down_and_back(rig: Fleet) -> None:
+    app = fleet_app(rig, direct=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.screen.query_one(FleetTable)
+        await eventually(lambda: table.row_count == 3, 20, pause=pilot.pause)
+        await pilot.press("slash", *"m-two", "enter")
+        await eventually(lambda: table.row_count == 1, 5, pause=pilot.pause)
+        assert table.cursor_key()[1] == "m-two"  # type: ignore[index]
+        await pilot.press("enter")
+        node = await eventually(
+            lambda: app.screen if isinstance(app.screen, NodeScreen) else None, 5, pause=pilot.pause
+        )
+        assert node.row.instance == rig.sims["b"].split("://")[1]
+        # The charts' hour comes from query_range at once, not from a minute of polling.
+        await eventually(lambda: len(node.history.get("running", [])) >= 2, 20, pause=pilot.pause)
+        await eventually(lambda: len(node.history.get("ttft_p99", [])) >= 1, 20, pause=pilot.pause)
+        # --direct: the node's own /metrics is scraped too, and shown as the engine panel.
+        panel = node.query_one(EnginePanel)
+        await eventually(lambda: "m-two" in panel.markup, 20, pause=pilot.pause)
+        await pilot.press("escape")
+        await eventually(lambda: isinstance(app.screen, FleetScreen), 5, pause=pilot.pause)
+        await pilot.press("escape")  # clears the filter
+        await eventually(lambda: table.row_count == 3, 5, pause=pilot.pause)
+
+
+async def test_fleet_screen_marked_rows_change_both_gates(rig: Fleet) -> None:
+    before = {n: httpx.get(f"{u}/admin/limits").json() for n, u in rig.gates.items()}
+    app = fleet_app(rig)
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        table = screen.query_one(FleetTable)
+        await eventually(lambda: table.row_count == 3, 20, pause=pilot.pause)
+        screen.sort = "instance"
+        gated = [r.key for r in app.state.rows if r.gate]
+        assert len(gated) == 2
+        screen.marked.update(gated)
+        screen.paint()
+        await pilot.press("plus", "plus")  # pressed together: one change of +2
+        modal = await eventually(
+            lambda: app.screen if isinstance(app.screen, ConfirmationModal) else None,
+            10,
+            pause=pilot.pause,
+        )
+        for node, limits in before.items():
+            old = limits["lanes"]["chat"]["max_inflight"]
+            v = limits["version"]
+            assert any(
+                line.startswith(f"{node} (")
+                and f"v{v}: chat.max_inflight {old} -> {old + 2}" in line
+                for line in modal.lines
+            ), modal.lines
+        await pilot.click("#apply")
+        results = await eventually(
+            lambda: app.screen if isinstance(app.screen, ResultsScreen) else None,
+            10,
+            pause=pilot.pause,
+        )
+        assert sorted(o.result for o in results.outcomes) == ["applied", "applied"]
+    for node, url in rig.gates.items():
+        after = httpx.get(f"{url}/admin/limits").json()
+        assert (
+            after["lanes"]["chat"]["max_inflight"]
+            == before[node]["lanes"]["chat"]["max_inflight"] + 2
+        )
+
+
+async def test_fleet_screen_read_only_refuses_and_sends_nothing(rig: Fleet) -> None:
+    before = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
+    app = fleet_app(rig, read_only=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        await eventually(lambda: len(app.state.rows) == 3, 20, pause=pilot.pause)
+        screen.marked.update(r.key for r in app.state.rows if r.gate)
+        await pilot.press("plus")
+        await eventually(
+            lambda: any("read-only" in e.text for e in app.state.events), 5, pause=pilot.pause
+        )
+        assert not isinstance(app.screen, ConfirmationModal)
+    after = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
+    assert before == after
+
+
+async def test_fleet_screen_survives_a_dead_prometheus() -> None:
+    with refusing_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        app = FleetApp(FleetOptions(url, PrometheusSource(url), interval_s=0.2))
+        async with app.run_test(size=(80, 24)) as pilot:
+            status = app.screen.query_one("#fleet-status", Static)
+            await eventually(lambda: "unreachable" in str(status.render()), 10, pause=pilot.pause)
+            await pilot.press("s", "m", "slash", "x", "escape")
+            assert app.is_running
+            errors = [e for e in app.state.events if "unreachable" in e.text]
+            assert len(errors) == 1, "the same failure is one line, not one a second"
+
+
+def test_every_dialect_s_generated_query_is_valid_promql(rig: Fleet) -> None:
+    """Prometheus itself parses the query of every signal for every stack the table knows."""
+    for signal in (*promql.SIGNALS, *promql.CHART_SIGNALS):
+        query = promql.signal_query(signal, promql.ENGINE_DIALECTS)
+        assert query is not None
+        r = httpx.get(f"{rig.prometheus}/api/v1/query", params={"query": query})
+        assert r.status_code == 200 and r.json()["status"] == "success", (signal.key, r.text)
+    for key in promql.GATE_SIGNALS:
+        r = httpx.get(f"{rig.prometheus}/api/v1/query", params={"query": promql.gate_query(key)})
+        assert r.json()["status"] == "success", r.text
+
+
+async def test_the_fleet_at_a_past_instant_is_prometheus_answer_then(rig: Fleet) -> None:
+    at = time.time() - 4.0
+    app = fleet_app(rig, at=at)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await eventually(lambda: len(app.state.rows) == 3, 20, pause=pilot.pause)
+        title = app.screen.query_one("#fleet-title", Static)
+        assert "AT " in str(title.render())
+        reading = app.state.reading
+        assert reading is not None and reading.at == at
+        answer = {
+            labels["instance"]: value for labels, value in rig.query(HAND_WRITTEN["gen_tps"], at)
+        }
+        for row in app.state.rows:
+            assert row.values["gen_tps"] == pytest.approx(answer[row.instance], rel=1e-12)
+
+
+async def test_a_protected_prometheus_gets_the_token_from_a_file(tmp_path: Path) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer s3cret":
+            return web.json_response({"status": "error", "error": "unauthorized"}, status=401)
+        if request.path.endswith("/values"):
+            return web.json_response({"status": "success", "data": []})
+        if request.path.endswith("/query"):
+            return web.json_response(
+                {"status": "success", "data": {"resultType": "vector", "result": []}}
+            )
+        return web.json_response({"status": "success", "data": {}})
+
+    (tmp_path / "token").write_text("s3cret\n")
+    with ThreadedServer({"/api/v1/{tail:.*}": answer}) as server:
+        headers = auth_headers(str(tmp_path / "token"))
+        async with PrometheusSource(server.url(""), headers) as source:
+            assert (await source.read_fleet()).error is None
+        async with PrometheusSource(server.url("")) as source:
+            refused = await source.read_fleet()
+    assert refused.error is not None and "HTTP 401: unauthorized" in refused.error
+    basic = auth_headers("", "ops", str(tmp_path / "token"))
+    assert basic == {"Authorization": "Basic b3BzOnMzY3JldA=="}
+    with pytest.raises(ValueError, match="cannot read Prometheus token file"):
+        auth_headers(str(tmp_path / "missing"))
+
+
+def test_the_cli_refuses_a_missing_token_file_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(f'[prometheus]\ntoken_file = "{tmp_path}/nope"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "snapshot", "--prometheus", "http://127.0.0.1:1",
+         "--config", str(tmp_path / "c.toml")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "Prometheus token file" in proc.stderr
+
+
+async def test_an_unreachable_or_unconfigured_gate_is_reported_not_fatal() -> None:
+    with refusing_port() as port:
+        targets = {"127.0.0.1:*": config.GateTarget(admin="http://{instance}")}
+        gone = address_of(f"127.0.0.1:{port}", "x", targets)
+        unknown = address_of("10.9.9.9:9000", "y", targets)
+        change = FleetChange(Guard())
+        read = await change.read([gone, unknown])
+        outcomes = await change.apply(change.plan(read, [("chat", "max_inflight", lambda v: 1)]))
+    assert [o.result for o in outcomes] == ["unreachable", "no admin"]
+    assert unknown.admin is None and "unreachable" in outcomes[0].detail
+
+
+async def test_down_targets_and_firing_alerts_are_events(rig: Fleet) -> None:
+    async with PrometheusSource(rig.prometheus) as source:
+        reading = await source.read_fleet()
+    (down,) = reading.unhealthy
+    assert down.job == "dead" and down.health == "down"
+    assert "connection refused" in down.last_error  # Prometheus' own lastError
+    assert [a.name for a in reading.alerts] == ["FleetTestAlwaysFiring"]
+    state = FleetState()
+    state.apply(reading)
+    texts = [e.text for e in state.events]
+    assert any(t.startswith(f"{down.instance} (dead) DOWN: ") for t in texts), texts
+    assert "alert FleetTestAlwaysFiring firing (page)" in texts
+    state.apply(reading)
+    assert [e.text for e in state.events] == texts, "a standing problem is said once"
+
+
+async def test_a_prometheus_answering_an_endless_or_trickling_body_is_one_line() -> None:
+    """The body is read with a bound on its size and on its whole time (httpx's timeout is per
+    read): an endless answer stops at the limit, a trickle at the timeout, each one line."""
+    sent: list[int] = []  # bytes of body sent, per request
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("/values"):
+            return web.json_response({"status": "success", "data": ["vllm:num_requests_running"]})
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"status": "success", "data": "')
+        chunk = b"x" * (1 << 20)
+        mine = len(sent)
+        sent.append(0)
+        while sent[mine] < 2 * MAX_BYTES:  # the client must hang up long before this
+            await response.write(chunk)
+            sent[mine] += len(chunk)
+        return response
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        for _ in range(600):  # 60 s of a byte every 0.1 s: each read well within the timeout
+            await response.write(b" ")
+            await asyncio.sleep(0.1)
+        return response
+
+    with ThreadedServer({"/api/v1/{tail:.*}": endless}) as server:
+        async with PrometheusSource(server.url("")) as source:
+            reading = await asyncio.wait_for(source.read_fleet(), 60)
+    assert reading.error is not None and "\n" not in reading.error
+    assert "exceeds the 32 MiB limit" in reading.error, reading.error
+    assert sent and max(sent) < 1.25 * MAX_BYTES  # it hung up at the limit, not at the end
+
+    started = time.monotonic()
+    with ThreadedServer({"/api/v1/{tail:.*}": trickle}) as server:
+        async with PrometheusSource(server.url(""), timeout_s=1.0) as source:
+            reading = await asyncio.wait_for(source.read_fleet(), 60)
+    assert reading.error is not None and "timed out" in reading.error, reading.error
+    assert time.monotonic() - started < 10
+
+
+async def test_a_gate_without_an_integer_version_is_not_patched_blind() -> None:
+    """A fleet change is based on each gate's version; a gate that does not give one (an older
+    or broken admin API) is reported, never sent a PATCH without If-Match."""
+    patches: list[str | None] = []
+
+    async def limits(_: web.Request) -> web.Response:
+        body = {"version": "7", "paused": False, "lanes": {"chat": {"max_inflight": 4}}}
+        return web.json_response(body)
+
+    async def patch(request: web.Request) -> web.Response:
+        patches.append(request.headers.get("If-Match"))
+        return web.json_response({"version": 8, "paused": False, "lanes": {}})
+
+    app = web.Application()
+    app.router.add_get("/admin/limits", limits)
+    app.router.add_patch("/admin/limits", patch)
+    served = await serve(app, "127.0.0.1", 0)
+    try:
+        change = FleetChange(Guard(), actor="fleet-test")
+        gate = address_of("10.0.0.9:8000", "n9", {"*": GateTarget(admin=served.url)})
+        planned = change.plan(
+            await change.read([gate]), [("chat", "max_inflight", lambda v: v + 1)]
+        )
+        outcomes = await change.apply(planned)
+    finally:
+        await served.close()
+    assert patches == []
+    assert outcomes[0].result != "applied" and "version" in outcomes[0].detail, outcomes[0]
+
+
+async def test_a_token_file_gone_before_the_patch_is_that_gate_s_outcome(
+    rig: Fleet, tmp_path: Path
+) -> None:
+    """Each gate answers for itself: a token file that cannot be read at apply time is that
+    gate's "refused", and the other gate's change still comes back as applied."""
+    token = tmp_path / "token"
+    token.write_text("s3cret-token-for-the-test\n")
+    token.chmod(0o600)
+    gates = gates_of(rig)
+    gates[1] = replace(gates[1], token_file=str(token))
+    change = FleetChange(Guard(), actor="fleet-test")
+    planned = change.plan(await change.read(gates), [("chat", "max_queue", lambda v: v + 1)])
+    assert [p.problem for p in planned] == [None, None]
+    token.unlink()
+    outcomes = await change.apply(planned)
+    assert outcomes[0].result == "applied"
+    assert outcomes[1].result == "refused" and "cannot read" in outcomes[1].detail, outcomes[1]
+
+
+async def test_a_gate_answering_deeply_nested_json_is_that_gate_s_problem() -> None:
+    """A gate's answer is parsed with safejson's bounds: 100,000 nested arrays are one gate
+    that cannot take part, not a RecursionError out of the fleet change."""
+
+    async def deep(_: web.Request) -> web.Response:
+        return web.Response(text="[" * 100_000 + "]" * 100_000, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/admin/limits", deep)
+    served = await serve(app, "127.0.0.1", 0)
+    try:
+        change = FleetChange(Guard(), actor="fleet-test")
+        gate = address_of("10.0.0.9:8000", "n9", {"*": GateTarget(admin=served.url)})
+        [planned] = await change.read([gate])
+    finally:
+        await served.close()
+    assert planned.problem is not None, planned

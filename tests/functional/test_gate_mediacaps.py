@@ -1,0 +1,111 @@
+"""Image and embedding caps through the gate (real HTTP): clamped bodies reach the upstream
+rewritten and the answer says so; rejected ones never reach it and name the cap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.functional.gatekit import rig
+
+IMAGE = "/v1/images/generations"
+
+
+async def test_image_over_max_pixels_is_clamped_and_the_answer_says_so(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        status, _ = await r.patch({"lanes": {"image": {"max_pixels": 512 * 512, "max_steps": 30}}})
+        assert status == 200
+        body = {"prompt": "a cat", "size": "1024x1024", "steps": 50, "tag": "big"}
+        reply = await r.request("POST", IMAGE, json.dumps(body).encode())
+        assert reply.status == 200, reply
+        sent = r.upstream.bodies[-1]
+        assert sent["size"] == "512x512"
+        assert sent["steps"] == 30
+        assert reply.headers["x-gpuwatch-clamped"] == "size 1024x1024->512x512; steps 50->30"
+
+
+async def test_image_over_max_pixels_is_refused_under_reject(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"image": {"max_pixels": 512 * 512, "media_policy": "reject"}}})
+        reply = await r.request("POST", IMAGE, b'{"prompt": "a cat", "size": "1024x768"}')
+        assert reply.status == 400, reply
+        error = reply.json()["error"]
+        assert error["code"] == "max_pixels"
+        assert "1024x768" in error["message"] and "262144" in error["message"]
+        # A size the gate cannot read is a 400 too, never passed on unchecked.
+        reply = await r.request("POST", IMAGE, b'{"prompt": "a cat", "size": "huge"}')
+        assert reply.status == 400 and reply.json()["error"]["code"] == "invalid_body"
+        assert r.upstream.arrivals == []
+
+
+async def test_image_without_size_gets_the_default_held_to_the_cap(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"image": {"max_pixels": 256 * 256, "max_n": 2}}})
+        reply = await r.request("POST", IMAGE, b'{"prompt": "a cat", "n": "4"}')
+        assert reply.status == 200, reply
+        assert r.upstream.bodies[-1]["size"] == "256x256"
+        assert r.upstream.bodies[-1]["n"] == 2
+
+
+async def test_embeddings_over_max_inputs_are_refused_naming_the_limit(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"embed": {"max_inputs": 4}}})
+        body = {"model": "e", "input": [f"text {i}" for i in range(5)]}
+        reply = await r.request("POST", "/v1/embeddings", json.dumps(body).encode())
+        assert reply.status == 400, reply
+        error = reply.json()["error"]
+        assert error["code"] == "max_inputs"
+        assert "max_inputs is 4" in error["message"] and "5 items" in error["message"]
+        # Clamp does not apply to max_inputs: dropping items would misalign the vectors.
+        await r.patch({"lanes": {"embed": {"media_policy": "clamp"}}})
+        reply = await r.request("POST", "/v1/embeddings", json.dumps(body).encode())
+        assert reply.status == 400
+        body["input"] = body["input"][:4]
+        reply = await r.request("POST", "/v1/embeddings", json.dumps(body).encode())
+        assert reply.status == 200
+        assert len(r.upstream.bodies) == 1
+        async with aiohttp.ClientSession() as s, s.get(f"{r.url}/metrics") as m:
+            text = await m.text()
+        assert 'gpuwatch_gate_rejected_total{lane="embed",reason="max_inputs"} 2.0' in text
+
+
+@pytest.mark.parametrize("policy", ["clamp", "reject"])
+async def test_embedding_items_over_max_input_tokens(tmp_path: Path, policy: str) -> None:
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"embed": {"max_input_tokens": 8, "media_policy": policy}}})
+        body = {"input": ["short", "x" * 400]}
+        reply = await r.request("POST", "/v1/embeddings", json.dumps(body).encode())
+        if policy == "reject":
+            assert reply.status == 400
+            assert reply.json()["error"]["code"] == "max_input_tokens"
+            assert "input[1]" in reply.json()["error"]["message"]
+        else:
+            assert reply.status == 200
+            assert r.upstream.bodies[-1]["input"] == ["short", "x" * 32]
+            assert reply.headers["x-gpuwatch-clamped"] == "input 1 item(s) cut to 8 tokens"
+
+
+async def test_media_caps_are_validated_in_a_patch(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        status, body = await r.patch({"lanes": {"image": {"max_steps": 0}}})
+        assert status == 400 and body["error"]["code"] == "lanes.image.max_steps"
+        status, body = await r.patch({"lanes": {"image": {"media_policy": "shrink"}}})
+        assert status == 400 and body["error"]["code"] == "lanes.image.media_policy"
+        status, body = await r.patch({"lanes": {"embed": {"max_inputs": True}}})
+        assert status == 400 and body["error"]["code"] == "lanes.embed.max_inputs"
+
+
+async def test_the_output_cap_says_what_it_clamped_too(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"chat": {"max_output_tokens": 64}}})
+        body = b'{"prompt": "hi", "max_tokens": "\\n 500", "max_completion_tokens": 10}'
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 200, reply
+        assert reply.headers["x-gpuwatch-clamped"] == "max_tokens 500->64"
+        reply = await r.request("POST", "/v1/chat/completions", b'{"messages": []}')
+        assert reply.headers["x-gpuwatch-clamped"] == "max_tokens none->64"
+        reply = await r.request("POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 9}')
+        assert reply.status == 200 and "x-gpuwatch-clamped" not in reply.headers

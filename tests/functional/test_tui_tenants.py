@@ -1,0 +1,119 @@
+"""Tenants on the dashboard (Pilot) against a real gate: the admission panel shows the busiest
+tenants and the classes of a lane, and the keys pause a tenant and cap its in-flight through
+the gate's admin API (If-Match, audit, undo)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+from textual.widgets import Select
+
+from gpuwatch.control.gate import GateClient
+from gpuwatch.control.guard import Guard
+from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER
+from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.screens.edit import EditLimits
+from tests.functional.gatekit import rig
+from tests.functional.test_gate_fairness import CONFIG
+from tests.functional.test_tui import text
+from tests.helpers import eventually
+
+
+async def test_tenants_shown_and_steered_from_the_keyboard(tmp_path: Path) -> None:
+    async with rig(tmp_path, CONFIG, hold=True) as r, aiohttp.ClientSession() as s:
+        sends = [
+            s.post(
+                f"{r.url}/v1/completions",
+                json={"prompt": "hi"},
+                headers={FAIRNESS_HEADER: tenant, OBJECTIVE_HEADER: objective},
+            )
+            for tenant, objective in (("acme", "interactive"), ("acme", "batch"), ("bob", ""))
+        ]
+        tasks = [asyncio.create_task(send) for send in sends]  # type: ignore[arg-type]
+        await eventually(lambda: r.upstream.active == 3)
+        app = GpuwatchApp(
+            DashboardOptions(urls=[f"{r.url}/metrics"], interval_s=0.25, admin_url=r.url)
+        )
+        async with app.run_test(size=(160, 48)) as pilot:
+            panel = await eventually(
+                lambda: "tenants" in (t := text(app, "#admission")) and t,
+                pause=pilot.pause,
+                message=lambda: text(app, "#admission"),
+            )
+            assert "acme 2" in panel and "bob 1" in panel
+            assert "critical 1" in panel and "sheddable 1" in panel and "standard 1" in panel
+            await pilot.press("n")
+            assert app.steering.selected_tenant == "acme"
+            await pilot.press("x")
+            client = GateClient(r.url, None, Guard())
+            try:
+                limits = await eventually(
+                    lambda: _limits(client, 2), pause=pilot.pause, message="no pause came"
+                )
+                assert limits["tenants"] == {"acme": {"paused": True, "max_inflight": None}}
+                await pilot.press("c")
+                limits = await eventually(lambda: _limits(client, 3), pause=pilot.pause)
+                assert limits["tenants"]["acme"] == {"paused": True, "max_inflight": 32}
+                await pilot.press("u")
+                limits = await eventually(lambda: _limits(client, 4), pause=pilot.pause)
+                assert limits["tenants"]["acme"] == {"paused": True, "max_inflight": None}
+                await eventually(
+                    lambda: "paused" in text(app, "#admission").split("tenants")[1],
+                    pause=pilot.pause,
+                )
+                audit = await client.audit(3)
+                assert [e["version"] for e in audit] == [4, 3, 2]
+            finally:
+                await client.close()
+        for _ in tasks:
+            r.upstream.release.release()
+        for task in tasks:
+            (await task).release()
+
+
+async def _limits(client: GateClient, version: int) -> dict | None:
+    limits = await client.limits()
+    return limits if limits["version"] >= version else None
+
+
+async def test_edit_form_sets_the_image_lanes_caps(tmp_path: Path) -> None:
+    async with rig(tmp_path, CONFIG) as r:
+        app = GpuwatchApp(
+            DashboardOptions(urls=[f"{r.url}/metrics"], interval_s=0.25, admin_url=r.url)
+        )
+        async with app.run_test(size=(80, 24)) as pilot:
+            await eventually(
+                lambda: app.monitor.gate and app.monitor.gate.limits and app.steering.client,
+                pause=pilot.pause,
+            )
+            await pilot.press("3")  # image
+            await pilot.press("e")
+            form = await eventually(
+                lambda: (
+                    isinstance(app.screen, EditLimits) and app.screen.query("#apply") and app.screen
+                ),
+                pause=pilot.pause,
+            )
+            assert not form.query("#max_inputs")  # the embedding caps are not the image lane's
+            form.query_one("#max_steps").value = "30"
+            form.query_one("#max_pixels").value = "0"
+            await pilot.pause()
+            assert "a whole number >= 1" in str(form.query_one("#max_pixels-error").render())
+            form.query_one("#max_pixels").value = "1048576"
+            form.query_one("#media_policy", Select).value = "reject"
+            await pilot.pause()
+            form.query_one("#max_steps").focus()
+            await pilot.press("enter")  # Enter in a field applies the form
+            client = GateClient(r.url, None, Guard())
+            try:
+                limits = await eventually(lambda: _limits(client, 2), pause=pilot.pause)
+            finally:
+                await client.close()
+        image = limits["lanes"]["image"]
+        assert (image["max_steps"], image["max_pixels"], image["media_policy"]) == (
+            30,
+            1048576,
+            "reject",
+        )

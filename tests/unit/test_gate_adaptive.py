@@ -1,0 +1,169 @@
+"""The adaptive controller's decisions on synthetic windows: cut on a tail over target or on
+preemptions, add while under target with a queue, hold after a cut, at most once a second,
+never outside the bounds; and the measure it decides on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.gate.adaptive import (
+    HOLD_S,
+    MIN_SAMPLES,
+    Aimd,
+    Gradient,
+    Measure,
+    measure,
+    tokens_for,
+)
+from gpuwatch.gate.latency import Record
+from gpuwatch.gate.limits import LaneLimits, Limits, LimitsError, apply_patch
+from gpuwatch.gate.upstream_metrics import reading_of
+from gpuwatch.sources.scrape import map_page
+
+LANE = LaneLimits(max_inflight=16, min_inflight=2, policy="adaptive", target_ttft_p99_s=2.0)
+
+
+def window(p99: float | None, queued: int = 0, samples: int = 20, **kw: float) -> Measure:
+    return Measure(p99, 0.0, samples, queued, **kw)
+
+
+def test_over_target_cuts_a_quarter_and_says_why() -> None:
+    d = Aimd().decide(10.0, LANE, 16, window(2.6))
+    assert d is not None and d.direction == "down" and d.inflight == 12
+    assert d.reason == "-25%: p99 TTFT 2.6s > 2.0s"
+
+
+def test_under_target_with_a_queue_adds_one() -> None:
+    d = Aimd().decide(10.0, LANE, 8, window(1.2, queued=5))
+    assert d is not None and d.direction == "up" and d.inflight == 9
+    assert d.reason == "+1: p99 TTFT 1.2s <= 2.0s, 5 queued"
+
+
+def test_no_queue_no_increase() -> None:
+    ctl = Aimd()
+    assert ctl.decide(10.0, LANE, 8, window(0.5, queued=0)) is None
+    assert "not binding" in ctl.note
+
+
+def test_too_few_samples_no_increase() -> None:
+    ctl = Aimd()
+    assert ctl.decide(10.0, LANE, 8, window(0.5, queued=3, samples=MIN_SAMPLES - 1)) is None
+
+
+def test_preemptions_cut_even_under_target() -> None:
+    d = Aimd().decide(10.0, LANE, 8, window(0.5, queued=3, preemptions=4))
+    assert d is not None and d.inflight == 6 and "4 preemptions" in d.reason
+
+
+def test_full_kv_blocks_an_increase() -> None:
+    ctl = Aimd()
+    assert ctl.decide(10.0, LANE, 8, window(0.5, queued=3, kv_usage=0.99)) is None
+    assert "KV 99%" in ctl.note
+
+
+def test_never_below_the_floor_nor_above_the_ceiling() -> None:
+    ctl = Aimd()
+    assert ctl.decide(10.0, LANE, 2, window(9.0)) is None
+    assert "floor 2" in ctl.note
+    d = Aimd().decide(10.0, LANE, 3, window(9.0))
+    assert d is not None and d.inflight == 2  # floor(3 * 0.75) = 2, the floor
+    ctl = Aimd()
+    assert ctl.decide(10.0, LANE, 16, window(0.1, queued=9)) is None
+    assert "ceiling 16" in ctl.note
+    # An effective limit left outside by a change of bounds is judged from inside them.
+    d = Aimd().decide(10.0, LANE, 40, window(3.0))
+    assert d is not None and d.inflight == 12
+
+
+def test_holds_after_a_cut_and_decides_at_most_once_a_second() -> None:
+    ctl = Aimd()
+    assert ctl.decide(10.0, LANE, 16, window(3.0)) is not None
+    assert ctl.since == 10.0  # requests admitted before the cut are not judged any more
+    assert ctl.decide(10.0 + HOLD_S - 0.1, LANE, 12, window(3.0)) is None
+    assert ctl.decide(10.0 + HOLD_S, LANE, 12, window(3.0)) is not None
+    assert ctl.decide(10.0 + HOLD_S + 0.5, LANE, 9, window(0.1, queued=4)) is None
+    assert ctl.decide(10.0 + HOLD_S + 1.0, LANE, 9, window(0.1, queued=4)) is None  # held
+    up = ctl.decide(10.0 + 2 * HOLD_S, LANE, 9, window(0.1, queued=4))
+    assert up is not None and up.inflight == 10
+    assert ctl.decide(10.0 + 2 * HOLD_S + 0.9, LANE, 10, window(0.1, queued=4)) is None
+
+
+def test_token_budget_moves_with_the_count_within_its_bounds() -> None:
+    lane = replace(LANE, max_inflight_tokens=32_000, min_inflight_tokens=8_000)
+    assert tokens_for(lane, 16) == 32_000
+    assert tokens_for(lane, 8) == 16_000
+    assert tokens_for(lane, 2) == 8_000  # 4,000 scaled, held at the floor
+    assert tokens_for(LANE, 8) is None
+    d = Aimd().decide(10.0, lane, 16, window(3.0))
+    assert d is not None and d.tokens == 24_000
+
+
+def test_measure_judges_ttft_after_admission_since_the_cut() -> None:
+    records = [
+        Record(arrived=0.0, queue_wait_s=1.0, ttft_s=1.5, e2e_s=2.0),  # admitted at 1: before
+        Record(arrived=4.0, queue_wait_s=3.0, ttft_s=3.4, e2e_s=5.0),  # 0.4 after admission
+        Record(arrived=5.0, queue_wait_s=0.0, ttft_s=0.2, e2e_s=1.0),
+        Record(arrived=8.0, queue_wait_s=0.5),  # admitted at 8.5, no first token at 10
+        Record(arrived=9.0, outcome="refused", queue_wait_s=0.5, e2e_s=0.5),  # timed out
+        Record(arrived=9.5),  # still queued
+    ]
+    m = measure(records, now=10.0, since=2.0, queued=1)
+    assert m.samples == 3 and m.queued == 1
+    assert m.engine_ttft_p99_s == pytest.approx(1.5, rel=0.05)  # the in-flight one, 1.5 s so far
+    assert m.queue_wait_p99_s is not None and m.queue_wait_p99_s <= 3.0
+
+
+def test_gradient_follows_the_minimum_not_a_target() -> None:
+    ctl = Gradient()
+    first = ctl.decide(1.0, LANE, 8, window(1.0))
+    assert first is not None and first.inflight > 8  # at the minimum: grow by the headroom
+    # Twice the minimum latency, still far under the 2 s target: the gradient cuts anyway.
+    d = ctl.decide(2.0, LANE, first.inflight, window(1.9))
+    assert d is not None and d.direction == "down"
+
+
+def test_limits_validate_an_adaptive_lane() -> None:
+    base = Limits(1, False, {"chat": LaneLimits()})
+    with pytest.raises(LimitsError, match="target_ttft_p99_s"):
+        apply_patch(base, {"lanes": {"chat": {"policy": "adaptive"}}})
+    with pytest.raises(LimitsError, match="min_inflight"):
+        apply_patch(
+            base,
+            {"lanes": {"chat": {"policy": "adaptive", "target_ttft_p99_s": 1, "min_inflight": 20}}},
+        )
+    with pytest.raises(LimitsError, match="policy"):
+        apply_patch(base, {"lanes": {"chat": {"policy": "auto"}}})
+    with pytest.raises(LimitsError, match="target_ttft_p99_s"):
+        apply_patch(base, {"lanes": {"chat": {"target_ttft_p99_s": float("nan")}}})
+    after = apply_patch(
+        base,
+        {
+            "lanes": {"chat": {"policy": "adaptive", "target_ttft_p99_s": 1, "min_inflight": 4}},
+            # What GET /admin/limits answered, sent back: the effective limits are ignored.
+            "effective": {"chat": {"max_inflight": 3}},
+        },
+    )
+    chat = after.lanes["chat"]
+    assert chat.policy == "adaptive" and chat.target_ttft_p99_s == 1.0 and chat.max_inflight == 16
+
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+
+
+def test_the_upstreams_page_in_its_own_dialect() -> None:
+    vllm = reading_of(map_page("u", (FIXTURES / "vllm-1.prom").read_text()))
+    assert vllm is not None and vllm.kv_usage == 0.0 and vllm.preemptions_total == 0.0
+    llama = reading_of(map_page("u", (FIXTURES / "llamacpp-1.prom").read_text()))
+    assert llama is not None and llama.kv_usage is None  # llama.cpp exports none: unknown
+    assert reading_of(map_page("u", "<html>no</html>")) is None
+
+
+def test_the_step_up_is_a_constant_share_of_the_bounds() -> None:
+    wide = replace(LANE, min_inflight=4, max_inflight=260)  # span 256: +8 a decision
+    d = Aimd().decide(10.0, wide, 60, window(0.5, queued=3))
+    assert d is not None and d.inflight == 68 and d.reason.startswith("+8:")
+    d = Aimd().decide(10.0, wide, 257, window(0.5, queued=3))
+    assert d is not None and d.inflight == 260  # never over the ceiling

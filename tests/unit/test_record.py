@@ -1,0 +1,208 @@
+"""The recording's pure parts: a reading survives the codec unchanged, rotation drops what
+is too old or too much, the times people type."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.cli.record import age, size
+from gpuwatch.model import GpuReading, GpuSample, HostSample, ProcessInfo
+from gpuwatch.monitor.state import Event, Monitor
+from gpuwatch.record import codec, store
+from gpuwatch.record.player import Player, parse_when
+from gpuwatch.record.recorder import Recorder
+from gpuwatch.sources.scrape import map_page
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+
+
+@pytest.mark.parametrize("page", ["vllm-1.prom", "sglang-1.prom", "llamacpp-1.prom", "tgi-1.prom"])
+def test_a_scrape_survives_the_codec(page: str) -> None:
+    """Kept as its prefiltered page (not the raw one) and mapped again by the same dialects:
+    the same engines; compressed against a dictionary, or not."""
+    text = (FIXTURES / page).read_text()
+    result = map_page("http://node:8000/metrics", text)
+    assert result.engines and not result.error
+    raw = codec.to_json(codec.encode_payload("scrape", result))
+    for zdict in (b"", raw):
+        back = codec.decode_payload("scrape", codec.unpack(codec.pack(raw, zdict), zdict))
+        assert isinstance(back, codec.Page) and len(back.text) < len(text)
+        # every field, every bucket (+Inf included), every float exact
+        assert map_page(back.source, back.text) == result
+    # Without a page (an error, or made by hand): the engines themselves, exactly.
+    result.page = None
+    data = codec.pack(codec.encode_payload("scrape", result))
+    assert codec.decode_payload("scrape", codec.unpack(data)) == result
+
+
+def test_gpus_host_gate_and_events_survive_the_codec() -> None:
+    gpus = GpuReading([GpuSample(0, "H100", memory_used_bytes=5, throttle_reasons=["power"],
+                                 processes=[ProcessInfo(42, "vllm", cmdline="vllm serve m")])])  # fmt: skip
+    host = HostSample(12.5, [10.0, 15.0], 1.0, 0.5, 0.25, 100, 50, 0, 0)
+    gate = ({"version": 3, "lanes": {}}, {"lanes": {"chat": {"queued": 1}}}, None, True)
+    event = Event(1e9, "warn", "SLO TIGHT: TTFT")
+    for kind, value in (("gpus", gpus), ("host", host), ("gate", gate), ("event", event)):
+        data = codec.pack(codec.encode_payload(kind, value))
+        assert codec.decode_payload(kind, codec.unpack(data)) == value, kind
+
+
+def test_rows_that_are_not_ours_are_refused_not_crashed_on() -> None:
+    with pytest.raises(codec.CodecError):
+        codec.unpack(b"not zlib")
+    with pytest.raises(codec.CodecError):
+        codec.decode_payload("scrape", {"engines": "x"})
+    with pytest.raises(codec.CodecError):
+        codec.decode_payload("teleport", {})
+    import zlib
+
+    with pytest.raises(codec.CodecError):  # a decompression bomb stops at the bound
+        codec.unpack(zlib.compress(b"[" + b" " * (codec.MAX_ROW_BYTES + 10) + b"]"))
+
+
+def recording(path: Path, rows: int, start: float) -> Monitor:
+    m = Monitor([], wall=lambda: start)
+    recorder = Recorder(path).attach(m)
+    for i in range(rows):
+        recorder.reading("event", float(i), start + i, Event(start + i, "info", "x" * 200 + str(i)))
+    recorder.close()
+    return m
+
+
+def test_rotation_by_age_and_by_size(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    now = time.time()
+    recording(path, 2000, now - 2000)
+    db = store.open_recording(path, writable=True)
+    assert store.prune(db, now, keep_s=1000.0, max_bytes=None) == 1000
+    assert db.execute("SELECT MIN(wall) FROM rows").fetchone()[0] >= now - 1000
+    before = path.stat().st_size
+    dropped = store.prune(db, now, keep_s=None, max_bytes=60_000)
+    assert dropped > 0 and store.used_bytes(db) <= 60_000
+    # The newest rows stay; the freed pages go back to the file system.
+    assert db.execute("SELECT MAX(wall) FROM rows").fetchone()[0] == now - 1
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    assert path.stat().st_size < before
+
+
+def test_a_player_moves_back_through_checkpoints(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    recording(path, 300, 1_000_000.0)
+    p = Player(path)
+    p.seek(p.end)
+    assert len(p.monitor.events) == 300 and p.checkpoints  # one a minute of recorded time
+    p.seek(p.start + 150)
+    assert [e.text[-3:] for e in p.monitor.events][-1] == "150"
+    assert len(p.monitor.events) == 151
+    assert p.next_mark(p.now) is not None and p.previous_mark(p.now) is not None
+    p.close()
+
+
+def test_times_people_type() -> None:
+    start = time.mktime((2026, 11, 30, 3, 0, 0, 0, 0, -1))
+    end = start + 3600
+    assert parse_when("03:12", start, end) == start + 12 * 60
+    assert parse_when("03:12:40", start, end) == start + 12 * 60 + 40
+    assert parse_when("2026-11-30 03:05", start, end) == start + 5 * 60
+    assert parse_when("+90s", start, end) == start + 90
+    assert parse_when("+5m", start, end) == start + 300
+    assert parse_when("02:30", start, end) > end  # a time of day before the start: the next day
+    with pytest.raises(ValueError):
+        parse_when("tea time", start, end)
+    assert age("7d") == 7 * 86400 and age("90") == 90 and age("12h") == 43200
+    assert size("500M") == 500 * 1024**2 and size("2G") == 2 * 1024**3 and size("100") == 100
+    for bad in ("0", "-1d", "soon"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            age(bad)
+
+
+def test_appending_after_a_reboot_keeps_the_clock_running_forward(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    recording(path, 10, 1_000_000.0)  # monitor clock 0..9
+    clock = [2.0]  # a new boot: the monotonic clock starts again below the file's
+    m = Monitor([], clock=lambda: clock[0], wall=lambda: 1_000_100.0)
+    recorder = Recorder(path).attach(m)
+    m.event("info", "after the reboot")
+    recorder.close()
+    p = Player(path)
+    assert list(p.monos) == sorted(p.monos) and p.monos[-1] >= 9 + 100 - 10  # the wall gap kept
+    p.seek(p.end)
+    assert p.monitor.events[-1].text == "after the reboot"
+    p.close()
+
+
+def test_a_row_with_the_wrong_insides_is_skipped_and_a_bad_meta_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    recording(path, 5, 1_000_000.0)
+    db = store.open_recording(path, writable=True)
+    # A gate row that decodes but is not a gate's answer (no lanes in its status).
+    bad = codec.pack({"limits": None, "status": {"no": "lanes"}, "error": None, "current": False})
+    store.insert_rows(db, [(5.0, 1_000_005.0, "gate", None, bad)])
+    store.set_meta(db, {"admin_url": "http://127.0.0.1:9000"})  # so the gate row is applied
+    db.close()
+    p = Player(path)
+    p.seek(p.end)
+    assert p.bad_rows == 1 and len(p.monitor.events) == 5
+    p.close()
+    db = store.open_recording(path, writable=True)
+    store.set_meta(db, {"urls": "http://not-a-list"})
+    db.close()
+    with pytest.raises(store.RecordingError, match="meta: urls"):
+        Player(path)
+
+
+def test_a_cold_jump_knows_the_limits_and_events_recorded_long_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gate rows carry the limits only when they change, and events are rare: a jump that
+    starts replaying after both still shows them."""
+    from gpuwatch.record import player as player_module
+
+    path = tmp_path / "r.db"
+    clock = [0.0]
+    m = Monitor([], clock=lambda: clock[0], wall=lambda: 1e6 + clock[0], admin_url="http://g")
+    recorder = Recorder(path).attach(m)
+    limits = {"version": 7, "paused": False, "lanes": {"chat": {"max_inflight": 8}}}
+    for i in range(100):
+        clock[0] = float(i)
+        m.apply_gate(limits, {"lanes": {}})
+        if i == 10:
+            m.event("info", "long before the jump")
+    recorder.close()
+    monkeypatch.setattr(player_module, "LEAD_S", 5.0)
+    monkeypatch.setattr(player_module, "CHECKPOINT_EVERY_S", 1e9)
+    p = Player(path)
+    p.seek(p.end)
+    p.seek(p.end - 10)  # back, with no checkpoint: a cold start 5 s earlier
+    assert p.pos > 50 and p.monitor.gate is not None
+    assert p.monitor.gate.limits == limits
+    # The events list as live showed it: the old event is still there.
+    assert [e.text for e in p.monitor.events][-1] == "long before the jump"
+    p.close()
+
+
+def test_a_full_disk_stops_recording_with_an_event_and_the_file_stays_readable(
+    tmp_path: Path,
+) -> None:
+    """SQLITE_FULL, provoked with max_page_count: the dashboard's side of a full disk."""
+    path = tmp_path / "r.db"
+    m = Monitor([], wall=lambda: 1e6)
+    recorder = Recorder(path).attach(m)
+    m.event("info", "before the disk filled")
+    assert recorder.flush() and recorder.db is not None
+    pages = recorder.db.execute("PRAGMA page_count").fetchone()[0]
+    recorder.db.execute(f"PRAGMA max_page_count = {pages + 1}")
+    for i in range(300):  # incompressible text: pages fill fast
+        m.event("info", f"{i} " + "".join(chr(33 + (i * 7 + j * 13) % 90) for j in range(400)))
+    assert recorder.flush() is False
+    assert recorder.stopped is not None and "full" in recorder.stopped
+    assert m.tap is None and recorder.db is None
+    assert m.events[-1].level == "bad" and "stopped: database or disk is full" in m.events[-1].text
+    m.event("info", "the dashboard goes on")  # nothing raises, nothing is written
+    p = Player(path)
+    assert [mk.text for mk in p.marks] == ["before the disk filled"]
+    p.close()
