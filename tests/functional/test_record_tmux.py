@@ -8,7 +8,10 @@ What legitimately differs between the two panes, and is left out of the comparis
   same second: the live header names its tick, ``:`` goes to the recorded tick of that second);
   the replayed clock is wider, so the header's end (the endpoint's title) is cut that much
   earlier at 160 columns: the replayed header must be the live one up to there;
-- the last line: the live footer (key list) is the replay bar in a replay.
+- the last line: the live footer (key list) is the replay bar in a replay;
+- blank rows inside the left-hand panels: a live panel keeps its tallest height for 30 s of
+  real time (``Panel.HOLD_S``), which depends on the live paint history; the left column is
+  compared without them (every text row, in order), the charts' half row for row.
 Everything else (the header's badge and reason, every panel, every chart, the events) must be
 equal, character for character.
 """
@@ -102,10 +105,25 @@ def comparable(screen: str) -> list[str]:
     return [MODE_CLOCK.sub(" <mode clock> ", lines[0]).rstrip(), *lines[1:-1]]
 
 
+BLANK_ROW = re.compile(r"^│\s*│$")
+
+
+def left_column(body: list[str]) -> list[str]:
+    """The left-hand panels without their blank rows: a live panel keeps the height of its
+    tallest text for 30 s of real time (``Panel.HOLD_S``, so the layout does not jump), which
+    depends on what the live program painted before, not on the recording."""
+    rows = [line[:CHARTS_FROM_COLUMN] for line in body]
+    return [r for r in rows if r.strip() and not BLANK_ROW.match(r.strip())]
+
+
 def same_pane(live: list[str], replayed: list[str]) -> bool:
     header, again = live[0], replayed[0]
     cut = header[: len(again)] == again and len(header) - len(again) <= REPLAY_WIDER
-    return cut and live[1:] == replayed[1:]
+    body, body_again = live[1:], replayed[1:]
+    charts_same = [r[CHARTS_FROM_COLUMN:] for r in body] == [
+        r[CHARTS_FROM_COLUMN:] for r in body_again
+    ]
+    return cut and charts_same and left_column(body) == left_column(body_again)
 
 
 def charts(screen: str) -> list[str]:
