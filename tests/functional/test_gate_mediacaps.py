@@ -155,3 +155,17 @@ async def test_rerank_and_score_items_are_held_to_the_embed_caps(
         reply = await r.request("POST", path, json.dumps(body).encode())
         assert reply.status == 400 and reply.json()["error"]["param"] == field
         assert len(r.upstream.bodies) == 1
+
+
+async def test_only_the_gate_writes_the_clamped_header(tmp_path: Path) -> None:
+    """Review 2: an upstream's own X-Gpuwatch-Clamped went through to the client (a clamp the
+    gate never made), and beside the gate's one in another case (two values)."""
+    async with rig(tmp_path) as r, aiohttp.ClientSession() as s:
+        r.upstream.extra_headers = {"x-gpuwatch-clamped": "size 9x9->8x8"}
+        async with s.post(f"{r.url}/v1/chat/completions", json={"messages": []}) as reply:
+            assert reply.status == 200
+            assert "X-Gpuwatch-Clamped" not in reply.headers
+        await r.patch({"lanes": {"image": {"max_n": 1}}})
+        async with s.post(f"{r.url}{IMAGE}", json={"prompt": "a", "n": 3}) as reply:
+            assert reply.status == 200
+            assert reply.headers.getall("X-Gpuwatch-Clamped") == ["n 3->1"]
