@@ -1,19 +1,25 @@
-"""The gate's overhead, measured side by side: direct to upstream, through the gate, through nginx.
+"""The gate's overhead, measured side by side: direct to upstream, through the gate before
+(``--baseline``, default main before issue 19's gate work, from a temporary git worktree) and
+after (this checkout), through a bare aiohttp proxy (the floor: aiohttp's own server and client
+with nothing of the gate's, on uvloop like the gate) and through nginx.
 
-Run: python bench/gate.py [--seconds 10]   (needs Debian's nginx and wrk)
+Run: python bench/gate.py [--seconds 10] [--repeat 1] [--baseline REV | none]
+     (needs Debian's nginx and wrk)
 
 - short requests: wrk, 64 connections, small JSON POSTs: requests/s, and the gate's CPU per
   request (its process CPU time / requests);
 - added latency at a fixed 200 requests/s (an aiohttp client on a schedule): p50 / p99;
 - streamed requests (32 chunks each, 64 concurrent): wrk requests/s, and added TTFT p50 / p99
   at a fixed rate.
-The upstream is a fast aiohttp stub in its own process.
+The upstream is a fast aiohttp stub in its own process. With ``--repeat N`` every figure is the
+median of N rounds (each round measures every target once, in turn).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -27,6 +33,7 @@ import time
 from pathlib import Path
 
 import psutil
+from baseline import BEFORE, REPO, checkout
 
 STREAM_CHUNKS = 32
 
@@ -64,6 +71,47 @@ def run_upstream(port: int) -> None:
     app = web.Application()
     app.router.add_post("/v1/completions", handle)
     app.router.add_post("/v1/chat/completions", handle)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def run_floor(port: int, upstream: int) -> None:
+    """The least an aiohttp proxy does: a pooled client, the body read, the headers copied,
+    the answer relayed (whole when short, else chunk by chunk). No lanes, caps or metrics."""
+    import uvloop
+    from aiohttp import ClientSession, TCPConnector, web
+
+    hop = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
+    base = f"http://127.0.0.1:{upstream}"
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in hop}
+        session = request.app["session"]
+        async with session.request(
+            request.method, base + request.raw_path, headers=headers, data=body
+        ) as up:
+            out = {k: v for k, v in up.headers.items() if k.lower() not in hop}
+            if up.content_length is not None:
+                return web.Response(body=await up.read(), status=up.status, headers=out)
+            resp = web.StreamResponse(status=up.status, headers=out)
+            await resp.prepare(request)
+            async for chunk in up.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+    async def session(app: web.Application):  # type: ignore[no-untyped-def]
+        app["session"] = ClientSession(connector=TCPConnector(limit=0), auto_decompress=False)
+        yield
+        await app["session"].close()
+
+    import logging
+
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # wrk cuts its streams
+    uvloop.install()
+    app = web.Application()
+    app.cleanup_ctx.append(session)
+    app.router.add_route("*", "/{tail:.*}", handle)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
@@ -170,90 +218,147 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--role", default="bench")
     parser.add_argument("--port", type=int)
+    parser.add_argument("--upstream", type=int)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--baseline", default=BEFORE, help="a git revision, or none")
     args = parser.parse_args()
     if args.role == "upstream":
         run_upstream(args.port)
         return
+    if args.role == "floor":
+        run_floor(args.port, args.upstream)
+        return
     for tool in ("nginx", "wrk"):
         if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
             raise SystemExit(f"bench/gate.py needs {tool} (apt-get install nginx-light wrk)")
-    up, gate_port, nginx_port = free_port(), free_port(), free_port()
+    up, nginx_port, floor_port = free_port(), free_port(), free_port()
     procs = []
     tmp = Path(tempfile.mkdtemp(prefix="gwbench-"))
-    try:
-        procs.append(
-            subprocess.Popen([sys.executable, __file__, "--role", "upstream", "--port", str(up)])
-        )
-        config = tmp / "gate.toml"
-        config.write_text("[lanes.chat]\nmax_inflight = 4096\nmax_queue = 4096\n")
-        gate = subprocess.Popen(
-            [sys.executable, "-m", "gpuwatch", "gate", "--upstream", f"http://127.0.0.1:{up}",
-             "--listen", f"127.0.0.1:{gate_port}", "--config", str(config), "--state-file", str(tmp / "state.json")],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        procs.append(gate)
-        (tmp / "nginx.conf").write_text(NGINX_CONF.format(dir=tmp, upstream=up, port=nginx_port))
-        nginx_bin = shutil.which("nginx") or "/usr/sbin/nginx"
-        procs.append(
-            subprocess.Popen(
-                [nginx_bin, "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")]
+    with contextlib.ExitStack() as stack:
+        trees = {"gate": REPO}
+        if args.baseline != "none":
+            trees = {"before": stack.enter_context(checkout(args.baseline)), **trees}
+        try:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--role", "upstream", "--port", str(up)]
+                )
             )
-        )
-        for port in (up, gate_port, nginx_port):
-            wait_port(port)
-        targets = {
-            "direct": f"http://127.0.0.1:{up}/v1/completions",
-            "gate": f"http://127.0.0.1:{gate_port}/v1/completions",
-            "nginx": f"http://127.0.0.1:{nginx_port}/v1/completions",
-        }
-        gate_proc = psutil.Process(gate.pid)
-        short = '{"prompt":"hi","max_tokens":8}'
-        streamed = '{"prompt":"hi","max_tokens":32,"stream":true}'
-        rps_short, rps_stream, cpu_us = {}, {}, 0.0
-        for name, url in targets.items():
-            wrk(url, 2, short)  # warm-up
-            before = gate_proc.cpu_times()
-            rps_short[name] = wrk(url, args.seconds, short)
-            after = gate_proc.cpu_times()
-            if name == "gate":
-                used = (after.user + after.system) - (before.user + before.system)
-                cpu_us = used / (rps_short[name] * args.seconds) * 1e6
-            rps_stream[name] = wrk(url, args.seconds, streamed)
-        latency = {
-            n: asyncio.run(fixed_rate(u, 200, args.seconds, False))
-            for n, u in targets.items()
-            if n != "nginx"
-        }
-        ttft = {
-            n: asyncio.run(fixed_rate(u, 100, args.seconds, True))
-            for n, u in targets.items()
-            if n != "nginx"
-        }
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+            config = tmp / "gate.toml"
+            config.write_text("[lanes.chat]\nmax_inflight = 4096\nmax_queue = 4096\n")
+            gates, ports = {}, {}
+            for name, tree in trees.items():
+                ports[name] = free_port()
+                gates[name] = subprocess.Popen(
+                    [sys.executable, "-m", "gpuwatch", "gate", "--upstream", f"http://127.0.0.1:{up}",
+                     "--listen", f"127.0.0.1:{ports[name]}", "--config", str(config),
+                     "--state-file", str(tmp / f"state-{name}.json")],
+                    stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=str(tree),
+                )  # fmt: skip
+                procs.append(gates[name])
+            floor = subprocess.Popen(
+                [sys.executable, __file__, "--role", "floor", "--port", str(floor_port), "--upstream", str(up)]
+            )  # fmt: skip
+            procs.append(floor)
+            (tmp / "nginx.conf").write_text(
+                NGINX_CONF.format(dir=tmp, upstream=up, port=nginx_port)
+            )
+            nginx_bin = shutil.which("nginx") or "/usr/sbin/nginx"
+            procs.append(
+                subprocess.Popen(
+                    [nginx_bin, "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")]
+                )
+            )
+            for port in (up, nginx_port, floor_port, *ports.values()):
+                wait_port(port)
+            targets = {
+                "direct": f"http://127.0.0.1:{up}/v1/completions",
+                **{n: f"http://127.0.0.1:{p}/v1/completions" for n, p in ports.items()},
+                "floor": f"http://127.0.0.1:{floor_port}/v1/completions",
+                "nginx": f"http://127.0.0.1:{nginx_port}/v1/completions",
+            }
+            cpu_of = {n: psutil.Process(p.pid) for n, p in {**gates, "floor": floor}.items()}
+            short = '{"prompt":"hi","max_tokens":8}'
+            streamed = '{"prompt":"hi","max_tokens":32,"stream":true}'
+            rounds: list[dict] = []
+            for _ in range(args.repeat):
+                rps_short, rps_stream, cpu_us = {}, {}, {}
+                for name, url in targets.items():
+                    wrk(url, 2, short)  # warm-up
+                    before = {n: p.cpu_times() for n, p in cpu_of.items()}
+                    rps_short[name] = wrk(url, args.seconds, short)
+                    if name in cpu_of:
+                        after = cpu_of[name].cpu_times()
+                        used = (after.user + after.system) - (
+                            before[name].user + before[name].system
+                        )
+                        cpu_us[name] = used / (rps_short[name] * args.seconds) * 1e6
+                    rps_stream[name] = wrk(url, args.seconds, streamed)
+                latency = {
+                    n: asyncio.run(fixed_rate(u, 200, args.seconds, False))
+                    for n, u in targets.items()
+                    if n != "nginx"
+                }
+                ttft = {
+                    n: asyncio.run(fixed_rate(u, 100, args.seconds, True))
+                    for n, u in targets.items()
+                    if n != "nginx"
+                }
+                rounds.append(
+                    {
+                        "short": rps_short,
+                        "stream": rps_stream,
+                        "cpu": cpu_us,
+                        "latency": latency,
+                        "ttft": ttft,
+                    }
+                )
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            shutil.rmtree(tmp, ignore_errors=True)
+    report(rounds, list(targets), list(trees), args.baseline)
 
-    print(f"{'':28}{'direct':>10}{'gate':>10}{'nginx':>10}   gate/nginx  goal")
-    print(f"{'short requests/s (64 conn)':28}{rps_short['direct']:>10.0f}{rps_short['gate']:>10.0f}"
-          f"{rps_short['nginx']:>10.0f}   {rps_short['gate'] / rps_short['nginx']:>9.0%}   >= 35%")  # fmt: skip
-    print(f"{'streamed requests/s (32 ch)':28}{rps_stream['direct']:>10.0f}{rps_stream['gate']:>10.0f}"
-          f"{rps_stream['nginx']:>10.0f}   {rps_stream['gate'] / rps_stream['nginx']:>9.0%}   >= 90%")  # fmt: skip
-    print(f"gate CPU per short request: {cpu_us:.0f} us (goal <= 250 us)")
-    for label, data, goal in (
-        ("latency at 200 req/s", latency, "p50 < 1 ms"),
-        ("streamed TTFT at 100 req/s", ttft, "p50 < 2 ms"),
-    ):
-        d50, g50 = statistics.median(data["direct"]), statistics.median(data["gate"])
-        d99, g99 = pct(data["direct"], 0.99), pct(data["gate"], 0.99)
-        print(f"{label}: direct p50 {d50 * 1000:.2f} ms p99 {d99 * 1000:.2f} ms; gate p50 "
-              f"{g50 * 1000:.2f} ms p99 {g99 * 1000:.2f} ms; added p50 {(g50 - d50) * 1000:.2f} ms "
-              f"p99 {(g99 - d99) * 1000:.2f} ms (goal: added {goal})")  # fmt: skip
+
+def report(rounds: list[dict], names: list[str], gates: list[str], baseline: str) -> None:
+    def med(kind: str, name: str) -> float:
+        return statistics.median(r[kind][name] for r in rounds)
+
+    print(f"{len(rounds)} round(s), medians; 'gate' is this checkout, 'before' is {baseline}, "
+          "'floor' a bare aiohttp proxy")  # fmt: skip
+    print(f"{'':30}" + "".join(f"{n:>10}" for n in names) + "   gate/nginx  goal")
+    for kind, label, goal in (("short", "short requests/s (64 conn)", ">= 35%"),
+                              ("stream", "streamed requests/s (32 ch)", ">= 90%")):  # fmt: skip
+        cells = "".join(f"{med(kind, n):>10.0f}" for n in names)
+        print(f"{label:30}{cells}   {med(kind, 'gate') / med(kind, 'nginx'):>9.0%}   {goal}")
+    print(f"{'CPU per short request':30}" + "".join(
+        f"{med('cpu', n):>8.0f}us" if n in gates or n == "floor" else f"{'':>10}" for n in names) + "   (goal <= 250 us)")  # fmt: skip
+    for kind, label, goal in (("latency", "latency p50 at 200 req/s", 0.5),
+                              ("ttft", "streamed TTFT p50 at 100/s", 2.0)):  # fmt: skip
+        p50 = {
+            n: statistics.median(statistics.median(r[kind][n]) for r in rounds)
+            for n in names
+            if n != "nginx"
+        }
+        p99 = {
+            n: statistics.median(pct(r[kind][n], 0.99) for r in rounds)
+            for n in names
+            if n != "nginx"
+        }
+        print(
+            f"{label:30}"
+            + "".join(f"{p50[n] * 1000:>8.2f}ms" if n in p50 else f"{'':>10}" for n in names)
+        )
+        print(f"{'  added p50 over direct':30}" + "".join(
+            f"{(p50[n] - p50['direct']) * 1000:>8.2f}ms" if n in p50 and n != "direct" else f"{'':>10}" for n in names)
+            + f"   (goal: gate added p50 <= {goal:g} ms)")  # fmt: skip
+        print(f"{'  added p99 over direct':30}" + "".join(
+            f"{(p99[n] - p99['direct']) * 1000:>8.2f}ms" if n in p99 and n != "direct" else f"{'':>10}" for n in names))  # fmt: skip
 
 
 if __name__ == "__main__":

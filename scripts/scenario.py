@@ -8,7 +8,9 @@ sockets and no wall clock, so the pictures are the same on every machine.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import generate_latest
 
-from gpuwatch.demo import IMAGE_BURST, IMAGE_SIZE
+from gpuwatch.demo import DEMO_GATE_TOML, IMAGE_BURST, IMAGE_SIZE
+from gpuwatch.gate.admission import AdmissionLane, Refused, Ticket, Waiter
+from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness, parse_fairness
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, Record
-from gpuwatch.load.spec import Dist
+from gpuwatch.gate.limits import LaneLimits
+from gpuwatch.gate.tenantstatus import lane_status
+from gpuwatch.load.spec import Dist, Tenancy
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.series import window_label
 from gpuwatch.sim.engine import Engine, Request
@@ -35,6 +41,11 @@ from gpuwatch.sim.sidework import ImageJob, ImagePool, text_slowdown
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader
 from gpuwatch.sources.scrape import map_page
 from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 if TYPE_CHECKING:
     from gpuwatch.tui.replay import ReplayApp
@@ -58,6 +69,75 @@ class Scenario:
     engine: Engine
 
 
+class FairChat:
+    """The chat lane as the real gate admits it (gate/admission.py: classes first, turns across
+    tenants, sheddable work evicted when full), on simulated time, and what its /admin/status
+    says about classes and tenants (gate/tenantstatus.py). Tenants and classes are drawn as
+    ``gpuwatch load`` draws them and mapped from the headers as the demo's gate maps them.
+
+    No queue timeouts: as in the plain scenario, waits are shorter than the lane's 20 s."""
+
+    def __init__(self, limits: tuple[int, int], tenancy: Tenancy, classes: dict[str, float],
+                 seed: int) -> None:  # fmt: skip
+        self.fairness: Fairness = parse_fairness(
+            Path("demo gate.toml"), tomllib.loads(DEMO_GATE_TOML)["fairness"]
+        )
+        self.lane = AdmissionLane("chat", LaneLimits(*limits, queue_timeout_s=20.0))
+        self.loop = asyncio.new_event_loop()  # never run: it only makes the waiters' futures
+        self.rng = random.Random(seed + 3)  # apart, so the arrivals are the plain scenario's
+        self.tenants = tenancy.weights()
+        self.classes = classes
+        self.waiting: dict[Waiter, Request] = {}
+        self.tickets: dict[str, Ticket] = {}
+        self.refused: list[Request] = []
+
+    def arrive(self, request: Request, now: float) -> list[Request]:
+        """``request`` at the gate now; the requests admitted (to the engine) as a result."""
+        headers = {
+            FAIRNESS_HEADER: self.rng.choices(list(self.tenants), list(self.tenants.values()))[0],
+            OBJECTIVE_HEADER: self.rng.choices(list(self.classes), list(self.classes.values()))[0],
+        }
+        who = self.fairness.who(headers)
+        try:
+            entered = self.lane.enter(0, who, now, self.loop)
+        except Refused as refused:
+            self.lane.tenants.refused[(who.klass, refused.reason)] += 1  # as the proxy counts
+            self.refused.append(request)
+            return []
+        if isinstance(entered, Ticket):
+            self.tickets[request.rid] = entered
+            return [request]
+        self.waiting[entered] = request
+        return self._settled()
+
+    def finished(self, rid: str) -> list[Request]:
+        """``rid`` answered: its slot goes back and the queue moves on."""
+        ticket = self.tickets.pop(rid, None)
+        if ticket is not None:
+            ticket.release()
+        return self._settled()
+
+    def _settled(self) -> list[Request]:
+        admitted = []
+        for waiter in [w for w in self.waiting if w.future.done()]:
+            request = self.waiting.pop(waiter)
+            refused = waiter.future.exception()
+            if isinstance(refused, Refused):  # evicted for a higher class
+                self.lane.tenants.refused[(waiter.who.klass, refused.reason)] += 1
+                self.refused.append(request)
+            else:
+                self.tickets[request.rid] = waiter.future.result()
+                admitted.append(request)
+        return admitted
+
+    def set_limits(self, limits: tuple[int, int]) -> list[Request]:
+        self.lane.set_limits(LaneLimits(*limits, queue_timeout_s=20.0), False)
+        return self._settled()
+
+    def status(self) -> dict[str, Any]:
+        return lane_status(self.lane, self.fairness)
+
+
 def gate_state(
     inflight: int,
     max_inflight: int,
@@ -69,9 +149,10 @@ def gate_state(
     users: LaneLatency | None = None,
     ttft_slo: float | None = None,
     image: tuple[int, int, int, int] = (4, 16, 0, 0),
+    chat: dict[str, Any] | None = None,
 ) -> tuple[dict, dict]:
     """The gate's limits and status; ``image`` = the image lane's (max_inflight, max_queue,
-    in flight, queued)."""
+    in flight, queued); ``chat``: more of the chat lane's status (its classes and tenants)."""
     lanes = {
         "chat": (max_inflight, max_queue, inflight, queued, rejected),
         "embed": (32, 128, 0, 0, {}),
@@ -96,6 +177,7 @@ def gate_state(
             "admitted_total": 0,
             "rejected_total": dict(rej),
         }
+    status["lanes"]["chat"].update(chat or {})
     if users is not None:
         # What the real gate serves in /admin/status, from the same code (gate/latency.py).
         status["lanes"]["chat"]["latency"] = {window_label(w): users.summary(w) for w in WINDOWS_S}
@@ -119,6 +201,8 @@ def build(
     images_at: float | None = None,
     images: int = IMAGE_BURST,
     image_size: tuple[int, int] = IMAGE_SIZE,
+    tenancy: Tenancy | None = None,
+    classes: dict[str, float] | None = None,
     on_monitor: Callable[[Monitor], object] | None = None,
 ) -> Scenario:
     """Run the engine for ``seconds`` of simulated time and scrape it once a second.
@@ -127,6 +211,8 @@ def build(
     A gate in front bounds what the engine holds at once (``max_inflight``, 64 as in the demo);
     the rest wait at the gate, up to ``max_queue``, or are refused. ``tighten_at`` is the
     operator's move: from then on the gate allows ``tight`` = (max_inflight, max_queue).
+    ``tenancy``: chat comes from tenants, each request of one of ``classes`` (by weight), and
+    the chat lane is the real gate's admission with the demo's ``[fairness]`` (``FairChat``).
     ``on_monitor`` is given the monitor before the first reading (a recorder attaches there).
 
     ``images_at``: the node also serves SDXL images (the simulator's ``--workloads image``, so
@@ -165,6 +251,7 @@ def build(
     records: dict[str, tuple[Record, float]] = {}
     ttft_slo = monitor.health.slo.get("ttft_p99_s")
     gate_queue: list[Request] = []
+    fair = FairChat((max_inflight, max_queue), tenancy, classes or {}, seed) if tenancy else None
     rejected = {"queue_full": 0}
     nvml = NvmlReader(FakeNvml(lambda: {"gpus": [g.state(clock.now) for g in virtual]}))
     next_scrape = 1.0
@@ -174,6 +261,8 @@ def build(
             before = (max_inflight, max_queue)
             max_inflight, max_queue = tight
             version = 2
+            for admitted in fair.set_limits(tight) if fair else []:
+                _admit(engine, admitted, records)
             monitor.event(
                 "info",
                 f"limits v2: chat.max_inflight {before[0]} -> {max_inflight}; "
@@ -181,14 +270,20 @@ def build(
             )
         while pending and pending[-1].arrival <= engine.now:
             arrived = pending.pop()
-            gate_queue.append(arrived)
             records[arrived.rid] = (users.start(arrived.arrival), arrived.arrival)
-        while gate_queue and len(engine.running) + len(engine.waiting) < max_inflight:
-            admitted = gate_queue.pop(0)
-            record, at_gate = records[admitted.rid]
-            record.queue_wait_s = engine.now - at_gate
-            admitted.arrival = max(admitted.arrival, engine.now)  # the engine sees it now
-            engine.add(admitted)
+            if fair is None:
+                gate_queue.append(arrived)
+                continue
+            for admitted in fair.arrive(arrived, engine.now):
+                _admit(engine, admitted, records)
+            for refused in fair.refused:
+                record, at_gate = records.pop(refused.rid)
+                record.outcome, record.e2e_s = "refused", engine.now - at_gate
+            fair.refused.clear()
+        while (
+            fair is None and gate_queue and len(engine.running) + len(engine.waiting) < max_inflight
+        ):
+            _admit(engine, gate_queue.pop(0), records)
         if len(gate_queue) > max_queue:
             rejected["queue_full"] += len(gate_queue) - max_queue
             for refused in gate_queue[max_queue:]:
@@ -229,6 +324,8 @@ def build(
                 if event.kind == "finished":
                     record.e2e_s = engine.now - at_gate
                     del records[event.request.rid]
+                    for admitted in fair.finished(event.request.rid) if fair else []:
+                        _admit(engine, admitted, records)
             for g in virtual:
                 g.busy(result.start, engine.now, result.intensity)
         while engine.now >= next_scrape and next_scrape <= seconds:
@@ -240,18 +337,29 @@ def build(
                 inflight,
                 max_inflight,
                 max_queue,
-                len(gate_queue),
-                rejected,
+                len(fair.lane.queue) if fair else len(gate_queue),
+                dict(fair.lane.rejected_total) if fair else rejected,
                 version=1 if max_inflight == 64 else 2,
                 users=users,
                 ttft_slo=ttft_slo,
                 image=(1, 64, len(pool.running), len(image_gate)) if pool else (4, 16, 0, 0),
+                chat=fair.status() if fair else None,
             )
             monitor.apply_gate(limits, status)
             monitor.evaluate()
             next_scrape += 1.0
     clock.now = seconds
+    if fair is not None:
+        fair.loop.close()
     return Scenario(monitor, engine)
+
+
+def _admit(engine: Engine, admitted: Request, records: dict[str, tuple[Record, float]]) -> None:
+    """The gate hands ``admitted`` to the engine now."""
+    record, at_gate = records[admitted.rid]
+    record.queue_wait_s = engine.now - at_gate
+    admitted.arrival = max(admitted.arrival, engine.now)  # the engine sees it now
+    engine.add(admitted)
 
 
 def app_for(sc: Scenario) -> GpuwatchApp:

@@ -11,6 +11,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
+from gpuwatch.demo import demo_load
 from scripts import scenario
 
 SIZES = {"160x48": (160, 48), "80x24": (80, 24)}
@@ -96,7 +97,14 @@ async def main(out: Path) -> None:
     after = scenario.build(seconds=235, spike_at=100, tighten_at=150)
     # The mix: the demo's burst of 16 SDXL 512x512 images at 165 s through an image lane of
     # one, 15 s later: the image lane's queue holds the rest of the burst, chat keeps its zone.
-    mix = scenario.build(seconds=180, images_at=165)
+    # Chat from the demo's tenants (Zipf, one noisy) and classes (interactive, batch), through
+    # the real gate's admission with the demo's [fairness]: the panel's classes and tenants.
+    demo = demo_load(scenario.GATE_URL, 1.5, 0.5)
+    tenants = {"tenancy": demo.tenancy, "classes": demo.classes}
+    mix = scenario.build(seconds=180, images_at=165, **tenants)
+    # The same tenants through a tight chat lane (8 in flight, 16 queued) in a spike: critical
+    # work evicts queued batch work, batch is refused first, the noisy tenant waits its turn.
+    classes = scenario.build(seconds=180, spike_at=120, max_inflight=8, max_queue=16, **tenants)
     for label, size in SIZES.items():
         await shoot(normal, size, out / f"dashboard-normal-{label}.svg")
         await shoot(overloaded, size, out / f"dashboard-overloaded-{label}.svg")
@@ -104,6 +112,7 @@ async def main(out: Path) -> None:
         await shoot(before, size, out / f"story-before-{label}.svg")
         await shoot(after, size, out / f"story-after-{label}.svg")
         await shoot(mix, size, out / f"dashboard-mix-{label}.svg")
+        await shoot(classes, size, out / f"dashboard-classes-{label}.svg")
         await shoot(normal, size, out / f"gpu-screen-{label}.svg", ["g"])
         await shoot(normal, size, out / f"help-screen-{label}.svg", ["question_mark"])
         adaptive = scenario.with_adaptive(scenario.build(seconds=180, spike_at=140))

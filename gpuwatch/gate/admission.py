@@ -140,10 +140,13 @@ class AdmissionLane:
         finally:
             ticket.release()
 
-    async def admit(self, tokens: int = 0, who: Who | None = None) -> Ticket:
-        """A ticket the caller must release (prefer ``slot()``); raises Refused."""
-        started = time.monotonic()
-        who = who or Who()
+    def enter(
+        self, tokens: int, who: Who, started: float, loop: asyncio.AbstractEventLoop
+    ) -> Ticket | Waiter:
+        """The step of ``admit`` that takes no time: a ticket at once, or a ``Waiter`` put in
+        the queue (its future, made on ``loop``, gets the ticket); raises Refused. Apart so
+        the dashboard's scenarios (scripts/scenario.py) drive the very same admission on
+        simulated time."""
         if self.paused:
             raise self.refuse("paused", "admission is paused (the node is draining)")
         if self.tenants.paused(who.tenant):
@@ -163,9 +166,16 @@ class AdmissionLane:
                 f"lane {self.name!r} is full: {self.inflight} in flight, "
                 f"{len(self.queue)} queued (max_queue {self.limits.max_queue})",
             )
-        loop = asyncio.get_running_loop()
         waiter = Waiter(loop.create_future(), started, tokens, who)
         self.queue.append(waiter)
+        return waiter
+
+    async def admit(self, tokens: int = 0, who: Who | None = None) -> Ticket:
+        """A ticket the caller must release (prefer ``slot()``); raises Refused."""
+        loop = asyncio.get_running_loop()
+        waiter = self.enter(tokens, who or Who(), time.monotonic(), loop)
+        if isinstance(waiter, Ticket):
+            return waiter
         timer = loop.call_later(self.limits.queue_timeout_s, self._expire, waiter)
         try:
             return await waiter.future

@@ -81,6 +81,9 @@ class Upstream:
             "timeout": aiohttp.ClientTimeout(total=None, sock_connect=5),
             "auto_decompress": False,
             "skip_auto_headers": ("User-Agent",),
+            # A proxy keeps no cookies: a Set-Cookie answered to one client must never ride
+            # along with another client's request (and the jar costs ~5% of a short request).
+            "cookie_jar": aiohttp.DummyCookieJar(),
         }
         # No connection limit: admission already bounds concurrency, and a pool smaller than
         # max_inflight would queue requests where nobody can see them.

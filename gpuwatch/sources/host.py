@@ -55,6 +55,9 @@ class ProcessTable:
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
         self._created: dict[int, float] = {}
+        # What a process is (name, user, command line) does not change while it lives: read
+        # once per process, not once per poll per GPU it holds.
+        self._names: dict[int, tuple[str | None, str | None, str | None]] = {}
 
     def describe(self, pid: int, used_memory_bytes: int | None = None) -> ProcessInfo:
         info = ProcessInfo(pid=pid, used_memory_bytes=used_memory_bytes)
@@ -71,15 +74,19 @@ class ProcessTable:
                 self._created[pid] = proc.create_time()
                 if fresh:
                     proc.cpu_percent()  # primes the counter; the next poll gives a real figure
-                info.name = proc.name()
-                info.cpu_percent = None if fresh else proc.cpu_percent()
-                info.rss_bytes = proc.memory_info().rss
-                info.threads = proc.num_threads()
-                info.user = _safe(proc.username)
-                cmd = _safe(proc.cmdline)
-                info.cmdline = " ".join(cmd) if cmd else None
+                cpu = None if fresh else proc.cpu_percent()
+                rss, threads = proc.memory_info().rss, proc.num_threads()
+                names = None if fresh else self._names.get(pid)
+                if names is None:
+                    cmd = _safe(proc.cmdline)
+                    names = (proc.name(), _safe(proc.username), " ".join(cmd) if cmd else None)
+                    self._names[pid] = names
+                # Filled only once all was read: a process that ended meanwhile shows nothing.
+                info.name, info.user, info.cmdline = names
+                info.cpu_percent, info.rss_bytes, info.threads = cpu, rss, threads
         except psutil.NoSuchProcess:
             self._procs.pop(pid, None)
+            self._names.pop(pid, None)
         except psutil.AccessDenied:
             pass
         return info

@@ -1,8 +1,9 @@
 """GPUs through NVML (nvidia-ml-py's ``pynvml``), plus a fake backend with the same interface.
 
-Like nvitop: ``nvmlInit`` once; names and UUIDs are cached; a field that answers NotSupported
-is never asked again; a GPU that is lost becomes an error row, never an exception; NVML missing
-becomes one reason and everything else keeps working. ``NvmlReader.read`` blocks (NVML calls
+Like nvitop: ``nvmlInit`` once; handles, names and UUIDs are cached, and the power limit is
+read once a minute, not once a poll; a field that answers NotSupported is never asked again; a
+GPU that is lost becomes an error row, never an exception; NVML missing becomes one reason and
+everything else keeps working. ``NvmlReader.read`` blocks (NVML calls
 can take tens of milliseconds on a busy driver), so callers run it in a thread.
 """
 
@@ -50,6 +51,10 @@ _THROTTLE_NAMES: tuple[tuple[str, str], ...] = (
 
 
 _NOT_AVAILABLE = 2**63
+# The enforced power limit moves only when an operator sets it (nvidia-smi -pl), so it is read
+# once a minute, not every poll: one NVML call a GPU a second saved, and a new limit still shows
+# within a minute.
+SLOW_FIELDS_EVERY_S = 60.0
 
 
 def decode_throttle(mask: int) -> list[str]:
@@ -66,13 +71,21 @@ def init_error_reason(exc: pynvml.NVMLError) -> str:
 class NvmlReader:
     """Polls every GPU through ``lib`` (``pynvml`` or a fake with the same functions)."""
 
-    def __init__(self, lib: Any = pynvml, processes: ProcessTable | None = None) -> None:
+    def __init__(
+        self,
+        lib: Any = pynvml,
+        processes: ProcessTable | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.lib = lib
+        self.clock = clock
         self.processes = processes or ProcessTable()
         self._lock = threading.Lock()
         self._initialized = False
         self._init_error: str | None = None
         self._static: dict[int, tuple[str | None, str | None]] = {}
+        self._handles: dict[int, Any] = {}
+        self._power_limit: dict[int, tuple[float, float | None]] = {}  # index: (read at, W)
         self._unsupported: set[tuple[int, str]] = set()
         self._seen: dict[int, ProcessInfo] = {}  # this poll's processes, by pid
 
@@ -126,7 +139,9 @@ class NvmlReader:
         name, uuid = self._static.get(index, (None, None))
         sample = GpuSample(index=index, name=name, uuid=uuid)
         try:
-            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            handle = self._handles.get(index)
+            if handle is None:
+                handle = self._handles[index] = lib.nvmlDeviceGetHandleByIndex(index)
             if index not in self._static:
                 name = _text(lib.nvmlDeviceGetName(handle))
                 uuid = _text(lib.nvmlDeviceGetUUID(handle))
@@ -134,6 +149,9 @@ class NvmlReader:
                 sample.name, sample.uuid = name, uuid
             self._fill(sample, handle)
         except _DEVICE_FATAL as exc:
+            # A GPU that fell off the bus (or was reset) gets a new handle when it is back.
+            self._handles.pop(index, None)
+            self._power_limit.pop(index, None)
             sample.error = f"GPU {index}: {exc}"
         except pynvml.NVMLError as exc:
             sample.error = f"GPU {index}: NVML error: {exc}"
@@ -165,8 +183,7 @@ class NvmlReader:
         )
         power = self._field(i, "power", lambda: lib.nvmlDeviceGetPowerUsage(handle))
         s.power_w = power / 1000.0 if power is not None else None
-        limit = self._field(i, "power_limit", lambda: lib.nvmlDeviceGetEnforcedPowerLimit(handle))
-        s.power_limit_w = limit / 1000.0 if limit is not None else None
+        s.power_limit_w = self._slow_power_limit(i, handle)
         s.clock_sm_mhz = self._field(
             i, "clock_sm", lambda: lib.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
         )
@@ -192,6 +209,18 @@ class NvmlReader:
             if info is None:
                 info = self._seen[pid] = self.processes.describe(pid)
             s.processes.append(replace(info, used_memory_bytes=used))
+
+    def _slow_power_limit(self, i: int, handle: Any) -> float | None:
+        now = self.clock()
+        cached = self._power_limit.get(i)
+        if cached is not None and now - cached[0] < SLOW_FIELDS_EVERY_S:
+            return cached[1]
+        limit = self._field(
+            i, "power_limit", lambda: self.lib.nvmlDeviceGetEnforcedPowerLimit(handle)
+        )
+        watts = limit / 1000.0 if limit is not None else None
+        self._power_limit[i] = (now, watts)
+        return watts
 
 
 def _text(value: Any) -> str:

@@ -343,6 +343,7 @@ class GpuwatchApp(App[None]):
             self.steering.selected_lane,
             self.steering.pending_lines(),
             self.steering.selected_tenant,
+            compact=narrow or short,
         )
         dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, m.wall())
         users = m.gate.users(window_label(m.window_s)) if m.gate else None

@@ -68,6 +68,26 @@ async def test_the_header_clock_does_not_close_a_kept_alive_connection_in_use(
         writer.close()
 
 
+async def test_the_header_clock_runs_for_each_request_of_a_kept_alive_connection(
+    tmp_path: Path,
+) -> None:
+    """The clock is one lazy timer per connection: after requests that came in time, headers
+    that trickle in still get their 408, no sooner than the timeout after they began."""
+    async with rig(tmp_path, quick()) as r:
+        reader, writer = await asyncio.open_connection("127.0.0.1", r.port)
+        for _ in range(4):
+            await asyncio.sleep(0.1)  # across the first request's deadline
+            writer.write(b"GET /health HTTP/1.1\r\nHost: g\r\n\r\n")
+            assert (await asyncio.wait_for(read_reply(reader), 5)).status == 200
+        started = time.monotonic()
+        writer.write(b"GET /health HTTP/1.1\r\nHost: g\r\n")  # never finished
+        reply = await asyncio.wait_for(read_reply(reader), 5)
+        assert reply.status == 408
+        assert 0.29 <= time.monotonic() - started < 3
+        assert await asyncio.wait_for(reader.read(), 2) == b""
+        writer.close()
+
+
 async def test_oversized_auth_header_is_400_without_echo_or_traceback(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

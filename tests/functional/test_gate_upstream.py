@@ -110,3 +110,42 @@ async def test_a_request_the_upstream_has_seen_is_never_sent_twice(
         finally:
             await served.close()
     assert up.handled == 1
+
+
+async def test_a_cookie_the_upstream_set_for_one_client_never_reaches_another(
+    tmp_path: Path,
+) -> None:
+    """The gate's client keeps no cookie jar: what one client's answer set is that client's.
+    (aiohttp's jar ignores cookies from an IP address: the upstream is named by host.)"""
+    from aiohttp import web
+
+    seen: list[str | None] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        response = web.json_response({"ok": True})
+        response.set_cookie("session", f"user-{len(seen)}")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    _, served = await start_gate(
+        f"http://localhost:{port}", GateConfig(DEFAULT_LANES), state_file=tmp_path / "s"
+    )
+    try:
+        for _ in range(3):  # three clients, each with its own session (no cookies of its own)
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(f"{served.url}/v1/completions", json={"prompt": "x"}) as r,
+            ):
+                assert r.status == 200
+                assert "session=user-" in r.headers.get("Set-Cookie", "")  # passed back
+        assert seen == [None, None, None]
+    finally:
+        await served.close()
+        await runner.cleanup()

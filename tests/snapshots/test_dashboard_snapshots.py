@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 
 import pytest
 
+from gpuwatch.demo import demo_load
 from scripts import scenario
 
 
@@ -40,6 +42,28 @@ def test_normal(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no
 def test_overloaded(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
     sc = scenario.build(seconds=150, spike_at=110)
     assert sc.monitor.verdict.level == "OVERLOADED"
+    assert snap_compare(scenario.app_for(sc), terminal_size=size, run_before=_paint)
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+def test_classes_and_tenants(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    """The demo's tenants and classes through a tight chat lane in a spike, admitted by the
+    real gate's code: the panel's classes, refusals by class and busiest tenants (at 80x24 the
+    classes and tenants share a line so the lanes below stay on screen)."""
+    demo = demo_load(scenario.GATE_URL, 1.5, 0.5)
+    sc = scenario.build(
+        seconds=150, spike_at=110, max_inflight=8, max_queue=16,
+        tenancy=demo.tenancy, classes=demo.classes,
+    )  # fmt: skip
+    assert sc.monitor.gate is not None
+    chat = sc.monitor.gate.lanes["chat"]
+    # The status is the gate's own: refusals by class add up to the lane's, batch is shed.
+    by_class: Counter[str] = Counter()
+    for data in chat["classes"].values():
+        by_class.update(data["rejected_total"])
+    assert by_class == Counter(chat["rejected_total"]) and by_class["evicted"] > 0
+    assert chat["classes"]["sheddable"]["rejected_total"]["evicted"] == by_class["evicted"]
+    assert {t["tenant"] for t in chat["tenants"]} <= {"noisy", *(f"t0{k}" for k in range(1, 7))}
     assert snap_compare(scenario.app_for(sc), terminal_size=size, run_before=_paint)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpuwatch.sources.nvml import FakeNvml, NvmlReader, decode_throttle
+from gpuwatch.sources.nvml import SLOW_FIELDS_EVERY_S, FakeNvml, NvmlReader, decode_throttle
 
 GIB = 2**30
 
@@ -89,6 +89,37 @@ def test_lost_gpu_is_an_error_row_and_others_still_report() -> None:
     assert lost.error == "GPU 1: GPU is lost"
     assert lost.uuid == "GPU-2222"  # still named from the cache
     assert lost.memory_used_bytes is None
+
+
+def test_handles_and_the_power_limit_are_not_read_every_poll() -> None:
+    now = [0.0]
+    state = {"gpus": [gpu(), gpu(uuid="GPU-2222")]}
+    fake = FakeNvml(state)
+    reader = NvmlReader(fake, clock=lambda: now[0])
+    for _ in range(5):
+        assert [g.power_limit_w for g in reader.read().gpus] == [700, 700]
+        now[0] += 1.0
+    assert fake.calls["nvmlDeviceGetHandleByIndex"] == 2  # once per GPU
+    assert fake.calls["nvmlDeviceGetEnforcedPowerLimit"] == 2
+    assert fake.calls["nvmlDeviceGetPowerUsage"] == 10  # live values: every poll
+    # An operator's new limit shows within a minute.
+    state["gpus"][0] = gpu(power_limit_w=500)
+    now[0] += SLOW_FIELDS_EVERY_S
+    assert [g.power_limit_w for g in reader.read().gpus] == [500, 700]
+    assert fake.calls["nvmlDeviceGetEnforcedPowerLimit"] == 4
+
+
+def test_a_lost_gpu_gets_a_new_handle_when_it_is_back() -> None:
+    state = {"gpus": [gpu()]}
+    fake = FakeNvml(state)
+    reader = NvmlReader(fake)
+    reader.read()
+    state["gpus"][0] = gpu(error="gpu_is_lost")
+    assert reader.read().gpus[0].error == "GPU 0: GPU is lost"
+    state["gpus"][0] = gpu(power_limit_w=600)
+    [g] = reader.read().gpus
+    assert g.error is None and g.power_limit_w == 600  # not the cached 700
+    assert fake.calls["nvmlDeviceGetHandleByIndex"] == 2
 
 
 def test_unknown_error_is_an_error_row() -> None:

@@ -5,7 +5,13 @@ import math
 import pytest
 
 from gpuwatch.model import EngineSnapshot, Histogram
-from gpuwatch.series import CounterRate, EngineHistory, RingSeries
+from gpuwatch.series import (
+    CounterRate,
+    EngineHistory,
+    RingSeries,
+    extrapolated_increase,
+    histogram_quantile,
+)
 
 
 def test_ring_keeps_recent_points_and_downsamples_older() -> None:
@@ -76,3 +82,63 @@ def test_engine_history_reports_a_counter_going_backwards() -> None:
     assert "server restarted" in events[0]
     assert [p.v for p in h.series["running"].points()] == [3, 3, 3, 3]
     assert h.series["ttft_p50"].last() is not None
+
+
+def reference_rates(
+    scrapes: list[tuple[float, dict[float, float]]], window: float, end: float
+) -> list[tuple[float, float]] | None:
+    """Each bucket's rate walked scrape by scrape through extrapolated_increase."""
+    start = end - window
+    inside = [(t, b) for t, b in scrapes if start < t <= end]
+    if len(inside) < 2:
+        return None
+    out = []
+    for le in inside[-1][1]:
+        samples = [(t, b[le]) for t, b in inside if le in b]
+        increase = extrapolated_increase(samples, start, end)
+        if increase is not None:
+            out.append((le, increase / window))
+    return sorted(out) or None
+
+
+def test_bucket_rates_equal_a_walk_through_every_scrape_and_are_worked_out_once() -> None:
+    """HistogramWindow.rates: from the first and last scrape when nothing reset, walking them
+    all otherwise, remembered per scrape; always what the walk through every scrape gives,
+    with resets (a restart) and a bucket missing from a scrape among them."""
+    import random
+
+    from gpuwatch.series import HistogramWindow
+
+    bounds = (0.1, 1.0, math.inf)
+    for seed in range(30):
+        rng = random.Random(seed)
+        window = HistogramWindow(10.0)
+        scrapes: list[tuple[float, dict[float, float]]] = []
+        counts = [0.0, 0.0, 0.0]
+        t = 0.0
+        for _ in range(60):
+            t += rng.choice([0.5, 1.0, 1.0, 2.5])
+            if rng.random() < 0.05:
+                counts = [0.0, 0.0, 0.0]  # the server restarted
+            for b in range(3):
+                counts[b] += rng.randint(0, 5)
+            cumulative = dict(
+                zip(bounds, (counts[0], counts[0] + counts[1], sum(counts)), strict=True)
+            )
+            if rng.random() < 0.05:
+                del cumulative[0.1]  # a scrape without one bucket
+            scrapes.append((t, cumulative))
+            window.update(t, Histogram(tuple(cumulative.items())))
+            expected = reference_rates(scrapes, 10.0, t)  # at the newest scrape
+            assert window.rates() == expected  # the same arithmetic: equal, not approximate
+            for q in (0.5, 0.99):
+                assert window.quantile(q) == (
+                    None if expected is None else histogram_quantile(q, expected)
+                )
+    worked = []
+    real = window._rates
+    window._rates = lambda at: worked.append(at) or real(at)  # type: ignore[method-assign]
+    window.update(t + 1, Histogram(tuple((le, v + 1) for le, v in scrapes[-1][1].items())))
+    for q in (0.5, 0.99, 0.9):
+        window.quantile(q)
+    assert worked == [None]  # three quantiles of one scrape: the rates once

@@ -80,6 +80,7 @@ class FleetScreen(Screen[None]):
         self.lane = DEFAULT_LANES[0].name
         self.lanes = [lane.name for lane in DEFAULT_LANES]
         self._pending: list[Op] = []
+        self.coalesce_s = COALESCE_S  # a test widens it: what it tests is coalescing, not speed
         self._pending_what: list[str] = []
         self._flush_timer: Timer | None = None
 
@@ -261,7 +262,7 @@ class FleetScreen(Screen[None]):
         self._pending_what.append(what)
         if self._flush_timer is not None:
             self._flush_timer.stop()
-        self._flush_timer = self.set_timer(COALESCE_S, self._flush)
+        self._flush_timer = self.set_timer(self.coalesce_s, self._flush)
 
     def _flush(self) -> None:
         ops, whats = self._pending, self._pending_what

@@ -56,6 +56,7 @@ class AdmissionPanel(Panel):
         selected: str | None = None,
         pending: list[str] | None = None,
         selected_tenant: str | None = None,
+        compact: bool = False,
     ) -> None:
         if gate is None:
             self.display = False
@@ -109,7 +110,8 @@ class AdmissionPanel(Panel):
                 f" {label} [{inflight_color}]{flight:>9}[/]  [{queue_color}]{waiting:>9}[/]"
                 f"  {cap!s:>7}{tokens}  {shown}"
             )
-            out.extend(tenant_lines(live, selected_tenant if name == selected else None))
+            tenant = selected_tenant if name == selected else None
+            out.extend(tenant_lines(live, tenant, compact))
         if pending:
             out.append(f" [$warn]sending: {escape('; '.join(pending))}[/]")
         self.show("\n".join(out))

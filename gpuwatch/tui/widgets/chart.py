@@ -1,16 +1,22 @@
 """A lean braille line chart, drawn with Textual's line API.
 
 Why not plotext: rebuilding a plotext canvas costs milliseconds per chart, and the dashboard's
-whole budget is 2% of one core at one frame a second (bench/tui.py prints what this costs).
-This widget bins each series to its width (2 dots a cell, the max of each bin so a spike never
-vanishes), draws dots and vertical joins into a braille grid, and keeps the finished rows as
-Strips until the data, the size or the theme changes; a frame then costs one lookup a row.
+whole budget is 1% of one core at one frame a second (bench/tui.py prints what this costs).
+Each series is binned to the chart's width (2 dots a cell, the max of each bin so a spike never
+vanishes). The bins are fixed in time, not to the window's edge, so a new frame bins only the
+points that arrived since the last one (``TimeBins``), and the plot scrolls by whole cells; a
+cell column is drawn from its dots' heights, and a column already drawn with the same heights
+is reused (``ColumnCache``), so a frame draws only the columns that are new at the right edge.
+The finished rows are kept as Strips until the data, the size or the theme changes.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rich.segment import Segment
 from rich.style import Style
@@ -43,60 +49,106 @@ def nice_max(value: float) -> float:
     return 10 * exp
 
 
-def bin_points(points: Sequence[Point], start: float, end: float, bins: int) -> list[float | None]:
-    """The max of each time bin (a spike must not vanish when downsampled)."""
-    out: list[float | None] = [None] * bins
-    span = end - start
-    if span <= 0 or bins <= 0:
-        return out
-    for p in points:
-        if p.t < start or p.t > end:
-            continue
-        i = min(bins - 1, int((p.t - start) / span * bins))
-        if out[i] is None or p.v > out[i]:  # type: ignore[operator]
-            out[i] = p.v
-    return out
+def _time(p: Point) -> float:
+    return p.t
 
 
-def braille_rows(
-    binned: list[list[float | None]],
-    colors: list[str],
-    rows: int,
-    cols: int,
-    top: float,
-    threshold: float | None,
-) -> list[list[tuple[int, str]]]:
-    """(braille bits, colour name) per cell, top row first."""
-    dots_h = rows * 4
-    grid = [[0] * cols for _ in range(rows)]
-    owner = [[""] * cols for _ in range(rows)]
+class TimeBins:
+    """One series' maximum per time bin, bin ``k`` holding ``[k * width_s, (k + 1) * width_s)``.
 
-    def plot(x: int, lo: int, hi: int, color: str) -> None:
-        """Dots from height ``lo`` to ``hi`` in dot column ``x``."""
-        col, bits = x // 2, _DOTS[x % 2]
-        for y in range(lo, hi + 1):
-            flipped = dots_h - 1 - y
-            row = flipped // 4
-            grid[row][col] |= bits[flipped % 4]
-            owner[row][col] = color
+    ``add`` is given the series' points in the window, oldest first, every frame; it bins only
+    those newer than the last one it binned. Points that do not continue what it binned (another
+    engine's series, a history rebuilt) make it start over from the points given.
+    """
 
-    if threshold is not None and threshold <= top:
-        y = min(dots_h - 1, int(threshold / top * (dots_h - 1)))
-        for x in range(0, cols * 2, 3):
-            plot(x, y, y, "bad")
-    for values, color in zip(binned, colors, strict=True):
-        prev: int | None = None
-        for x, v in enumerate(values):
-            if v is None:
-                prev = None
-                continue
-            y = min(dots_h - 1, max(0, round(v / top * (dots_h - 1))))
-            if prev is None:
-                plot(x, y, y, color)
+    def __init__(self, width_s: float) -> None:
+        self.width_s = width_s
+        self.bins: dict[int, float] = {}
+        self._last: Point | None = None
+
+    def add(self, points: Sequence[Point]) -> None:
+        if not points:
+            self.bins.clear()
+            self._last = None
+            return
+        first = 0
+        if self._last is not None:
+            i = bisect.bisect_right(points, self._last.t, key=_time)
+            if i and points[i - 1] == self._last:
+                first = i
             else:
-                plot(x, min(prev, y), max(prev, y), color)
-            prev = y
-    return [list(zip(grid[r], owner[r], strict=True)) for r in range(rows)]
+                self.bins.clear()
+        bins, width = self.bins, self.width_s
+        for j in range(first, len(points)):
+            p = points[j]
+            k = math.floor(p.t / width)
+            old = bins.get(k)
+            if old is None or p.v > old:
+                bins[k] = p.v
+        self._last = points[-1]
+
+    def values(self, first: int, n: int) -> list[float | None]:
+        """Bins ``first`` .. ``first + n - 1`` (None where no point fell); older ones dropped."""
+        for k in [k for k in self.bins if k < first]:
+            del self.bins[k]
+        get = self.bins.get
+        return [get(k) for k in range(first, first + n)]
+
+
+def dot_heights(values: list[float | None], top: float, dots_h: int) -> list[int | None]:
+    return [
+        None if v is None else min(dots_h - 1, max(0, round(v / top * (dots_h - 1))))
+        for v in values
+    ]
+
+
+Column = tuple[tuple[int, str], ...]  # (braille bits, colour name) per row, top row first
+
+
+class ColumnCache:
+    """Cell columns by what decides them: each series' dot heights (the dot before the cell
+    and its two dots) and whether the cell holds a threshold dot. Valid for one (rows, top,
+    threshold); a new one is made when those change."""
+
+    def __init__(self, rows: int, threshold_y: int | None) -> None:
+        self.rows = rows
+        self.threshold_y = threshold_y
+        self._columns: dict[tuple, Column] = {}
+
+    def column(self, key: tuple, colors: Sequence[str]) -> Column:
+        found = self._columns.get(key)
+        if found is None:
+            if len(self._columns) > 4096:  # bounded: heights that scrolled away are dropped
+                self._columns.clear()
+            found = self._columns[key] = self._draw(key, colors)
+        return found
+
+    def _draw(self, key: tuple, colors: Sequence[str]) -> Column:
+        dotted, heights = key
+        rows = self.rows
+        dots_h = rows * 4
+        bits = [0] * rows
+        owner = [""] * rows
+
+        def plot(x: int, lo: int, hi: int, color: str) -> None:
+            dots = _DOTS[x]
+            for y in range(lo, hi + 1):
+                flipped = dots_h - 1 - y
+                row = flipped // 4
+                bits[row] |= dots[flipped % 4]
+                owner[row] = color
+
+        if dotted is not None and self.threshold_y is not None:
+            plot(dotted, self.threshold_y, self.threshold_y, "bad")
+        for (before, y0, y1), color in zip(heights, colors, strict=True):
+            for x, (prev, y) in enumerate(((before, y0), (y0, y1))):
+                if y is None:
+                    continue
+                if prev is None:
+                    plot(x, y, y, color)
+                else:
+                    plot(x, min(prev, y), max(prev, y), color)
+        return tuple(zip(bits, owner, strict=True))
 
 
 class Chart(Widget):
@@ -118,6 +170,12 @@ class Chart(Widget):
         self._key: tuple | None = None
         self._strips: list[Strip] = []
         self.rebuilds = 0
+        self._style_key: tuple | None = None
+        self._style_map: dict[str, Style] = {}
+        self._bins_key: tuple | None = None
+        self._bins: list[TimeBins] = []
+        self._columns: ColumnCache | None = None
+        self._top = 0.0
 
     def set_data(
         self,
@@ -138,11 +196,19 @@ class Chart(Widget):
         self.refresh()
 
     def _styles(self) -> dict[str, Style]:
-        variables = self.app.get_css_variables()
-        out = {}
-        for name in {line.color for line in self.lines} | {"bad"}:
-            out[name] = Style(color=Color.parse(variables.get(name, "white")).rich_color)
-        return out
+        """Each colour name's style over the widget's own background and text colour ("" is
+        that alone), worked out once per theme: asking Textual for its CSS variables costs more
+        than drawing a chart."""
+        key = (self.app.theme, tuple(line.color for line in self.lines))
+        if key != self._style_key:
+            variables = self.app.get_css_variables()
+            base = self.rich_style
+            styles = {"": base, "dim": base + Style(dim=True), "bold": base + Style(bold=True)}
+            for name in {line.color for line in self.lines} | {"bad"}:
+                color = Color.parse(variables.get(name, "white")).rich_color
+                styles[name] = base + Style(color=color)
+            self._style_key, self._style_map = key, styles
+        return self._style_map
 
     def render_line(self, y: int) -> Strip:
         size = self.content_size
@@ -154,61 +220,97 @@ class Chart(Widget):
         return self._strips[y] if y < len(self._strips) else Strip.blank(size.width)
 
     def _build(self, width: int, height: int) -> list[Strip]:
-        strips = self._plot(width, height)
-        base = self.rich_style  # the widget's own background and text colour, under every cell
-        return [strip.apply_style(base) for strip in strips]
-
-    def _plot(self, width: int, height: int) -> list[Strip]:
         styles = self._styles()
-        dim, bold = Style(dim=True), Style(bold=True)
-        head = [Segment(self.title, bold)]
+        base = styles[""]
+        head = [Segment(self.title, styles["bold"])]
         for line in self.lines:
             last = line.points[-1].v if line.points else None
             head += [
-                Segment("  "),
+                Segment("  ", base),
                 Segment(line.label, styles[line.color]),
-                Segment(" " + (self.fmt(last) if last is not None else "-")),
+                Segment(" " + (self.fmt(last) if last is not None else "-"), base),
             ]
-        strips = [Strip(head).crop(0, width).extend_cell_length(width)]
+        strips = [Strip(head).crop(0, width).extend_cell_length(width, base)]
         # Title, plot rows, then the time axis when there is room for a plot of two rows.
         with_axis = height >= 4
         rows, cols = height - 1 - with_axis, width - _LABEL_W
-        if rows < 1 or cols < 4:
-            return strips
         start, end = self.window
-        binned = [bin_points(line.points, start, end, cols * 2) for line in self.lines]
+        # Rounded: ``end - start`` of a window slid by a float clock wobbles in its last bits.
+        span = round(end - start, 6)
+        if rows < 1 or cols < 4 or span <= 0:
+            return strips
+        dots = cols * 2
+        bin_s = span / dots
+        # The last cell holds the newest bin; cells (2 dots) are fixed in time, so the plot
+        # moves by whole cells and a cell keeps its look as it moves left.
+        first = (math.floor(end / bin_s) // 2 - cols + 1) * 2
+        binned = [bins.values(first - 1, dots + 1) for bins in self._time_bins(bin_s)]
         peak = max(
-            [v for b in binned for v in b if v is not None] + [self.threshold or 0, self.floor_max]
+            [v for b in binned for v in b[1:] if v is not None]
+            + [self.threshold or 0, self.floor_max]
         )
         top = nice_max(peak)
-        cells = braille_rows(
-            binned, [line.color for line in self.lines], rows, cols, top, self.threshold
-        )
-        for r, row in enumerate(cells):
+        dots_h = rows * 4
+        threshold_y = None
+        if self.threshold is not None and self.threshold <= top:
+            threshold_y = min(dots_h - 1, int(self.threshold / top * (dots_h - 1)))
+        if self._columns is None or (self._columns.rows, self._columns.threshold_y, self._top) != (
+            rows,
+            threshold_y,
+            top,
+        ):
+            self._columns, self._top = ColumnCache(rows, threshold_y), top
+        cache = self._columns
+        heights = [dot_heights(b, top, dots_h) for b in binned]  # [0]: the dot before the first
+        colors = [line.color for line in self.lines]
+        columns = []
+        for c in range(cols):
+            # The threshold is dotted every third dot, counted in time so it moves with the plot.
+            phase = (first + 2 * c) % 3
+            dotted = 0 if phase == 0 else 1 if phase == 2 else None
+            key = (dotted, tuple((h[2 * c], h[2 * c + 1], h[2 * c + 2]) for h in heights))
+            columns.append(cache.column(key, colors))
+        for r in range(rows):
             label = self.fmt(top) if r == 0 else ("0" if r == rows - 1 else "")
-            segments = [Segment(f"{label:>{_LABEL_W - 1}} ", dim)]
+            segments = [Segment(f"{label:>{_LABEL_W - 1}} ", styles["dim"])]
             # One segment per colour change, not per cell.
             run_color, run = "", list[str]()
-            for bits, owner in row:
+            for column in columns:
+                bits, owner = column[r]
                 color = owner if bits else ""
                 if color != run_color and run:
-                    segments.append(Segment("".join(run), styles.get(run_color)))
+                    segments.append(Segment("".join(run), styles[run_color]))
                     run = []
                 run_color = color
-                run.append(chr(0x2800 + bits) if bits else " ")
+                run.append(_CELLS[bits])
             if run:
-                segments.append(Segment("".join(run), styles.get(run_color)))
+                segments.append(Segment("".join(run), styles[run_color]))
             strips.append(Strip(segments).crop(0, width))
         if with_axis:
-            axis = time_axis(end - start, cols)
-            strips.append(Strip([Segment(" " * _LABEL_W + axis, dim)]).crop(0, width))
+            axis = time_axis(span, cols)
+            strips.append(Strip([Segment(" " * _LABEL_W + axis, styles["dim"])]).crop(0, width))
         return strips
+
+    def _time_bins(self, bin_s: float) -> list[TimeBins]:
+        """Each line's bins, its new points added; made anew when the bin width or the lines
+        (their labels) change."""
+        key = (bin_s, tuple(line.label for line in self.lines))
+        if key != self._bins_key:
+            self._bins_key = key
+            self._bins = [TimeBins(bin_s) for _ in self.lines]
+        for bins, line in zip(self._bins, self.lines, strict=True):
+            bins.add(line.points)
+        return self._bins
+
+
+_CELLS = [" "] + [chr(0x2800 + bits) for bits in range(1, 256)]
 
 
 def ago(seconds: float) -> str:
     return f"-{seconds / 60:g}m" if seconds >= 60 else f"-{seconds:g}s"
 
 
+@lru_cache(maxsize=64)
 def time_axis(span_s: float, cols: int) -> str:
     """``-5m      -2.5m      now``: where the plot's left edge, middle and right edge are."""
     cells = [" "] * cols

@@ -27,7 +27,10 @@ def _int(data: dict[str, Any], key: str) -> int:
 
 
 def tenant_lines(live: dict[str, Any], selected: str | None, compact: bool = False) -> list[str]:
-    """Markup lines for one lane's ``classes`` and ``tenants`` (the gate's /admin/status)."""
+    """Markup lines for one lane's ``classes`` and ``tenants`` (the gate's /admin/status).
+
+    ``compact`` (a small terminal): three tenants, on the classes line, so the lanes below
+    stay on screen (at 80x24 the panel has room for four lane rows and one more line)."""
     classes = live.get("classes")
     tenants = live.get("tenants")
     classes = classes if isinstance(classes, dict) else {}
@@ -51,8 +54,10 @@ def tenant_lines(live: dict[str, Any], selected: str | None, compact: bool = Fal
         if shown:
             refused.append(f"{escape(str(name))}: {escape(shown)}")
     out = []
+    classes_line = ""
     if len(busy) + len(refused) > 1 or (named and (busy or refused)):
-        out.append("   [dim]classes[/] " + ("  ".join(busy) or "[dim]idle[/]"))
+        classes_line = "   [dim]classes[/] " + ("  ".join(busy) or "[dim]idle[/]")
+        out.append(classes_line)
         if refused:
             # Totals since the gate started: the refusal rates per reason are on the lane row.
             out.append("   [dim]refused[/] [$bad]" + "; ".join(refused) + "[/] [dim]total[/]")
@@ -73,5 +78,9 @@ def tenant_lines(live: dict[str, Any], selected: str | None, compact: bool = Fal
         anonymous = len(tenants) - len(named)
         more = _int(live, "tenant_count") - len(cells) - anonymous
         tail = f"  [dim]+{more}[/]" if more > 0 else ""
-        out.append("   [dim]tenants[/] " + "  ".join(cells) + tail)
+        tenants_line = "[dim]tenants[/] " + "  ".join(cells) + tail
+        if compact and classes_line:
+            out[0] = f"{classes_line}  {tenants_line}"
+        else:
+            out.append("   " + tenants_line)
     return out

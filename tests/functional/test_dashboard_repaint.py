@@ -1,0 +1,104 @@
+"""What a frame costs: numbers that change in place repaint their panel without a layout pass,
+and a chart that scrolls frame by frame draws exactly what a chart drawn from scratch does."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from textual.app import App, ComposeResult
+
+from gpuwatch.series import Point
+from gpuwatch.sim.server import start_sim
+from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.widgets.chart import Chart, Line
+from gpuwatch.tui.widgets.panel import HOLD_S, Panel
+from tests.functional.test_tui import PROFILE, Load, text
+from tests.helpers import eventually
+
+
+async def test_values_that_change_in_place_repaint_without_a_layout_pass() -> None:
+    node, sim = await start_sim(PROFILE, time_scale=2.0, seed=4)
+    load = Load(sim.url, 4)
+    app = GpuwatchApp(DashboardOptions(urls=[f"{sim.url}/metrics"], interval_s=0.2))
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await eventually(pause=pilot.pause, condition=lambda: "run 4" in text(app, "#engines"))
+            # Every update from now on: did it ask for a layout, and at what size was the text?
+            updates: dict[str, list[tuple[bool, object]]] = {"engines": [], "header": []}
+            for name, calls in updates.items():
+                panel = app.screen.query_one(f"#{name}", Panel)
+
+                def update(content, *, layout=True, panel=panel, calls=calls, real=panel.update):  # type: ignore[no-untyped-def]
+                    calls.append((layout, panel._lines))
+                    real(content, layout=layout)
+
+                panel.update = update  # type: ignore[method-assign]
+            # Token rates and the clock move every second.
+            await eventually(
+                pause=pilot.pause,
+                condition=lambda: all(len(calls) >= 4 for calls in updates.values()),
+                timeout=20,
+            )
+            # The header has one line: its clock never lays the screen out.
+            assert [layout for layout, _ in updates["header"]] == [False] * len(updates["header"])
+            # The engines' panel: a layout exactly when its text took another number of lines.
+            engines = updates["engines"]
+            for (_, before), (layout, after) in itertools.pairwise(engines):
+                assert layout == (after != before)
+            assert any(not layout for layout, _ in engines[1:])
+            # Lines more grow the panel at once; lines less wait HOLD_S, then shrink it.
+            panel = app.screen.query_one("#engines", Panel)
+            now = [0.0]
+            panel.clock = lambda: now[0]
+            base, layouts = panel.markup, panel.layouts
+            panel.show(base + "\nthree\nmore\nlines")
+            assert panel.layouts == layouts + 1
+            height = panel._lines
+            panel.show(base)
+            now[0] += HOLD_S - 1
+            panel.show(base + " ")
+            assert panel.layouts == layouts + 1 and panel._lines == height
+            now[0] += 2
+            panel.show(base)
+            assert panel.layouts == layouts + 2 and panel._lines[1] <= height[1] - 3
+    finally:
+        await load.close()
+        await sim.close()
+
+
+class Charts(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Chart("scrolled", id="scrolled")
+        yield Chart("fresh", id="fresh")
+
+
+async def test_a_chart_scrolled_frame_by_frame_equals_one_drawn_from_scratch() -> None:
+    rng = random.Random(11)
+    points = {name: [] for name in ("running", "waiting")}  # type: list[Point]
+    app = Charts()
+    async with app.run_test(size=(80, 24)) as pilot:
+        scrolled = app.query_one("#scrolled", Chart)
+        fresh = app.query_one("#fresh", Chart)
+        t = 5000.0
+        for frame in range(25):
+            for _ in range(3):  # three scrapes a frame, as the dashboard's charts get them
+                t += 1.0
+                for values in points.values():
+                    values.append(
+                        Point(t, rng.uniform(0, 40) if frame < 12 else rng.uniform(0, 90))
+                    )
+            start = t - 60
+            lines = [
+                Line(name, [p for p in values if p.t >= start], color)
+                for (name, values), color in zip(points.items(), ("ok", "queue"), strict=True)
+            ]
+            scrolled.set_data(lines, start, t, threshold=30.0)
+            fresh._bins_key, fresh._columns = None, None  # forget all it drew before
+            fresh.set_data(lines, start, t, threshold=30.0)
+            await pilot.pause()
+            height = scrolled.content_size.height
+            assert height > 4
+            shown = [scrolled.render_line(y).text for y in range(height)]
+            assert shown[1:] == [fresh.render_line(y).text for y in range(height)][1:]
+            assert any(ch not in " \u2800" for row in shown[1:-1] for ch in row.strip())
