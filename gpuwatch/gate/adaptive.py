@@ -148,14 +148,9 @@ class Controller(Protocol):
     note: str  # why the limit did not move last time (for the dashboard)
     pace: float  # the timings' scale (see WINDOW_S)
 
-    @property
-    def since(self) -> float:
-        """Requests admitted before this are not judged any more."""
-        ...
-
-    def restart(self, now: float) -> None:
-        """The configured limits changed: judge only what is admitted from now."""
-        ...
+    # Requests admitted before this are not judged any more: set after each decrease, and
+    # by the loop when the configured limits change (judge only what is admitted from then).
+    since: float
 
     def decide(
         self, now: float, limits: LaneLimits, current: int, m: Measure
@@ -169,15 +164,8 @@ class Aimd:
         self.pace = pace
         self._last = -math.inf
         self._hold_until = -math.inf
-        self._since = start  # requests admitted before this are not judged any more
+        self.since = start  # requests admitted before this are not judged any more
         self.note = "waiting for requests"  # why the limit did not move (for the dashboard)
-
-    @property
-    def since(self) -> float:
-        return self._since
-
-    def restart(self, now: float) -> None:
-        self._since = now
 
     def decide(self, now: float, limits: LaneLimits, current: int, m: Measure) -> Decision | None:
         if now - self._last < MIN_INTERVAL_S * self.pace or now < self._hold_until:
@@ -200,7 +188,7 @@ class Aimd:
                 self.note = f"at the floor {low}: {why}"
                 return None
             self._hold_until = now + HOLD_S * self.pace
-            self._since = now
+            self.since = now
             self.note = f"holding after a cut: {why}"
             pct = round(100 * (current - cut) / current)
             return Decision("down", cut, tokens_for(limits, cut), f"-{pct}%: {why}")
@@ -241,17 +229,10 @@ class Gradient:
     def __init__(self, start: float = 0.0, pace: float = 1.0) -> None:
         self.pace = pace
         self._last = -math.inf
-        self._since = start
+        self.since = start
         self._min_rtt: float | None = None
         self._min_rtt_at = -math.inf
         self.note = "waiting for requests"
-
-    @property
-    def since(self) -> float:
-        return self._since
-
-    def restart(self, now: float) -> None:
-        self._since = now
 
     def decide(self, now: float, limits: LaneLimits, current: int, m: Measure) -> Decision | None:
         if now - self._last < MIN_INTERVAL_S * self.pace:
@@ -270,7 +251,7 @@ class Gradient:
         gradient = max(0.5, min(2.0, self._min_rtt * (1 + GRADIENT_BUFFER) / max(p99, 1e-6)))
         scaled = current * gradient
         new = clamp_inflight(limits, math.floor(scaled + math.sqrt(scaled)))
-        self._since = now
+        self.since = now
         if new == current:
             self.note = f"gradient {gradient:.2f}: no change"
             return None

@@ -13,7 +13,6 @@ with the controller): it is a metric and an audit line with actor ``adaptive``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -33,6 +32,7 @@ from gpuwatch.gate.adaptive import (
     tokens_for,
 )
 from gpuwatch.gate.admission import AdmissionLane
+from gpuwatch.gate.background import Background
 from gpuwatch.gate.latency import LaneLatency, Record
 from gpuwatch.gate.limits import LaneLimits, Limits
 from gpuwatch.gate.metrics import GateMetrics
@@ -80,7 +80,7 @@ class AdaptiveLoop:
         self.clock = clock
         self.pace = pace  # adaptive.py's timings x this (1/X before a simulator at X times)
         self.control: dict[str, LaneControl] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._background = Background(self.run)
 
     # -- the configured limits changed (or the gate starts) ------------------------------
 
@@ -101,7 +101,7 @@ class AdaptiveLoop:
                 ctl = LaneControl(self.make_controller(now, self.pace), start, None)
                 self.control[name] = ctl
             elif ctl.configured != configured:
-                ctl.controller.restart(now)  # new bounds or target: judge what comes after
+                ctl.controller.since = now  # new bounds or target: judge what comes after
             ctl.configured = configured
             ctl.inflight = clamp_inflight(configured, ctl.inflight)
             ctl.tokens = tokens_for(configured, ctl.inflight)
@@ -225,15 +225,10 @@ class AdaptiveLoop:
                 log.exception("adaptive controller tick failed")
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self.run())
+        self._background.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._background.stop()
 
     # -- what /admin/status shows ---------------------------------------------------------
 

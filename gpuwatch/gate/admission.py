@@ -20,7 +20,8 @@ refused when a lowered budget no longer holds it: neither could ever be admitted
 Classes and tenants (``fairqueue.py``, ``tenants.py``): the queue serves higher priority
 first and takes turns across tenants within a priority, FIFO within one tenant and class. When
 the queue is full, an arrival may evict the newest waiter of a lower, sheddable class (429
-``evicted``); a sheddable arrival finds no one to evict and gets ``queue_full``.
+``evicted``), else the newest waiter of the tenant holding the most places at its priority,
+while that tenant holds two more than its own; else it gets ``queue_full``.
 """
 
 from __future__ import annotations
@@ -209,16 +210,22 @@ class AdmissionLane:
         """Make room in a full queue for ``who`` by refusing the newest waiter of a lower,
         sheddable class; False when there is none."""
         victim = self.queue.victim(who.priority)
+        why = f"for a {who.klass} request (class {victim.who.klass} is sheddable)" if victim else ""
         if victim is None:
-            return False
+            # A tenant's in-flight cap bounds its slots, not its places in the queue: one
+            # tenant could hold them all and every other tenant would get queue_full.
+            hog = self.queue.hog(who)
+            if hog is None:
+                return False
+            victim, held = hog
+            why = (
+                f"for another tenant's request (tenant {victim.who.tenant!r} held {held} of "
+                f"{len(self.queue)} places)"
+            )
         self.queue.remove(victim)
         if not victim.future.done():
             victim.future.set_exception(
-                self.refuse(
-                    "evicted",
-                    f"evicted from lane {self.name!r}'s full queue for a {who.klass} request "
-                    f"(class {victim.who.klass} is sheddable)",
-                )
+                self.refuse("evicted", f"evicted from lane {self.name!r}'s full queue {why}")
             )
         return True
 

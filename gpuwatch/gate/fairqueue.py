@@ -101,6 +101,20 @@ class FairQueue(Generic[W]):
         heads = [w[0].since for level in self._levels.values() for w in level.values()]
         return min(heads) if heads else None
 
+    def hog(self, who: Who) -> tuple[W, int] | None:
+        """Whom ``who`` may evict when the queue is full and no class below it is waiting:
+        the newest waiter of the tenant holding the most places at ``who``'s priority, and
+        how many it holds, if that is at least two more than ``who``'s tenant holds (so the
+        swap leaves the shares closer, never the other way round). None otherwise."""
+        level = self._levels.get(who.priority)
+        if not level:
+            return None
+        tenant, waiters = max(level.items(), key=lambda item: len(item[1]))
+        own = len(level.get(who.tenant, ()))
+        if tenant == who.tenant or len(waiters) < own + 2:
+            return None
+        return waiters[-1], len(waiters)
+
     def victim(self, below: int) -> W | None:
         """Whom a request of priority ``below`` may evict when the queue is full: the newest
         waiter of the lowest sheddable priority under it, else None."""

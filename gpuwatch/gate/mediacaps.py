@@ -26,6 +26,11 @@ CLAMP_HEADER = "X-Gpuwatch-Clamped"
 # What the OpenAI Images API generates when a body names no size (DALL-E 2 and 3 both).
 DEFAULT_SIZE = (1024, 1024)
 STEP_KEYS = ("steps", "num_inference_steps")
+# Where embedding-lane routes carry their items: ``input`` (embeddings), ``documents``
+# (vLLM's and Cohere's rerank), ``texts`` (TEI's rerank), ``text_1``/``text_2`` (vLLM's
+# score). Each is held to the caps on its own: a rerank of 10,000 documents costs what 10,000
+# embeddings inputs do.
+ITEM_KEYS = ("input", "documents", "texts", "text_1", "text_2")
 _SIZE = re.compile(r"(\d{1,6})x(\d{1,6})")
 # Diffusion models work in latents of 1/8 the pixels: a clamped side stays a multiple of 8.
 _SIDE_STEP = 8
@@ -94,6 +99,11 @@ def _image(body: dict[str, Any], limits: LaneLimits, lane: str, reject: bool) ->
             w, h = fit_pixels(width, height, limits.max_pixels)
             body["size"] = f"{w}x{h}"
             notes.append(f"size {width}x{height}->{w}x{h}")
+    if limits.max_steps is not None and all(body.get(k) is None for k in STEP_KEYS):
+        # No steps named: the server runs its own default (the simulator's is 30, diffusers'
+        # 50), which may be over the cap, so the cap is sent as the bound.
+        body[STEP_KEYS[0]] = limits.max_steps
+        notes.append(f"steps default->{limits.max_steps}")
     for key, cap, keys in (
         ("max_steps", limits.max_steps, STEP_KEYS),
         ("max_n", limits.max_n, ("n",)),
@@ -102,7 +112,8 @@ def _image(body: dict[str, Any], limits: LaneLimits, lane: str, reject: bool) ->
             continue
         for field in keys:
             value = _number(field, body.get(field))
-            if value is None or value <= cap:
+            # Steps below 1 read as "the default" to some servers: as far over as it gets.
+            if value is None or (value <= cap and (key != "max_steps" or value >= 1)):
                 continue
             if reject:
                 raise MediaRefused(key, f"{field} {value} is over lane {lane!r}'s {key} of {cap}")
@@ -129,13 +140,26 @@ def _items(value: Any) -> list[Any]:
 
 
 def _embed(body: dict[str, Any], limits: LaneLimits, lane: str, reject: bool) -> list[str]:
-    if "input" not in body or (limits.max_inputs is None and limits.max_input_tokens is None):
+    if limits.max_inputs is None and limits.max_input_tokens is None:
         return []
-    items = _items(body["input"])
+    notes: list[str] = []
+    for key in ITEM_KEYS:
+        if body.get(key) is not None:
+            notes += _embed_field(body, key, limits, lane, reject)
+    return notes
+
+
+def _embed_field(
+    body: dict[str, Any], key: str, limits: LaneLimits, lane: str, reject: bool
+) -> list[str]:
+    try:
+        items = _items(body[key])
+    except BodyError:
+        raise BodyError(key, "must be a string, a list of strings or a list of token ids") from None
     if limits.max_inputs is not None and len(items) > limits.max_inputs:
         raise MediaRefused(
             "max_inputs",
-            f"input has {len(items)} items; lane {lane!r}'s max_inputs is {limits.max_inputs}",
+            f"{key} has {len(items)} items; lane {lane!r}'s max_inputs is {limits.max_inputs}",
         )
     cap = limits.max_input_tokens
     if cap is None:
@@ -150,18 +174,16 @@ def _embed(body: dict[str, Any], limits: LaneLimits, lane: str, reject: bool) ->
         if reject:
             raise MediaRefused(
                 "max_input_tokens",
-                f"input[{i}] is {tokens} tokens; lane {lane!r}'s max_input_tokens is {cap}",
+                f"{key}[{i}] is {tokens} tokens; lane {lane!r}'s max_input_tokens is {cap}",
             )
         cut += 1
         out.append(item[: cap * _CHARS_PER_TOKEN] if isinstance(item, str) else item[:cap])
     if not cut:
         return []
     # One string stays one string, and a single id list stays flat: the shape the client sent.
-    single = isinstance(body["input"], str) or (
-        bool(body["input"]) and isinstance(body["input"][0], int)
-    )
-    body["input"] = out[0] if single else out
-    return [f"input {cut} item(s) cut to {cap} tokens"]
+    single = isinstance(body[key], str) or (bool(body[key]) and isinstance(body[key][0], int))
+    body[key] = out[0] if single else out
+    return [f"{key} {cut} item(s) cut to {cap} tokens"]
 
 
 def apply_media_caps(body: dict[str, Any], limits: LaneLimits, lane: str) -> list[str]:

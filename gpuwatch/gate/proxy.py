@@ -383,7 +383,13 @@ class Proxy:
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange
     ) -> web.StreamResponse:
-        out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+        # The clamp header is the gate's word alone: an upstream's own (in any case) is dropped,
+        # so a client never reads a clamp the gate did not make, nor two values.
+        out_headers = {
+            k: v
+            for k, v in upstream.headers.items()
+            if k.lower() not in HOP_BY_HOP and k.lower() != CLAMP_HEADER.lower()
+        }
         if _CLAMPED in request:
             out_headers[CLAMP_HEADER] = request[_CLAMPED]
         length = upstream.content_length

@@ -9,12 +9,12 @@ then goes on with the gate's own measurements alone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
 import httpx
 
+from gpuwatch.gate.background import Background
 from gpuwatch.httpclient import async_client
 from gpuwatch.model import ScrapeResult
 from gpuwatch.sources.scrape import ParseCache, scrape
@@ -45,7 +45,7 @@ class UpstreamMetrics:
         self.interval_s = interval_s
         self._latest: UpstreamReading | None = None
         self._error: str | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._background = Background(self.run)
         self._cache = ParseCache()
 
     def latest(self) -> UpstreamReading | None:
@@ -70,12 +70,7 @@ class UpstreamMetrics:
                 await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self.run())
+        self._background.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._background.stop()

@@ -186,10 +186,13 @@ class Monitor:
         self.version = 0  # bumps on every change: widgets skip work when nothing moved
         self.started = started
         self.tap: Tap | None = None
+        # The last tick (the badge's evaluation) as (clock, wall): the instant a screen drawn
+        # after it shows, so that a replay moved to that recorded tick draws the same screen.
+        self.ticked: tuple[float, float] | None = None
 
-    def _tapped(self, kind: str, now: float, payload: Any) -> None:
+    def _tapped(self, kind: str, now: float, payload: Any, wall: float | None = None) -> None:
         if self.tap is not None:
-            self.tap.reading(kind, now, self.wall(), payload)
+            self.tap.reading(kind, now, self.wall() if wall is None else wall, payload)
 
     # -- events ---------------------------------------------------------------------------
 
@@ -405,7 +408,8 @@ class Monitor:
 
     def evaluate(self) -> Verdict:
         now = self.clock()
-        self._tapped("evaluate", now, None)
+        self.ticked = (now, self.wall())
+        self._tapped("evaluate", now, None, self.ticked[1])
         before = self.health.shown.level
         signals, details = self.judged()
         verdict, changed = self.health.update(now, signals, window_label(self.window_s), details)

@@ -254,6 +254,18 @@ class Player:
         elif kind == "evaluate":
             m.evaluate()
 
+    def tick_in(self, wall: float) -> float | None:
+        """The last recorded tick (the badge's evaluation, after which the live screen was
+        drawn, its header's clock naming that second) in the second starting at ``wall``, as
+        the monitor's clock; None if none was recorded then."""
+        second = math.floor(wall)
+        found = self.db.execute(
+            "SELECT mono FROM rows WHERE kind = 'evaluate' AND wall >= ? AND wall < ? "
+            "ORDER BY id DESC LIMIT 1",
+            (second, second + 1),
+        ).fetchone()
+        return float(found[0]) if found else None
+
     # -- jumps ----------------------------------------------------------------------------
 
     def next_mark(self, after: float) -> Mark | None:

@@ -196,5 +196,10 @@ class Recorder:
                     # A gate that does not answer already shows so (DOWN): nothing to add.
                     with contextlib.suppress(GateError):
                         self.save_audit(await gate.audit(50))
+        except Exception as exc:
+            # Anything else (a value SQLite cannot bind, a bug) would end this task unseen, the
+            # dashboard and `gpuwatch record` going on (exit 0) with nothing written. Stopping
+            # says why: an event on screen, one line and exit 1 from `gpuwatch record`.
+            self.stop(f"{type(exc).__name__}: {exc}")
         finally:
             self.close()  # cancelled (the program ends): what waits is committed

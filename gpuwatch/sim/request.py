@@ -42,9 +42,12 @@ class BadRequest(Exception):
 
 def error_response(message: str, status: int, param: str | None = None) -> web.Response:
     """vLLM's OpenAI-compatible error body."""
-    kind = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError"}.get(
-        status, "InternalServerError" if status >= 500 else "BadRequestError"
-    )
+    kind = {
+        400: "BadRequestError",
+        404: "NotFoundError",
+        405: "MethodNotAllowedError",
+        429: "RateLimitError",
+    }.get(status, "InternalServerError" if status >= 500 else "BadRequestError")
     body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
     return web.json_response(body, status=status)
 

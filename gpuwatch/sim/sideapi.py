@@ -121,6 +121,16 @@ class SideApi:
                 400,
                 "size",
             )
+        if side.images.would_wait_past_cap(job):
+            assert side.image_metrics is not None
+            side.image_metrics.requests.labels("queue_full").inc()
+            refused = error_response(
+                f"image queue is full: {len(side.images.queue)} requests wait for VRAM "
+                f"(max {side.images.max_waiting}); retry later",
+                429,
+            )
+            refused.headers["Retry-After"] = "5"
+            return refused
         await side.generate(job)
         item = (
             {"b64_json": _PNG_B64} if parsed.b64 else {"url": "data:image/png;base64," + _PNG_B64}

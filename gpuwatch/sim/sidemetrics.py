@@ -65,7 +65,7 @@ class ImageMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
             "sim_image_requests",
-            "Image generation requests finished, by outcome (ok, abort).",
+            "Image generation requests finished, by outcome (ok, abort, queue_full).",
             ["outcome"],
             registry=registry,
         )

@@ -114,6 +114,9 @@ class SideWork:
         try:
             await done
         except asyncio.CancelledError:
+            # Up to now at the speeds that held until now: removing the job first would credit
+            # the others at their speed without it, and admit a waiter with a stale start.
+            self._advance()
             if pool.abort(job):
                 self.image_metrics.requests.labels("abort").inc()
                 self._sync_gpu()

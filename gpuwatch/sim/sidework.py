@@ -11,7 +11,9 @@ smaller ones); an embedding batch ``EmbeddingModel.weight``. With total weight W
 
 Images (``ImagePool``): a request costs ``steps x pixels x n`` (gpuwatch/sim/profiles.py,
 ``DiffusionModel``). Requests start first come first served while their activations fit in
-the image reserve of VRAM; the ones that do not fit wait in the queue.
+the image reserve of VRAM; the ones that do not fit wait in the queue, at most
+``max_waiting`` of them: past that a new request is refused (429, as TEI answers past
+``max_concurrent_requests``), since each waiter holds a connection and memory.
 
 Embeddings (``EmbedQueue``): requests queue; a batch takes whole requests in arrival order up
 to the model's ``max_batch_tokens`` (at least one), as TEI batches, and runs for the model's
@@ -24,6 +26,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gpuwatch.sim.profiles import DiffusionModel, EmbeddingModel, Gpu
+
+# Image requests that may wait for VRAM at once (a few minutes of work on one GPU).
+IMAGE_MAX_WAITING = 64
 
 
 def text_slowdown(others: float) -> float:
@@ -63,6 +68,7 @@ class ImagePool:
     queue: deque[ImageJob] = field(default_factory=deque)
     running: list[ImageJob] = field(default_factory=list)
     images_done: int = 0
+    max_waiting: int = IMAGE_MAX_WAITING
     steps_done: int = 0
 
     def cost(self, job: ImageJob) -> None:
@@ -73,6 +79,11 @@ class ImagePool:
 
     def fits_ever(self, job: ImageJob) -> bool:
         return job.bytes <= self.reserve_bytes
+
+    def would_wait_past_cap(self, job: ImageJob) -> bool:
+        """True when ``job`` would have to wait and ``max_waiting`` already do."""
+        starts_now = not self.queue and self.bytes_in_use + job.bytes <= self.reserve_bytes
+        return not starts_now and len(self.queue) >= self.max_waiting
 
     @property
     def bytes_in_use(self) -> int:

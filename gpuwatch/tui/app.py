@@ -308,8 +308,16 @@ class GpuwatchApp(App[None]):
             # the app exits: the next tick paints (or nothing needs painting).
             return
 
+    def drawn_at(self) -> tuple[float, float]:
+        """The instant the screen shows, as (clock, wall): the monitor's last tick, which the
+        header's clock names, so that a replay moved to that recorded tick draws the same
+        screen (the charts' window, the badge's countdown); before the first tick, now."""
+        m = self.monitor
+        return m.ticked or (m.clock(), m.wall())
+
     def _paint(self, dash: Dashboard, force_charts: bool) -> None:
         m = self.monitor
+        at, wall = self.drawn_at()
         narrow = self.screen.has_class("-narrow") or self.size.width < 120
         short = self.size.height < 36
         title = (
@@ -324,11 +332,11 @@ class GpuwatchApp(App[None]):
             self.options.hostname,
             title,
             m.verdict,
-            m.health.pending(m.clock()),
+            m.health.pending(at),
             self.options.read_only,
             self.frozen,
             self.window[1],
-            m.wall(),
+            wall,
             self.options.clock_label,
         )
         if m.version == self._painted_version:
@@ -345,7 +353,7 @@ class GpuwatchApp(App[None]):
             self.steering.selected_tenant,
             compact=narrow or short,
         )
-        dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, m.wall())
+        dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, wall)
         users = m.gate.users(window_label(m.window_s)) if m.gate else None
         dash.query_one(UsersPanel).render_users(
             ttft_breakdown(m), users, m.health.slo, compact=narrow or short
@@ -359,7 +367,7 @@ class GpuwatchApp(App[None]):
     def _paint_charts(self, dash: Dashboard) -> None:
         m = self.monitor
         engines = m.serving_engines()
-        now = m.clock()
+        now = self.drawn_at()[0]
         span, _ = self.window
         start = now - span
         series = engines[0].history.series if engines else {}

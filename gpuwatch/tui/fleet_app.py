@@ -5,8 +5,9 @@ The node dashboard's app (``app.py``) with the fleet table as its first screen: 
 reads the whole fleet once per interval (one query per signal, whatever the number of engines)
 into ``FleetState``; the screens only read it. ``enter`` points the dashboard's inputs (its
 ``Monitor``, options and ``Steering``) at one node and opens the ``Dashboard`` itself; ``esc``
-stops that node's workers and comes back. ``--at TIME`` shows a past instant: one reading,
-evaluated then.
+stops that node's workers and comes back. ``--at TIME`` shows a past instant, read-only, with
+the replay's cursor keys (``timecursor.py``, ``screens/fleet_history.py``): each move reads the
+fleet there.
 """
 
 from __future__ import annotations
@@ -36,7 +37,18 @@ from gpuwatch.sources.promql import FleetRow, dialects_named
 from gpuwatch.tui.app import Dashboard, DashboardOptions, EnginePoll, GpuwatchApp
 from gpuwatch.tui.control import DashboardControl
 from gpuwatch.tui.screens.fleet import FleetScreen
+from gpuwatch.tui.screens.fleet_history import FleetHistoryScreen
 from gpuwatch.tui.screens.help import HelpScreen
+from gpuwatch.tui.timecursor import TimeCursor
+
+HISTORY_READ_ONLY = "the fleet in the past is read-only"
+HISTORY_NOTE = (
+    "[b]the past[/] (--at TIME): the fleet as Prometheus answers at the cursor (REPLAY in the "
+    "title), read-only. space plays / pauses at 1x..60x (< >), left / right step one interval, "
+    "\\[ ] a minute, : goes to a time (03:12:40 within the last day, 2026-11-30 03:12, or "
+    "+90s / -5m from the cursor); each move reads every signal at that instant. Badges are "
+    "the SLO rules on that instant's values (no 10 s hold across a move)."
+)
 
 
 @dataclass
@@ -90,14 +102,18 @@ class FleetApp(GpuwatchApp):
         # A prebuilt state (the screenshots' scene) is shown as it is: nothing polls.
         self.fleet_polling = state is None
         self.state = state or FleetState(options.slo)
+        # In the past (--at) a time cursor says where; each move reads the fleet there.
+        self.cursor = TimeCursor(options.at, options.interval_s) if options.at is not None else None
         # The one guard (GpuwatchApp's): a fleet change, a node's steering and GateClient
-        # all ask it.
-        self.guard.read_only = options.read_only
+        # all ask it. The past is read-only.
+        self.guard.read_only = options.read_only or self.cursor is not None
+        if self.cursor is not None:
+            self.guard.reason = HISTORY_READ_ONLY
         self.change = FleetChange(self.guard)
         self.node: FleetRow | None = None
 
     def home_screen(self) -> Screen[None]:
-        return FleetScreen()
+        return FleetHistoryScreen() if self.cursor is not None else FleetScreen()
 
     def on_mount(self) -> None:
         # GpuwatchApp.on_mount runs after this one: themes, then the fleet table.
@@ -108,27 +124,37 @@ class FleetApp(GpuwatchApp):
         await self.source.close()
 
     def now(self) -> float:
-        return self.fleet_options.at if self.fleet_options.at is not None else time.time()
+        return self.cursor.at if self.cursor is not None else time.time()
 
     def at_label(self) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.now()))
 
     async def _poll(self) -> None:
         """One reading per interval, scheduled when the last ends (never overlapping)."""
-        at = self.fleet_options.at
         while True:
             started = time.monotonic()
+            at = self.cursor.at if self.cursor is not None else None
             try:
-                self.state.apply(await self.source.read_fleet(at))
+                reading = await self.source.read_fleet(at)
+                if self.cursor is not None:
+                    # Each instant judged on its own values: no hold carried over a jump.
+                    self.state.badges.clear()
+                self.state.apply(reading)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a bug must not take the screen down: one line
                 self.state.event("bad", f"fleet poll: {type(exc).__name__}: {exc}")
             self.paint_fleet()
             if at is not None and self.state.reading and not self.state.reading.error:
-                return  # a past instant: read once
+                return  # a past instant: read once, again when the cursor moves
             interval = self.fleet_options.interval_s
             await asyncio.sleep(max(0.05, interval - (time.monotonic() - started)))
+
+    def moved(self) -> None:
+        """The time cursor moved: read the fleet there (a reading under way is dropped)."""
+        self.paint_fleet()
+        if self.fleet_polling:
+            self.run_worker(self._poll(), group="fleet", name="prometheus", exclusive=True)
 
     def paint_fleet(self) -> None:
         screen = self.screen
@@ -153,14 +179,15 @@ class FleetApp(GpuwatchApp):
                     token = read_token(Path(gate.token_file).expanduser())
                 except ValueError as exc:
                     self.notify(f"gate {row.gate}: {exc}", severity="warning")
-        direct = fo.direct and fo.at is None
+        direct = fo.direct and self.cursor is None
+        at = self.cursor.at if self.cursor is not None else None  # the past: at the cursor
         url = f"http://{row.instance}/metrics"
         engine_poll: EnginePoll | None = None
         if not direct:
             reader = NodeSamples(self.source, url, row.instance, dialects_named(row.dialect))
 
             def engine_poll(monitor: Monitor, _url: str) -> Coroutine[Any, Any, None]:
-                return polling.poll_prometheus_engine(monitor, reader, fo.interval_s, fo.at)
+                return polling.poll_prometheus_engine(monitor, reader, fo.interval_s, at)
 
         return DashboardOptions(
             [url] if row.dialect != "gate" else [],
@@ -169,7 +196,7 @@ class FleetApp(GpuwatchApp):
             admin_token=token,
             theme=self.theme,
             slo=fo.slo,
-            read_only=fo.read_only,
+            read_only=fo.read_only or self.cursor is not None,
             title_endpoint=f"{row.instance} ({'its /metrics' if direct else 'via Prometheus'})",
             hostname=row.node,
             engine_poll=engine_poll,
@@ -183,8 +210,8 @@ class FleetApp(GpuwatchApp):
         # that instant (the charts end there) and nothing goes stale.
         clock: Callable[[], float] = time.time
         interval = options.interval_s
-        if fo.at is not None:
-            at, opened = fo.at, time.monotonic()
+        if self.cursor is not None:
+            at, opened = self.cursor.at, time.monotonic()
             clock, interval = (lambda: at + time.monotonic() - opened), math.inf
         monitor = Monitor(options.urls, interval, fo.slo, options.admin_url, clock=clock)
         self.steering.close()
@@ -194,7 +221,13 @@ class FleetApp(GpuwatchApp):
         self._painted_version, self._charts_at = -1, -1e9
         self.poll_sources(group="node")
         self.run_worker(
-            polling.poll_dcgm(monitor, self.source, row.node, fo.interval_s, fo.at),
+            polling.poll_dcgm(
+                monitor,
+                self.source,
+                row.node,
+                fo.interval_s,
+                self.cursor.at if self.cursor is not None else None,
+            ),
             group="node",
             name="dcgm",
         )
@@ -242,11 +275,14 @@ class FleetApp(GpuwatchApp):
             keys, notes = self.all_bindings(), [*self.HELP_NOTES, "", *self.FLEET_NOTES[-1:]]
         else:
             app_keys = [b for b in GpuwatchApp.BINDINGS if isinstance(b, Binding)]
+            screen = FleetHistoryScreen if self.cursor is not None else FleetScreen
             keys = [
-                *(b for b in FleetScreen.BINDINGS if isinstance(b, Binding)),
+                *(b for b in screen.BINDINGS if isinstance(b, Binding)),
                 *(b for b in app_keys if b.action not in self.NODE_ACTIONS),
             ]
             notes = self.FLEET_NOTES
+            if self.cursor is not None:
+                notes = [*notes, "", HISTORY_NOTE]
         self.push_screen(HelpScreen(keys, notes))
 
 

@@ -14,15 +14,15 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Static
+from textual.widgets import Footer, Input, Static
 
 from gpuwatch.control.guard import Guard
 from gpuwatch.record.player import Player, parse_when
 from gpuwatch.tui.app import Dashboard, DashboardOptions, GpuwatchApp
 from gpuwatch.tui.control import CONTROL_ACTIONS
+from gpuwatch.tui.timecursor import next_speed
 from gpuwatch.tui.widgets.replaybar import ReplayBar
 
-SPEEDS = (1, 2, 5, 10, 30, 60)
 PLAY_TICK_S = 0.25
 REPLAY_READ_ONLY = "a replay is read-only"
 # The live keys a replay takes over: its own cursor keys use them.
@@ -46,8 +46,10 @@ class ReplayDashboard(Dashboard):
     ]
 
     def compose(self) -> ComposeResult:
-        yield from super().compose()
-        yield ReplayBar(id="replaybar")
+        # The bar takes the footer's line (the keys are on the bar's end and under ?), so the
+        # panels keep the live layout, row for row: a replayed screen is the live one.
+        for widget in super().compose():
+            yield ReplayBar(id="replaybar") if isinstance(widget, Footer) else widget
 
 
 class GoToTime(ModalScreen[str | None]):
@@ -60,9 +62,15 @@ class GoToTime(ModalScreen[str | None]):
                           padding: 1 2; }
     """
 
+    def __init__(
+        self, hint: str = "go to: HH:MM[:SS], YYYY-MM-DD HH:MM[:SS], or +90s / +5m from the start"
+    ) -> None:
+        super().__init__()
+        self.hint = hint
+
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("go to: HH:MM[:SS], YYYY-MM-DD HH:MM[:SS], or +90s / +5m from the start")
+            yield Static(self.hint)
             yield Input(placeholder="03:12:40", id="when")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -80,8 +88,9 @@ class ReplayApp(GpuwatchApp):
         "[b]replay[/]: the dashboard fed from a recording by the same code, read-only. space "
         "plays / pauses at 1x..60x (< >), left / right step one poll interval, \\[ ] a minute, "
         "{ } jump to the previous / next event (badge changes are events), : goes to a time "
-        "(03:12:40, 2026-11-30 03:12, +5m from the start). The header's clock is the "
-        "recording's (REPLAY), the bar under the events says where in it you are.",
+        "(03:12:40, 2026-11-30 03:12, +5m from the start; a time to the second lands on the "
+        "tick the live screen was drawn at, its header showing that clock). The header's "
+        "clock is the recording's (REPLAY), the bar under the events says where in it you are.",
     ]
 
     def __init__(self, player: Player, options: DashboardOptions) -> None:
@@ -113,6 +122,10 @@ class ReplayApp(GpuwatchApp):
             self._moved()
             return
         self.go(self.player.now + elapsed * self.speed)
+
+    def drawn_at(self) -> tuple[float, float]:
+        # The cursor: the header's REPLAY clock says where it is, between ticks too.
+        return self.monitor.clock(), self.monitor.wall()
 
     def go(self, wall: float) -> None:
         self.player.seek(wall)
@@ -169,8 +182,7 @@ class ReplayApp(GpuwatchApp):
         self.notify(mark.text, timeout=3)
 
     def action_speed(self, direction: int) -> None:
-        i = SPEEDS.index(self.speed) if self.speed in SPEEDS else 0
-        self.speed = SPEEDS[min(max(i + direction, 0), len(SPEEDS) - 1)]
+        self.speed = next_speed(self.speed, direction)
         self._paint_bar()
 
     def action_audit(self) -> None:
@@ -191,9 +203,20 @@ class ReplayApp(GpuwatchApp):
                 self.notify(str(exc), severity="warning")
                 return
             self.playing = False
-            self.go(when)
+            # Moved once the dialog is gone: panels updated under a modal screen keep the
+            # heights they had (the dashboard is laid out again only when it is on top).
+            self.call_after_refresh(self._go_to_tick, when)
 
         self.push_screen(GoToTime(), chosen)
+
+    def _go_to_tick(self, when: float) -> None:
+        # The screen the live dashboard drew with that clock: its tick in that second.
+        tick = self.player.tick_in(when)
+        if tick is None:
+            self.go(when)
+        else:
+            self.player.seek_mono(tick)
+            self._moved()
 
     def all_bindings(self) -> list[Binding]:
         # space plays and pauses here: the live freeze is not offered.

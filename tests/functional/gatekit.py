@@ -25,10 +25,15 @@ class RecordingUpstream(CountingUpstream):
     """A counting upstream that also records the path of each request it got."""
 
     paths: list[str] = field(default_factory=list)
+    # Headers added to each answer (a hostile or confused upstream).
+    extra_headers: dict[str, str] = field(default_factory=dict)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.paths.append(request.raw_path)
-        return await super().handle(request)
+        response = await super().handle(request)
+        if not response.prepared:
+            response.headers.update(self.extra_headers)
+        return response
 
 
 @dataclass

@@ -483,7 +483,7 @@ async def test_the_fleet_at_a_past_instant_is_prometheus_answer_then(rig: Fleet)
     async with app.run_test(size=(160, 48)) as pilot:
         await eventually(lambda: len(app.state.rows) == 3, 20, pause=pilot.pause)
         title = app.screen.query_one("#fleet-title", Static)
-        assert "AT " in str(title.render())
+        assert " RO " in str(title.render()) and "REPLAY " in str(title.render())
         reading = app.state.reading
         assert reading is not None and reading.at == at
         answer = {

@@ -204,3 +204,85 @@ async def test_fairness_ids_leave_nothing_behind(tmp_path: Path) -> None:
         assert lane["tenant_count"] == 0 and lane["tenants"] == []
         assert r.gate.lanes["chat"].tenants.inflight == {}
         assert len(r.gate.lanes["chat"].queue.by_tenant) == 0
+
+
+async def test_evictions_racing_timeouts_and_disconnects_keep_slots_exact(tmp_path: Path) -> None:
+    """Review 2: critical arrivals while sheddable waiters time out in the queue or hang up,
+    and slots churn underneath. Whatever interleaving comes, a slot is a ticket released
+    once: never more than max_inflight at the upstream, every admission reached it, and every
+    table is empty at the end."""
+    import random
+
+    rng = random.Random(7)
+    async with rig(tmp_path, CONFIG, hold=True) as r, aiohttp.ClientSession() as s:
+        limits = {"max_inflight": 2, "max_queue": 4, "queue_timeout_s": 0.15}
+        assert (await r.patch({"lanes": {"chat": limits}}))[0] == 200
+        done = asyncio.Event()
+
+        async def churn() -> None:  # the upstream answers one request now and then
+            while not done.is_set():
+                await asyncio.sleep(rng.uniform(0.0, 0.12))
+                r.upstream.release.release()
+
+        async def client(i: int) -> int:
+            objective = "batch" if i % 3 else "interactive"
+            hangs_up = objective == "batch" and i % 4 == 1
+            try:
+                return (await asyncio.wait_for(
+                    post(s, r, f"r{i}", objective, tenant=f"t{i % 5}"),
+                    rng.uniform(0.01, 0.2) if hangs_up else 10,
+                ))[0]  # fmt: skip
+            except TimeoutError:
+                return 0  # this client went away
+
+        releaser = asyncio.create_task(churn())
+        statuses: list[int] = []
+        for wave in range(8):
+            statuses += await asyncio.gather(*(client(wave * 12 + i) for i in range(12)))
+        done.set()
+        await releaser
+        lane = r.gate.lanes["chat"]
+        await eventually(lambda: lane.inflight == 0 and not lane.queue, message="slots leaked")
+        assert set(statuses) <= {0, 200, 429, 503}, statuses
+        assert 200 in statuses and 429 in statuses
+        assert r.upstream.max_active <= 2
+        assert lane.admitted_total == len(r.upstream.arrivals)
+        assert lane.inflight_tokens == 0 and not lane.tenants.inflight
+        assert not lane.tenants.classes and not lane.queue.by_tenant and not lane.queue.by_class
+        refused = lane.rejected_total
+        # Here (2 cores): 16 evicted, 32 queue_full, 8 queue_timeout, 6 hung up, 34 served.
+        assert refused["evicted"] > 0 and refused["queue_full"] > 0
+        assert {k for k, _ in lane.tenants.refused if _ == "evicted"} <= {"sheddable"}
+
+
+async def test_a_capped_tenant_cannot_hold_every_place_in_the_queue(tmp_path: Path) -> None:
+    """Review 2: a tenant held at max_inflight 1 filled all 8 places of the queue, and every
+    other tenant's arrival was a 429 queue_full: the cap bounded its slots, not its places.
+    Now an arrival takes the newest place of the tenant holding the most at its priority,
+    while that tenant holds at least two more than the arrival's own."""
+    async with rig(tmp_path, CONFIG, hold=True) as r, aiohttp.ClientSession() as s:
+        patch = {"lanes": {"chat": {"max_inflight": 2, "max_queue": 8}},
+                 "tenants": {"noisy": {"max_inflight": 1}}}  # fmt: skip
+        assert (await r.patch(patch))[0] == 200
+        noisy = [asyncio.create_task(post(s, r, f"n{i}", tenant="noisy")) for i in range(9)]
+        await queued(r, 8)
+        quiet = asyncio.create_task(post(s, r, "q0", tenant="quiet"))  # takes the free slot
+        await eventually(lambda: r.upstream.active == 2)
+        others = [asyncio.create_task(post(s, r, f"o{i}", tenant=f"t{i}")) for i in range(3)]
+        await eventually(lambda: sum(t.done() for t in noisy) == 3)
+        refused = [t.result() for t in noisy if t.done()]
+        assert [status for status, _ in refused] == [429] * 3
+        assert {body["error"]["code"] for _, body in refused} == {"evicted"}
+        messages = sorted(body["error"]["message"] for _, body in refused)
+        assert [m.rsplit("held ", 1)[1] for m in messages] == [
+            "6 of 8 places)", "7 of 8 places)", "8 of 8 places)"
+        ]  # fmt: skip
+        # The newest of its waiters went: n8, n7, n6.
+        assert [t.done() for t in noisy] == [False] * 6 + [True] * 3
+        status = await chat_status(r)
+        assert status["queued"] == 8 and not any(t.done() for t in others)
+        for _ in range(12):
+            r.upstream.release.release()
+        answers = await asyncio.gather(quiet, *others)
+        assert [a for a, _ in answers] == [200] * 4
+        await asyncio.gather(*noisy)

@@ -109,3 +109,63 @@ async def test_the_output_cap_says_what_it_clamped_too(tmp_path: Path) -> None:
         assert reply.headers["x-gpuwatch-clamped"] == "max_tokens none->64"
         reply = await r.request("POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 9}')
         assert reply.status == 200 and "x-gpuwatch-clamped" not in reply.headers
+
+
+async def test_steps_left_out_or_below_one_are_held_to_the_cap(tmp_path: Path) -> None:
+    """Review 2: a body without steps got the server's default (the simulator's 30, diffusers'
+    50) past max_steps; 0 or -1 reads as that default too."""
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"image": {"max_steps": 20}}})
+        reply = await r.request("POST", IMAGE, b'{"prompt": "a cat"}')
+        assert reply.status == 200, reply
+        assert r.upstream.bodies[-1]["steps"] == 20
+        assert reply.headers["x-gpuwatch-clamped"] == "steps default->20"
+        for steps in (0, -1, 0.0):
+            body = {"prompt": "a cat", "num_inference_steps": steps}
+            reply = await r.request("POST", IMAGE, json.dumps(body).encode())
+            assert reply.status == 200, reply
+            assert r.upstream.bodies[-1]["num_inference_steps"] == 20, steps
+        await r.patch({"lanes": {"image": {"media_policy": "reject"}}})
+        reply = await r.request("POST", IMAGE, b'{"prompt": "a cat", "steps": 0}')
+        assert reply.status == 400 and reply.json()["error"]["code"] == "max_steps"
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [("/v1/rerank", "documents"), ("/v1/rerank", "texts"), ("/v1/score", "text_2")],
+)
+async def test_rerank_and_score_items_are_held_to_the_embed_caps(
+    tmp_path: Path, path: str, field: str
+) -> None:
+    """Review 2: the embed lane routes rerank and score, whose items are not in ``input``:
+    5,000 documents went through a lane capped at 4 inputs."""
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"embed": {"max_inputs": 4, "max_input_tokens": 8}}})
+        body = {"query": "q", "text_1": "q", field: ["doc"] * 5000}
+        reply = await r.request("POST", path, json.dumps(body).encode())
+        assert reply.status == 400, reply
+        assert reply.json()["error"]["code"] == "max_inputs"
+        assert f"{field} has 5000 items" in reply.json()["error"]["message"]
+        body[field] = ["doc", "x" * 400]
+        reply = await r.request("POST", path, json.dumps(body).encode())
+        assert reply.status == 200, reply
+        assert r.upstream.bodies[-1][field] == ["doc", "x" * 32]
+        assert reply.headers["x-gpuwatch-clamped"] == f"{field} 1 item(s) cut to 8 tokens"
+        body[field] = [{"text": "doc"}]
+        reply = await r.request("POST", path, json.dumps(body).encode())
+        assert reply.status == 400 and reply.json()["error"]["param"] == field
+        assert len(r.upstream.bodies) == 1
+
+
+async def test_only_the_gate_writes_the_clamped_header(tmp_path: Path) -> None:
+    """Review 2: an upstream's own X-Gpuwatch-Clamped went through to the client (a clamp the
+    gate never made), and beside the gate's one in another case (two values)."""
+    async with rig(tmp_path) as r, aiohttp.ClientSession() as s:
+        r.upstream.extra_headers = {"x-gpuwatch-clamped": "size 9x9->8x8"}
+        async with s.post(f"{r.url}/v1/chat/completions", json={"messages": []}) as reply:
+            assert reply.status == 200
+            assert "X-Gpuwatch-Clamped" not in reply.headers
+        await r.patch({"lanes": {"image": {"max_n": 1}}})
+        async with s.post(f"{r.url}{IMAGE}", json={"prompt": "a", "n": 3}) as reply:
+            assert reply.status == 200
+            assert reply.headers.getall("X-Gpuwatch-Clamped") == ["n 3->1"]

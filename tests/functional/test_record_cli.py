@@ -314,3 +314,30 @@ def test_a_gate_answering_odd_audit_entries_does_not_stop_the_recording(
     audited = db.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
     db.close()
     assert span >= 4.0 and audited == 0, (span, audited)
+
+
+def test_an_unexpected_error_in_the_writer_stops_recording_with_one_line_and_exit_1(
+    sim_url: str, tmp_path: Path
+) -> None:
+    """Review 2: an audit version past SQLite's 64-bit integers raised OverflowError (no
+    sqlite3.Error) in the writer task, which ended unseen: rows stopped, exit 0."""
+
+    async def audit(_: web.Request) -> web.Response:
+        entry = {"actor": "x", "version": 2**70, "time": 1.0}
+        return web.json_response({"entries": [entry]})
+
+    async def limits(_: web.Request) -> web.Response:
+        return web.json_response({"version": 1, "paused": False, "lanes": {}})
+
+    routes = {"/admin/audit": audit, "/admin/limits": limits, "/admin/status": limits}
+    path = tmp_path / "overflow.db"
+    with ThreadedServer(routes) as admin:
+        proc = subprocess.run(record_args(sim_url, path, "--admin", admin.url(""), "--duration", "30"),
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "stopped: OverflowError" in lines[0], proc.stderr
+    assert str(path) in lines[0] and "Traceback" not in proc.stderr
+    player = Player(path)  # what was committed before stays readable
+    assert len(player.ids) > 0
+    player.close()

@@ -124,6 +124,28 @@ async def test_images_that_do_not_fit_queue_and_too_big_is_a_400(mix) -> None:
     assert "10.0 GiB" in message and "image reserve of 5.0 GiB" in message
 
 
+async def test_past_the_image_queue_cap_a_request_is_a_429_with_a_reason(mix) -> None:
+    """Review 2: the image queue had no cap; each waiter holds a connection and memory."""
+    node, url = mix
+    assert node.side.images is not None
+    node.side.images.max_waiting = 1
+    long = {"prompt": "p", "steps": 100}  # about 3 s of wall time for the three at this scale
+    tasks = [asyncio.create_task(ask(url, IMAGES, long)) for _ in range(3)]
+
+    async def one_waits() -> bool:
+        m = await scrape(url)
+        return m.get("sim_image_requests_waiting{}") == 1
+
+    await eventually(one_waits, 5, message="the third image did not wait for VRAM")
+    async with aiohttp.ClientSession() as s, s.post(f"{url}{IMAGES}", json=long) as r:
+        status, data, retry = r.status, await r.json(), r.headers.get("Retry-After")
+    message = assert_openai_error(status, data, 429)
+    assert "image queue is full" in message and "max 1" in message and retry == "5"
+    assert (await scrape(url))['sim_image_requests_total{"outcome": "queue_full"}'] == 1
+    # The refused one never queued: the three before it all finish.
+    assert [s for s, _ in await asyncio.gather(*tasks)] == [200, 200, 200]
+
+
 async def test_an_image_in_progress_slows_text_decode_by_its_weight(mix) -> None:
     node, url = mix
     body = {"prompt": "hello " * 20, "max_tokens": 60, "ignore_eos": True}

@@ -157,3 +157,19 @@ def test_blocked_tenants_are_skipped_and_victims_are_sheddable_only() -> None:
     assert q.victim(-10) is None  # not for an equal class
     assert q.victim(0).since == 4  # the newest of the lowest class
     assert q.oldest_since() == 1
+
+
+def test_a_full_queue_takes_places_from_the_tenant_holding_the_most() -> None:
+    """Review 2: the newest of the biggest tenant at the arrival's priority, only while it
+    holds two more places than the arrival's tenant; never across priorities."""
+    q: FairQueue[SimpleNamespace] = FairQueue()
+    for i in range(3):
+        q.append(waiter("n", "standard", 0, i))
+    q.append(waiter("a", "standard", 0, 9))
+    hog = q.hog(Who("b", "standard", 0))
+    assert hog is not None and hog[0].since == 2 and hog[1] == 3
+    assert q.hog(Who("a", "standard", 0)) is not None  # 3 >= 1 + 2
+    q.append(waiter("a", "standard", 0, 10))
+    assert q.hog(Who("a", "standard", 0)) is None  # 3 < 2 + 2: no closer after a swap
+    assert q.hog(Who("n", "standard", 0)) is None  # never from itself
+    assert q.hog(Who("b", "critical", 10)) is None  # other priorities: the class rule's job

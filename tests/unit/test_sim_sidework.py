@@ -76,3 +76,51 @@ def test_the_demo_runs_the_mix_each_profile_holds() -> None:
         with_side_models(PROFILES["h100-llama3-70b-fp8"], embed=True, image=True)
     shared = with_side_models(PROFILES["rtx4090-llama3-8b-awq"], embed=True, image=True)
     assert shared.gpu_memory_utilization == 0.47 and shared.kv_tokens == 40_720
+
+
+def test_the_image_queue_is_capped_and_a_request_that_starts_now_is_never_refused() -> None:
+    """Review 2: the queue had no bound; each waiter holds a connection and memory."""
+    pool = ImagePool(SDXL, RTX4090, 5 * GIB, max_waiting=1)
+    for name in "ab":  # 2.5 GiB each: both run
+        assert not pool.would_wait_past_cap(job(name))
+        pool.add(job(name))
+    assert not pool.would_wait_past_cap(job("c"))  # waits, the first to
+    pool.add(job("c"))
+    assert pool.would_wait_past_cap(job("d")) and pool.would_wait_past_cap(job("tiny", 8, 8))
+    pool.abort(pool.running[0])  # c starts: the queue has room again
+    assert not pool.would_wait_past_cap(job("d"))
+
+
+async def test_an_aborted_image_credits_the_others_up_to_the_abort_first() -> None:
+    """Review 2: siderun removed a running image without running the pool up to now, so the
+    others were credited at their speed without it for time they ran beside it, and a waiter
+    let in got the last tick's time as its start. Deterministic: the clock is ours and no pool
+    task runs."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
+    from gpuwatch.sim.gpu import VirtualGpu
+    from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
+    from gpuwatch.sim.siderun import SideWork
+
+    now = [0.0]
+    profile = get_profile(DEFAULT_PROFILE)
+    side = SideWork(
+        profile, VirtualGpu(profile, 0), CollectorRegistry(), lambda: now[0], 1.0,
+        lambda: False, embed=False, image=True, image_reserve=5 * GIB,
+    )  # fmt: skip
+    jobs = [side.new_image(1024, 1024, 30, 1) for _ in range(3)]
+    tasks = [asyncio.create_task(side.generate(j)) for j in jobs]
+    await asyncio.sleep(0)
+    pool = side.images
+    assert pool is not None and pool.running == jobs[:2] and list(pool.queue) == [jobs[2]]
+    now[0] = 1.0
+    tasks[1].cancel()
+    await asyncio.gather(tasks[1], return_exceptions=True)
+    # One second at half speed (two images of weight 1 shared the GPU), then b left.
+    assert jobs[0].remaining == pytest.approx(jobs[0].alone - 0.5)
+    assert jobs[2].started == 1.0 and pool.running == [jobs[0], jobs[2]]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -8,6 +8,7 @@ every node's ``old -> new``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -134,8 +135,10 @@ class FleetScreen(Screen[None]):
         )
         if self.fleet.fleet_options.read_only:
             title += "  [b $warn]READ-ONLY[/]"
-        if self.fleet.fleet_options.at is not None:
-            title += f"  [b $warn]AT {self.fleet.at_label()}[/]"
+        if self.fleet.cursor is not None:  # the past: the replay's RO and clock
+            clock = time.strftime("%H:%M:%S", time.localtime(self.fleet.cursor.at))
+            title += f"  [b reverse $warn] RO [/] [b reverse $accent] REPLAY {clock} [/]"
+            title += f" [dim]{self.fleet.at_label()[:10]}[/]"
         self.query_one("#fleet-title", Panel).show(title)
         status = []
         reading = state.reading

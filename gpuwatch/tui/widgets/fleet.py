@@ -13,6 +13,7 @@ from collections.abc import Collection
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
+from textual.color import Color as TextualColor
 from textual.events import Click
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -121,7 +122,12 @@ class FleetTable(ScrollView, can_focus=True):
 
     def _style(self, var: str, bold: bool = False) -> Style:
         color = self.app.theme_variables.get(var)
-        return Style(color=color, bold=bold) if color else Style(bold=bold)
+        if not color:
+            return Style(bold=bold)
+        # Theme variables may carry an alpha (foreground-muted: #D8DEE999), which rich cannot
+        # parse; Textual's Color reads it, laid over the background as Textual would draw it.
+        background = TextualColor.parse(self.app.theme_variables.get("background", "#000000"))
+        return Style(color=(background + TextualColor.parse(color)).rich_color, bold=bold)
 
     def _line(self, cells: tuple[str, ...], styles: list[Style], base: Style) -> Strip:
         segments: list[Segment] = []

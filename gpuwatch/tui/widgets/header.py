@@ -14,7 +14,10 @@ BADGE = {"NO DATA": "$foreground", "OK": "$ok", "TIGHT": "$warn", "OVERLOADED": 
 
 
 class HeaderBar(Panel):
-    DEFAULT_CSS = "HeaderBar { height: 1; background: $panel; }"
+    # One line, cut at the edge (not wrapped: a wrapped word would vanish whole).
+    DEFAULT_CSS = (
+        "HeaderBar { height: 1; background: $panel; text-wrap: nowrap; text-overflow: clip; }"
+    )
 
     def render_header(
         self,

@@ -1,5 +1,5 @@
-"""One line under a replayed dashboard: playing or paused, the speed, where the cursor is in
-the recording, and the next event to jump to."""
+"""One line under a replayed dashboard, in the footer's place: playing or paused, the speed,
+where the cursor is in the recording, and the next event to jump to."""
 
 from __future__ import annotations
 
@@ -38,5 +38,5 @@ class ReplayBar(Panel):
             # RO here too: on a narrow terminal the header's end, where RO is, is cut off.
             f"[b reverse $accent] REPLAY [/][b reverse $warn] RO [/] {state} {speed}x  "
             f"{_hms(now)}  {span} [dim]{bar}[/]"
-            f"{upcoming}"
+            f"{upcoming}  [dim]? keys[/]"
         )

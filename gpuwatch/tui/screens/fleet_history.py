@@ -1,0 +1,112 @@
+"""The fleet screen at a past instant (``gpuwatch --prometheus URL --at TIME``), with the
+replay's cursor keys: each move reads the whole fleet from Prometheus at the cursor (instant
+queries, ``time=`` the cursor), read-only through the one guard.
+
+The keys a replay takes over here: ``space`` plays / pauses (no marking: nothing can be
+changed), ``[`` / ``]`` move a minute (not the queue); the limit keys stay bound and are
+refused by the guard, with its reason. The replay bar takes the footer's line.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import Footer
+
+from gpuwatch.tui.screens.fleet import FleetScreen
+from gpuwatch.tui.timecursor import GOTO_HINT
+from gpuwatch.tui.widgets.replaybar import ReplayBar
+
+PLAY_TICK_S = 0.25
+_TAKEN = ("space", "left_square_bracket", "right_square_bracket")
+
+
+class FleetHistoryScreen(FleetScreen):
+    inherit_bindings = False
+    BINDINGS = [
+        *[b for b in FleetScreen.BINDINGS if isinstance(b, Binding) and b.key not in _TAKEN],
+        # Priority: the table has the focus and would scroll with left / right.
+        Binding("space", "play", "play/pause", priority=True),
+        Binding("left", "step(-1)", "step back", key_display="<-", priority=True),
+        Binding("right", "step(1)", "step", key_display="->", priority=True),
+        Binding("left_square_bracket", "jump(-60)", "-1 min", key_display="[", priority=True),
+        Binding("right_square_bracket", "jump(60)", "+1 min", key_display="]", priority=True),
+        Binding("colon", "goto", "go to time", key_display=":"),
+        Binding("less_than_sign", "speed(-1)", "slower", key_display="<"),
+        Binding("greater_than_sign", "speed(1)", "faster", key_display=">"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._played_at = time.monotonic()
+
+    def compose(self) -> ComposeResult:
+        for widget in super().compose():
+            yield ReplayBar(id="replaybar") if isinstance(widget, Footer) else widget
+
+    def on_mount(self) -> None:
+        self.set_interval(PLAY_TICK_S, self._advance)
+
+    def paint(self) -> None:
+        super().paint()
+        cursor = self.fleet.cursor
+        if cursor is None:
+            return
+        for bar in self.query(ReplayBar):
+            bar.render_bar(
+                cursor.at,
+                cursor.earliest,
+                cursor.now(),
+                cursor.playing,
+                cursor.speed,
+                None,
+                self.size.width,
+            )
+
+    # -- the cursor -----------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        elapsed, self._played_at = now - self._played_at, now
+        cursor = self.fleet.cursor
+        if cursor is not None and cursor.advance(elapsed):
+            self.fleet.moved()
+
+    def action_play(self) -> None:
+        if self.fleet.cursor is not None:
+            self.fleet.cursor.toggle()
+            self._played_at = time.monotonic()
+            self.paint()
+
+    def action_step(self, direction: int) -> None:
+        if self.fleet.cursor is not None:
+            self.fleet.cursor.step(direction)
+            self.fleet.moved()
+
+    def action_jump(self, seconds: float) -> None:
+        if self.fleet.cursor is not None:
+            self.fleet.cursor.jump(seconds)
+            self.fleet.moved()
+
+    def action_speed(self, direction: int) -> None:
+        if self.fleet.cursor is not None:
+            self.fleet.cursor.faster(direction)
+            self.paint()
+
+    def action_goto(self) -> None:
+        from gpuwatch.tui.replay import GoToTime
+
+        def chosen(text: str | None) -> None:
+            cursor = self.fleet.cursor
+            if not text or cursor is None:
+                return
+            try:
+                cursor.goto(text)
+            except ValueError as exc:
+                self.notify(str(exc), severity="warning")
+                return
+            self.fleet.moved()
+
+        self.app.push_screen(GoToTime(GOTO_HINT), chosen)
