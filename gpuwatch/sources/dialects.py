@@ -12,6 +12,7 @@ Ray's ``WorkerId`` ...): summed for counts and counters, max for ratios. ``*_cre
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -24,6 +25,8 @@ from gpuwatch.model import LATENCY_KINDS, EngineSnapshot, Histogram
 
 REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank"})
 MODEL_LABELS = ("model_name", "model")
+# Label sets whose grouping is remembered: every series of 8 engines' pages is ~2,000.
+GROUP_CACHE_SIZE = 1 << 15
 # Fields that are ratios: the max over engines is the honest aggregate, not the sum.
 RATIO_FIELDS = frozenset({"kv_cache_usage", "prefix_cache_hit_rate"})
 SCALAR_FIELDS = tuple(
@@ -317,6 +320,20 @@ def _engine_key(labels: Mapping[str, str], skip: Iterable[str]) -> tuple[tuple[s
     return tuple(sorted((k, v) for k, v in labels.items() if k not in dropped))
 
 
+@functools.lru_cache(maxsize=GROUP_CACHE_SIZE)
+def _group_of(
+    items: tuple[tuple[str, str], ...], skip: tuple[str, ...]
+) -> tuple[tuple[str | None, tuple[tuple[str, str], ...], str], tuple[tuple[str, str], ...]]:
+    """A sample's ((model, engine, extra), replica) from its labels. A pure function of the
+    label set, which stays the same from one scrape to the next while the values move: worked
+    out once per series rather than sorted again every scrape (most of a page's mapping time)."""
+    labels = dict(items)
+    replica = tuple(sorted((k, v) for k, v in items if k in REPLICA_LABELS))
+    # Only a bucket's ``le`` is its bound; on any other sample it is an ordinary label.
+    extra = labels.get("le", "") if "le" in skip else ""
+    return (_model_of(labels), _engine_key(labels, skip), extra), replica
+
+
 def _collapse(
     samples: Iterable[Sample], skip: Iterable[str], ratio: bool
 ) -> dict[str | None, dict[str, float]]:
@@ -325,10 +342,7 @@ def _collapse(
     # (model, engine, extra) -> {replica: value}
     grouped: dict[tuple, dict[tuple, float]] = defaultdict(dict)
     for s in samples:
-        replica = tuple(sorted((k, v) for k, v in s.labels.items() if k in REPLICA_LABELS))
-        # Only a bucket's ``le`` is its bound; on any other sample it is an ordinary label.
-        extra = s.labels.get("le", "") if "le" in skip else ""
-        key = (_model_of(s.labels), _engine_key(s.labels, skip), extra)
+        key, replica = _group_of(tuple(s.labels.items()), skip)
         grouped[key][replica] = s.value
     out: dict[str | None, dict[str, float]] = defaultdict(dict)
     for (model, _engine, extra), replicas in grouped.items():

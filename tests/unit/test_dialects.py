@@ -8,8 +8,9 @@ import pytest
 
 from gpuwatch.model import EngineSnapshot
 from gpuwatch.snapshot import latency_summary
+from gpuwatch.sources import dialects
 from gpuwatch.sources.scrape import map_page
-from tests.conftest import fixture_text
+from tests.conftest import FIXTURES, fixture_text
 
 
 def engines(name: str) -> list[EngineSnapshot]:
@@ -267,3 +268,49 @@ def test_an_le_label_on_a_gauge_is_an_ordinary_label() -> None:
     )
     result = map_page("page", page)
     assert result.error is None and result.engines[0].running == 5
+
+
+def _mapped_both_ways(page: str) -> tuple[object, object]:
+    """``map_page`` of ``page`` with each sample's grouping remembered (as shipped) and worked
+    out afresh from its labels (as before the memo)."""
+    memo = dialects._group_of
+    remembered = map_page("p", page)
+    dialects._group_of = memo.__wrapped__  # type: ignore[assignment]
+    try:
+        fresh = map_page("p", page)
+    finally:
+        dialects._group_of = memo
+    return (remembered.engines, remembered.warnings), (fresh.engines, fresh.warnings)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in FIXTURES.glob("*.prom")), ids=lambda name: name
+)
+def test_remembered_label_grouping_maps_every_fixture_as_grouping_afresh(name: str) -> None:
+    text = fixture_text(name)
+    remembered, fresh = _mapped_both_ways(text)
+    assert remembered == fresh
+    # A second scrape of the same series reads every grouping from the memo.
+    misses = dialects._group_of.cache_info().misses
+    assert _mapped_both_ways(text)[0] == remembered
+    assert dialects._group_of.cache_info().misses == misses
+
+
+def test_remembered_label_grouping_follows_values_and_label_order() -> None:
+    """The memo holds only what labels decide: new values on the same series, and the same
+    labels written in another order, map as a fresh grouping does."""
+    lines = [
+        "# TYPE sglang:num_running_reqs gauge",
+        'sglang:num_running_reqs{model_name="m",tp_rank="0"} {a}',
+        'sglang:num_running_reqs{tp_rank="1",model_name="m"} {b}',
+        "# TYPE sglang:generation_tokens_total counter",
+        'sglang:generation_tokens_total{dp_rank="0",model_name="m",tp_rank="0"} {a}',
+        'sglang:generation_tokens_total{model_name="m",tp_rank="0",dp_rank="1"} {b}',
+        'sglang:generation_tokens_total{dp_rank="1",model_name="n",tp_rank="1"} {a}',
+    ]
+    for a, b in ((5, 9), (7, 2), (7, 2), (11, 3)):
+        page = _page([line.replace("{a}", str(a)).replace("{b}", str(b)) for line in lines])
+        remembered, fresh = _mapped_both_ways(page)
+        assert remembered == fresh
+        m = next(e for e in remembered[0] if e.model == "m")  # type: ignore[index]
+        assert (m.running, m.generation_tokens_total) == (a, a + b)
