@@ -124,7 +124,7 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
             )
 
         await eventually(changed, 20, pause=pilot.pause)
-        await eventually(lambda: m.version > 0 and m.gate.queued.points(), 5, pause=pilot.pause)  # type: ignore[union-attr]
+        await eventually(lambda: m.version > 0 and m.gate.queued.points(), 30, pause=pilot.pause)  # type: ignore[union-attr]
         live.append(screen(app))
         load.stop()
     recorder.close()
@@ -173,12 +173,12 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
         await pilot.press(*["less_than_sign"] * 5)
         assert replay.speed == 1  # 1x at the slowest: the short recording does not end at once
         await pilot.press("space")
-        await eventually(lambda: player.now > at, 5, pause=pilot.pause)
+        await eventually(lambda: player.now > at, 30, pause=pilot.pause)
         await pilot.press("space")
         assert not replay.playing
         await pilot.press("colon")
         await pilot.press(*"+1s", "enter")
         await eventually(
-            lambda: player.now == pytest.approx(player.start + 1), 5, pause=pilot.pause
+            lambda: player.now == pytest.approx(player.start + 1), 30, pause=pilot.pause
         )
     player.close()
