@@ -283,10 +283,10 @@ async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_
         table = app.screen.query_one(FleetTable)
         await eventually(lambda: table.row_count == 3, 20, pause=pilot.pause)
         await pilot.press("slash", *"m-two", "enter")
-        await eventually(lambda: table.row_count == 1, 5, pause=pilot.pause)
+        await eventually(lambda: table.row_count == 1, 30, pause=pilot.pause)
         await pilot.press("enter")
         dash = await eventually(
-            lambda: app.screen if isinstance(app.screen, Dashboard) else None, 5, pause=pilot.pause
+            lambda: app.screen if isinstance(app.screen, Dashboard) else None, 30, pause=pilot.pause
         )
         drilled_at = time.time()
         instance = rig.sims["b"].split("://")[1]
@@ -335,11 +335,11 @@ async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_
         assert httpx.get(f"{rig.gates['a']}/admin/limits").json() == before["a"]
         # esc: the fleet table again, its filter kept; the node's workers stopped.
         await pilot.press("escape")
-        await eventually(lambda: isinstance(app.screen, FleetScreen), 5, pause=pilot.pause)
+        await eventually(lambda: isinstance(app.screen, FleetScreen), 30, pause=pilot.pause)
         assert table.row_count == 1 and app.node is None
         assert not [w for w in app.workers if w.group == "node" and w.is_running]
         await pilot.press("escape")  # clears the filter
-        await eventually(lambda: table.row_count == 3, 5, pause=pilot.pause)
+        await eventually(lambda: table.row_count == 3, 30, pause=pilot.pause)
 
 
 async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: Fleet) -> None:
@@ -357,10 +357,10 @@ async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: 
         sort = screen.sort
         row = next(r for r in app.state.rows if r.node == "c")  # no gate on node c
         await pilot.press("slash", *row.instance, "enter")
-        await eventually(lambda: table.row_count == 1, 5, pause=pilot.pause)
+        await eventually(lambda: table.row_count == 1, 30, pause=pilot.pause)
         await pilot.press("enter")
         dash = await eventually(
-            lambda: app.screen if isinstance(app.screen, Dashboard) else None, 5, pause=pilot.pause
+            lambda: app.screen if isinstance(app.screen, Dashboard) else None, 30, pause=pilot.pause
         )
         drilled_at = time.time()
         assert app.options.engine_poll is None and app.options.urls == [
@@ -378,7 +378,7 @@ async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: 
             lambda: history["running"].points()[0].t < drilled_at - 3, 20, pause=pilot.pause
         )
         await pilot.press("escape")
-        await eventually(lambda: isinstance(app.screen, FleetScreen), 5, pause=pilot.pause)
+        await eventually(lambda: isinstance(app.screen, FleetScreen), 30, pause=pilot.pause)
         assert screen.sort == sort != "health" and table.row_count == 1
 
 
@@ -437,7 +437,7 @@ async def test_fleet_screen_read_only_refuses_and_sends_nothing(rig: Fleet) -> N
         screen.marked.update(r.key for r in app.state.rows if r.gate)
         await pilot.press("plus")
         await eventually(
-            lambda: any("read-only" in e.text for e in app.state.events), 5, pause=pilot.pause
+            lambda: any("read-only" in e.text for e in app.state.events), 30, pause=pilot.pause
         )
         assert not isinstance(app.screen, ConfirmationModal)
     after = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]

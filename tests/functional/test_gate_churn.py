@@ -69,7 +69,7 @@ async def play(script: list[tuple[str, float, bool]], changes: list[tuple[int, i
                 lane = gate.lanes["chat"]
                 await eventually(
                     lambda: not lane.inflight and not lane.queue,
-                    5,
+                    30,
                     message=lambda: f"{lane.inflight} in flight, {len(lane.queue)} queued",
                 )
                 async with s.post(f"{served.url}/v1/completions", json={"prompt": "y"}) as r:

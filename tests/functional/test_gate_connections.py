@@ -146,10 +146,14 @@ async def test_502_does_not_name_the_upstream(tmp_path: Path) -> None:
         await served.close()
 
 
+STREAMING = web.AppKey("streaming", list)  # the upstream's requests being streamed to
+
+
 async def big_stream(request: web.Request) -> web.StreamResponse:
     """An upstream streaming 64 KiB chunks for as long as anyone reads them."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
+    request.app[STREAMING].append(request)
     while True:
         await resp.write(b"data: " + b"x" * 65536 + b"\n\n")
 
@@ -163,6 +167,7 @@ async def test_client_leaving_mid_stream_is_one_count_and_no_traceback(
     gate's next write then fails before the disconnect reaches the handler."""
     caplog.set_level(logging.DEBUG)
     app = web.Application()
+    app[STREAMING] = []
     app.router.add_post("/v1/completions", big_stream)
     up = await serve(app, "127.0.0.1", 0)
     gate, served = await start_gate(
@@ -174,11 +179,18 @@ async def test_client_leaving_mid_stream_is_one_count_and_no_traceback(
         writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 2\r\n\r\n{}")
         await reader.readuntil(b"data:")
         writer.write_eof()  # the client is done sending: the gate sees EOF and closes its side
-        await asyncio.sleep(0.3)  # not reading meanwhile: the gate's buffers fill up
+        # Not reading meanwhile until the gate's buffers are full: the gate then stops
+        # reading the upstream, whose writes back up and pause (a condition: a fixed 0.3 s
+        # was not always enough on a loaded machine).
+        await eventually(
+            lambda: any(r.protocol.writing_paused for r in app[STREAMING]),
+            30,
+            message="the gate's buffers never filled",
+        )
         while await reader.read(1 << 20):  # drain: the gate writes again, into a closed socket
             pass
         writer.close()
-        await eventually(lambda: not gate.lanes["chat"].inflight, 5, message="slot still held")
+        await eventually(lambda: not gate.lanes["chat"].inflight, 30, message="slot still held")
         async with aiohttp.ClientSession() as s, s.get(f"{served.url}/metrics") as m:
             page = await m.text()
     finally:
@@ -196,6 +208,7 @@ async def test_a_client_that_stops_reading_is_cut_off_and_its_slot_freed(
     generation, for as long as it kept the connection open."""
     caplog.set_level(logging.INFO)
     app = web.Application()
+    app[STREAMING] = []
     app.router.add_post("/v1/completions", big_stream)
     up = await serve(app, "127.0.0.1", 0)
     config = GateConfig(DEFAULT_LANES, client_send_timeout_s=0.5)
@@ -206,7 +219,7 @@ async def test_a_client_that_stops_reading_is_cut_off_and_its_slot_freed(
         writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 2\r\n\r\n{}")
         await reader.readuntil(b"data:")  # then never reads again, and never closes
         await eventually(
-            lambda: not gate.lanes["chat"].inflight, 10, message="the slot stayed held"
+            lambda: not gate.lanes["chat"].inflight, 30, message="the slot stayed held"
         )
         writer.close()
     finally:

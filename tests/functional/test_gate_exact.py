@@ -4,6 +4,7 @@ what the client measured, goodput judged per request; non-inference calls kept a
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -36,6 +37,19 @@ async def sim_behind_gate(tmp_path: Path, time_scale: float, seed: int) -> Async
         await sim.close()
 
 
+async def hops(url: str, client: httpx.AsyncClient, done: asyncio.Event) -> list[float]:
+    """Round trips to the gate's own /health until ``done``: the two loopback hops a client's
+    TTFT has and the gate's lacks, as long as this machine makes them now (milliseconds
+    when it is idle; a loaded machine can make them a good part of a second)."""
+    times = []
+    while not done.is_set():
+        start = time.perf_counter()
+        assert (await client.get(f"{url}/health")).status_code == 200
+        times.append(time.perf_counter() - start)
+        await asyncio.sleep(0.05)
+    return times
+
+
 async def test_exact_ttft_matches_what_clients_measured(tmp_path: Path) -> None:
     async with sim_behind_gate(tmp_path, 4.0, 5) as url, httpx.AsyncClient() as client:
         for _ in range(3):  # not inference: never in the users' numbers
@@ -44,7 +58,13 @@ async def test_exact_ttft_matches_what_clients_measured(tmp_path: Path) -> None:
             url=url, rate=20, requests=80, burstiness=0.5, seed=2,
             prompt_tokens=Dist("uniform", 64, 1024), output_tokens=Dist("fixed", 24),
         )  # fmt: skip
-        results = await LoadRun(spec).run()
+        done = asyncio.Event()
+        probing = asyncio.create_task(hops(url, client, done))
+        try:
+            results = await LoadRun(spec).run()
+        finally:
+            done.set()
+        hop = max(await probing)
         ok = [r for r in results if r.ok]
         assert len(ok) == 80
         status = (await client.get(f"{url}/admin/status", params={"ttft_s": "100"})).json()
@@ -56,8 +76,12 @@ async def test_exact_ttft_matches_what_clients_measured(tmp_path: Path) -> None:
     client_ttfts = sorted(r.ttft for r in ok if r.ttft is not None)
     for name, q in (("p50", 0.5), ("p99", 0.99)):
         theirs = sample_quantile(client_ttfts, q)
-        # The client's TTFT includes a loopback hop each way that the gate's does not.
-        assert abs(exact["ttft"][name] - theirs) <= 0.02 * theirs + 0.005, (name, exact, theirs)
+        # Each request's TTFT at the gate lies within the client's: never longer. The client's
+        # also has a loopback hop each way, as long as the machine made them meanwhile.
+        assert exact["ttft"][name] <= theirs + 0.001, (name, exact, theirs)
+        assert theirs - exact["ttft"][name] <= 0.02 * theirs + 0.005 + hop, (
+            name, exact, theirs, hop,
+        )  # fmt: skip
     assert exact["ttft"]["max"] <= max(client_ttfts)
     good = chat["goodput"]["5m"]
     assert good == {"ended": 80, "good": 80, "slow": 0, "refused": 0, "failed": 0, "ratio": 1.0}

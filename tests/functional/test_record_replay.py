@@ -124,7 +124,7 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
             )
 
         await eventually(changed, 20, pause=pilot.pause)
-        await eventually(lambda: m.version > 0 and m.gate.queued.points(), 5, pause=pilot.pause)  # type: ignore[union-attr]
+        await eventually(lambda: m.version > 0 and m.gate.queued.points(), 30, pause=pilot.pause)  # type: ignore[union-attr]
         live.append(screen(app))
         load.stop()
     recorder.close()
@@ -178,12 +178,12 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
         assert player.now == pytest.approx(player.start)
         at = player.now
         await pilot.press("space")
-        await eventually(lambda: player.now > at, 5, pause=pilot.pause)
+        await eventually(lambda: player.now > at, 30, pause=pilot.pause)
         await pilot.press("space")
         assert not replay.playing
         await pilot.press("colon")
         await pilot.press(*"+1s", "enter")
         await eventually(
-            lambda: player.now == pytest.approx(player.start + 1), 5, pause=pilot.pause
+            lambda: player.now == pytest.approx(player.start + 1), 30, pause=pilot.pause
         )
     player.close()

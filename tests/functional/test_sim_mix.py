@@ -91,7 +91,7 @@ async def test_image_vram_by_resolution_and_batch_and_the_gpu_is_busy(mix) -> No
     async def holding() -> bool:
         return (await gpu(url))["memory_used"] == base + expected
 
-    await eventually(holding, 5, message="the running image's activations are not in memory")
+    await eventually(holding, 30, message="the running image's activations are not in memory")
     m = await scrape(url)
     assert m["sim_image_memory_bytes{}"] == expected
     assert m["sim_image_requests_running{}"] == 1
@@ -99,7 +99,7 @@ async def test_image_vram_by_resolution_and_batch_and_the_gpu_is_busy(mix) -> No
     async def busy() -> bool:
         return (await gpu(url))["utilization_gpu"] >= 90
 
-    await eventually(busy, 5, message="an image alone does not show as GPU utilization")
+    await eventually(busy, 30, message="an image alone does not show as GPU utilization")
     status, _ = await task
     assert status == 200
     assert (await gpu(url))["memory_used"] == base
@@ -117,7 +117,7 @@ async def test_images_that_do_not_fit_queue_and_too_big_is_a_400(mix) -> None:
             m.get("sim_image_requests_running{}") == 2
         )
 
-    await eventually(one_waits, 5, message="the third image did not wait for VRAM")
+    await eventually(one_waits, 30, message="the third image did not wait for VRAM")
     assert all(s == 200 for s, _ in await asyncio.gather(*tasks))
     status, data = await ask(url, IMAGES, {"prompt": "p", "size": "2048x2048"})
     message = assert_openai_error(status, data, 400)
@@ -161,7 +161,7 @@ async def test_an_image_in_progress_slows_text_decode_by_its_weight(mix) -> None
 
     alone = await itl_mean()
     image = asyncio.create_task(ask(url, IMAGES, {"prompt": "p", "steps": 200}))
-    await eventually(lambda: node.side.weight > 0, 5, message="the image did not start")
+    await eventually(lambda: node.side.weight > 0, 30, message="the image did not start")
     shared = await itl_mean()
     m = await scrape(url)
     assert m["sim_image_gpu_weight{}"] == 1.0
@@ -176,7 +176,7 @@ async def test_an_image_in_progress_slows_text_decode_by_its_weight(mix) -> None
             m["sim_image_gpu_weight{}"] == 0
         )
 
-    await eventually(dropped, 5, message="a cancelled image kept its GPU time")
+    await eventually(dropped, 30, message="a cancelled image kept its GPU time")
 
 
 async def test_embeddings_batched_inputs_cost_by_tokens() -> None:

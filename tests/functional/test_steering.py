@@ -88,7 +88,7 @@ async def test_keys_within_the_window_are_one_patch(rig: Rig) -> None:
     for _ in range(5):
         s.inflight(1)
     assert s.pending_lines() == ["chat.max_inflight 16 -> 21"]
-    await eventually(lambda: s.idle, 5)  # the coalescing timer fired and the change landed
+    await eventually(lambda: s.idle, 30)  # the coalescing timer fired and the change landed
     limits = await rig.other.limits()
     assert limits["version"] == 2 and limits["lanes"]["chat"]["max_inflight"] == 21
     assert rig.view.current == limits

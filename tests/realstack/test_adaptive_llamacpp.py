@@ -57,12 +57,12 @@ async def test_adaptive_settles_at_its_floor_and_requests_complete(
 
     try:
         # A request that never ends fails the test with a status, not a hang.
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
             clients = [asyncio.create_task(client(s)) for _ in range(5)]
             # The upstream's page is read in its own dialect (llama.cpp exports no KV usage).
-            reading = await eventually(gate.upstream_metrics.latest, timeout=20)  # type: ignore[union-attr]
+            reading = await eventually(gate.upstream_metrics.latest, timeout=60)  # type: ignore[union-attr]
             assert reading.kv_usage is None
-            await eventually(settled, timeout=60, message="the effective limit never settled")
+            await eventually(settled, timeout=180, message="the effective limit never settled")
             stop.set()
             await asyncio.gather(*clients)
             async with s.get(f"{served.url}/admin/audit") as r:

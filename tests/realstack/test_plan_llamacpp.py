@@ -21,7 +21,7 @@ def test_sweep_completes_against_llama_server(llama_server: str, tmp_path: Path)
          "--max-duration", "3", "--max-probes", "2", "--budget", "60",
          "--prompt-tokens", "16:64", "--output-tokens", "8", "--json", str(out), "--no-save",
          "--svg", str(tmp_path / "knee.svg")],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(out.read_text())
