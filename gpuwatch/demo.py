@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -234,6 +235,10 @@ def fitting_workloads(profile: str | None) -> tuple[str, ...]:
     return ()
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_demo(
     profile: str | None,
     rate: float,
@@ -249,6 +254,11 @@ def run_demo(
     from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 
     workloads = fitting_workloads(profile)
+    # The simulator and the gate run in sessions of their own (Ctrl-C must not reach them
+    # first), so a closed terminal (SIGHUP) or a kill (SIGTERM) would leave them running with
+    # nobody to stop them: turn both into an exit that runs the `finally` below.
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, _exit_on_signal)
     try:
         stack = start_stack(profile, workloads=workloads)
     except DemoError as exc:

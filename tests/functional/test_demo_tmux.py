@@ -24,9 +24,7 @@ def capture(session: str) -> str:
     ).stdout
 
 
-def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
-    session = f"gw-demo-{os.getpid()}"
-    pidfile = tmp_path / "pid"
+def start_demo(session: str, pidfile: Path) -> None:
     # The pane can start at tmux's default size and be resized a moment later: start the demo
     # once the terminal is the size asked for, so it lays out for 160x48 from its first frame.
     cmd = (
@@ -36,6 +34,12 @@ def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
     subprocess.run(
         ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", cmd], check=True
     )
+
+
+def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
+    session = f"gw-demo-{os.getpid()}"
+    pidfile = tmp_path / "pid"
+    start_demo(session, pidfile)
     try:
         badges = (" OK ", " TIGHT ", " OVERLOADED ")
 
@@ -63,3 +67,22 @@ def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
         assert not alive, f"still running after quit: {[p.pid for p in alive]}"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_a_closed_terminal_takes_the_demo_s_simulator_and_gate_with_it(tmp_path: Path) -> None:
+    """The SSH session drops (the terminal hangs up): the demo stops what it started, so no
+    simulator or gate is left running in its own session with nobody to stop it."""
+    session = f"gw-demo-hup-{os.getpid()}"
+    pidfile = tmp_path / "pid"
+    start_demo(session, pidfile)
+    try:
+        eventually_sync(
+            lambda: "admission" in capture(session), 60, message=lambda: capture(session)
+        )
+        demo = psutil.Process(int(pidfile.read_text()))
+        children = demo.children(recursive=True)
+        assert len(children) >= 2, children
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    gone, alive = psutil.wait_procs([demo, *children], timeout=20)
+    assert not alive, f"still running after the terminal closed: {[p.cmdline() for p in alive]}"
