@@ -90,6 +90,15 @@ class SideApi:
             if self.side.embed_metrics:
                 self.side.embed_metrics.request_failure.labels("validation").inc()
             return parsed
+        assert self.side.embeds is not None
+        if self.side.embeds.full:
+            if self.side.embed_metrics:
+                self.side.embed_metrics.request_failure.labels("overloaded").inc()
+            return _busy(
+                f"Model is overloaded: {len(self.side.embeds.queue)} requests wait for a batch "
+                f"(max {self.side.embeds.max_waiting}); retry later",
+                retry_after_s=1,
+            )
         job = await self.side.embed(parsed.tokens, parsed.batched)
         data = []
         for i in range(len(parsed.tokens)):
@@ -124,13 +133,11 @@ class SideApi:
         if side.images.would_wait_past_cap(job):
             assert side.image_metrics is not None
             side.image_metrics.requests.labels("queue_full").inc()
-            refused = error_response(
+            return _busy(
                 f"image queue is full: {len(side.images.queue)} requests wait for VRAM "
                 f"(max {side.images.max_waiting}); retry later",
-                429,
+                retry_after_s=5,
             )
-            refused.headers["Retry-After"] = "5"
-            return refused
         await side.generate(job)
         item = (
             {"b64_json": _PNG_B64} if parsed.b64 else {"url": "data:image/png;base64," + _PNG_B64}
@@ -143,3 +150,10 @@ class SideApi:
                 "steps": parsed.steps,
             }
         )
+
+
+def _busy(message: str, retry_after_s: int) -> web.Response:
+    """A queue at its cap: 429 with the reason and when to come back, as the real servers do."""
+    refused = error_response(message, 429)
+    refused.headers["Retry-After"] = str(retry_after_s)
+    return refused

@@ -29,6 +29,9 @@ from gpuwatch.sim.profiles import DiffusionModel, EmbeddingModel, Gpu
 
 # Image requests that may wait for VRAM at once (a few minutes of work on one GPU).
 IMAGE_MAX_WAITING = 64
+# Embedding requests that may wait for a batch at once: TEI's `max_concurrent_requests`
+# default; past it TEI answers 429 "Model is overloaded".
+EMBED_MAX_WAITING = 512
 
 
 def text_slowdown(others: float) -> float:
@@ -172,6 +175,11 @@ class EmbedQueue:
     model: EmbeddingModel
     gpu: Gpu
     queue: deque[EmbedJob] = field(default_factory=deque)
+    max_waiting: int = EMBED_MAX_WAITING
+
+    @property
+    def full(self) -> bool:
+        return len(self.queue) >= self.max_waiting
 
     def add(self, job: EmbedJob) -> None:
         self.queue.append(job)

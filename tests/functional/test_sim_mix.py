@@ -146,6 +146,25 @@ async def test_past_the_image_queue_cap_a_request_is_a_429_with_a_reason(mix) ->
     assert [s for s, _ in await asyncio.gather(*tasks)] == [200, 200, 200]
 
 
+async def test_past_the_embeddings_queue_cap_a_request_is_a_429_like_tei_s(mix) -> None:
+    """TEI refuses past `max_concurrent_requests` (512) with 429 "Model is overloaded"; the
+    simulator's queue had no cap. Here the cap is 0, so the next request is past it."""
+    node, url = mix
+    assert node.side.embeds is not None
+    node.side.embeds.max_waiting = 0
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"{url}{EMBEDDINGS}", json={"input": "a text"}) as r,
+    ):
+        status, data, retry = r.status, await r.json(), r.headers.get("Retry-After")
+    message = assert_openai_error(status, data, 429)
+    assert "Model is overloaded" in message and "max 0" in message and retry == "1"
+    assert (await scrape(url))['te_request_failure_total{"err": "overloaded"}'] == 1
+    node.side.embeds.max_waiting = 512
+    status, _ = await ask(url, EMBEDDINGS, {"input": "a text"})
+    assert status == 200
+
+
 async def test_an_image_in_progress_slows_text_decode_by_its_weight(mix) -> None:
     node, url = mix
     body = {"prompt": "hello " * 20, "max_tokens": 60, "ignore_eos": True}
