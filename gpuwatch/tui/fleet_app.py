@@ -46,8 +46,9 @@ HISTORY_NOTE = (
     "[b]the past[/] (--at TIME): the fleet as Prometheus answers at the cursor (REPLAY in the "
     "title), read-only. space plays / pauses at 1x..60x (< >), left / right step one interval, "
     "\\[ ] a minute, : goes to a time (03:12:40 within the last day, 2026-11-30 03:12, or "
-    "+90s / -5m from the cursor); each move reads every signal at that instant. Badges are "
-    "the SLO rules on that instant's values (no 10 s hold across a move)."
+    "+90s / -5m from the cursor), { } the previous / next badge change (read 15 s apart, then "
+    "to the second; up to half an hour away); each move reads every signal at that instant. "
+    "Badges are the SLO rules on that instant's values (no 10 s hold across a move)."
 )
 
 

@@ -165,3 +165,42 @@ def test_the_cursor_never_passes_now_and_reads_typed_times() -> None:
     assert cursor.advance(0.5) and cursor.at == now - 3600 + 0.5 * cursor.speed
     cursor.jump(10_000)
     assert cursor.advance(1.0) and not cursor.playing, "playing stops at now"
+
+
+async def test_curly_brackets_move_to_where_the_badges_change(rig: Fleet) -> None:
+    """`{` from now lands where the badges in force began (at the latest, where the engines
+    first appeared in Prometheus); at that instant the badges, judged on Prometheus' answers
+    alone, differ from the second before. `}` from there moves to the next change or says
+    there is none; the table is Prometheus' answer at the cursor after each."""
+    from gpuwatch.monitor.badgechanges import badges_of
+
+    await eventually(lambda: len(rig.query(HAND_WRITTEN["running"], time.time() - 2)) == 3, 60)
+    app = history_app(rig, time.time() - 2)
+    source = PrometheusSource(rig.prometheus)
+
+    async def badges(at: float) -> dict:
+        return badges_of(await source.read_fleet(at), app.state.slo)
+
+    async with app.run_test(size=(160, 48)) as pilot:
+        cursor = app.cursor
+        assert cursor is not None
+        await moved_to(rig, app, pilot, cursor.at)
+        start = cursor.at
+        await pilot.press("left_curly_bracket")
+        await eventually(lambda: cursor.at < start, 60, pause=pilot.pause)
+        await moved_to(rig, app, pilot, cursor.at)
+        found = cursor.at
+        assert await badges(found) != await badges(found - 1.0)
+        await pilot.press("right_curly_bracket")
+        await eventually(
+            lambda: (
+                cursor.at > found
+                or any("no badge change" in str(n.message) for n in app._notifications)
+            ),
+            60,
+            pause=pilot.pause,
+        )
+        if cursor.at > found:
+            await moved_to(rig, app, pilot, cursor.at)
+            assert await badges(cursor.at) != await badges(cursor.at - 1.0)
+    await source.close()

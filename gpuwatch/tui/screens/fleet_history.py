@@ -15,6 +15,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer
 
+from gpuwatch.monitor.badgechanges import MAX_STEPS, STEP_S, Badges, badges_of, find_change
 from gpuwatch.tui.screens.fleet import FleetScreen
 from gpuwatch.tui.timecursor import GOTO_HINT
 from gpuwatch.tui.widgets.replaybar import ReplayBar
@@ -33,6 +34,8 @@ class FleetHistoryScreen(FleetScreen):
         Binding("right", "step(1)", "step", key_display="->", priority=True),
         Binding("left_square_bracket", "jump(-60)", "-1 min", key_display="[", priority=True),
         Binding("right_square_bracket", "jump(60)", "+1 min", key_display="]", priority=True),
+        Binding("left_curly_bracket", "change(-1)", "previous badge change", key_display="{"),
+        Binding("right_curly_bracket", "change(1)", "next badge change", key_display="}"),
         Binding("colon", "goto", "go to time", key_display=":"),
         Binding("less_than_sign", "speed(-1)", "slower", key_display="<"),
         Binding("greater_than_sign", "speed(1)", "faster", key_display=">"),
@@ -89,6 +92,35 @@ class FleetHistoryScreen(FleetScreen):
         if self.fleet.cursor is not None:
             self.fleet.cursor.jump(seconds)
             self.fleet.moved()
+
+    def action_change(self, direction: int) -> None:
+        if self.fleet.cursor is not None:
+            self.notify("looking for a badge change (15 s steps, then to the second)", timeout=2)
+            self.run_worker(self._seek_change(direction), group="seek", exclusive=True)
+
+    async def _seek_change(self, direction: int) -> None:
+        app, cursor = self.fleet, self.fleet.cursor
+        assert cursor is not None
+
+        async def read(at: float) -> Badges:
+            reading = await app.source.read_fleet(at)
+            if reading.error:
+                raise LookupError(reading.error)
+            return badges_of(reading, app.state.slo)
+
+        try:
+            # Back as far as the steps go (Prometheus' retention answers); forward up to now.
+            found = await find_change(read, cursor.at, direction, 0.0, cursor.now())
+        except LookupError as exc:
+            self.notify(f"cannot look for a badge change: {exc}", severity="warning")
+            return
+        if found is None:
+            where = "after" if direction > 0 else "before"
+            span = f"{MAX_STEPS * STEP_S / 60:g} min"
+            self.notify(f"no badge change within {span} {where} the cursor")
+            return
+        cursor.move(found)
+        app.moved()
 
     def action_speed(self, direction: int) -> None:
         if self.fleet.cursor is not None:
