@@ -235,10 +235,6 @@ def fitting_workloads(profile: str | None) -> tuple[str, ...]:
     return ()
 
 
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def run_demo(
     profile: str | None,
     rate: float,
@@ -254,16 +250,24 @@ def run_demo(
     from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 
     workloads = fitting_workloads(profile)
-    # The simulator and the gate run in sessions of their own (Ctrl-C must not reach them
-    # first), so a closed terminal (SIGHUP) or a kill (SIGTERM) would leave them running with
-    # nobody to stop them: turn both into an exit that runs the `finally` below.
-    for signum in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(signum, _exit_on_signal)
     try:
         stack = start_stack(profile, workloads=workloads)
     except DemoError as exc:
         print(f"gpuwatch demo: {exc}", file=sys.stderr)
         return 1
+
+    # The simulator and the gate run in sessions of their own (Ctrl-C must not reach them
+    # first), so a closed terminal (SIGHUP) or a kill (SIGTERM) would leave them running with
+    # nobody to stop them. Stop them in the handler and leave at once: with the terminal gone,
+    # the app's own shutdown can wait forever on writes nobody reads.
+    def stop_on_signal(signum: int, frame: object) -> None:
+        stack.stop()
+        if recorder is not None:
+            recorder.close()
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, stop_on_signal)
     try:
         options = DashboardOptions(
             urls=[f"{stack.sim_url}/metrics", f"{stack.gate_url}/metrics"],
