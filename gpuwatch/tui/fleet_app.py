@@ -233,7 +233,11 @@ class FleetApp(GpuwatchApp):
             name="dcgm",
         )
         if options.urls:
-            self.run_worker(self._backfill(monitor, row), group="node", name="backfill")
+            # A backfill still reading when the app closes meets a closed client: that must
+            # not fail the app's exit (nothing is left to draw it on).
+            self.run_worker(
+                self._backfill(monitor, row), group="node", name="backfill", exit_on_error=False
+            )
         self.push_screen(self.DASHBOARD())
 
     async def _backfill(self, monitor: Monitor, row: FleetRow) -> None:
