@@ -7,6 +7,9 @@ import itertools
 import random
 
 from textual.app import App, ComposeResult
+from textual.content import Content
+from textual.widget import Widget
+from textual.widgets import Static
 
 from gpuwatch.series import Point
 from gpuwatch.sim.server import start_sim
@@ -24,16 +27,18 @@ async def test_values_that_change_in_place_repaint_without_a_layout_pass() -> No
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             await eventually(pause=pilot.pause, condition=lambda: "run 4" in text(app, "#engines"))
-            # Every update from now on: did it ask for a layout, and at what size was the text?
+            # Every new text from now on: did it ask for a layout, and at what size was the text?
             updates: dict[str, list[tuple[bool, object]]] = {"engines": [], "header": []}
             for name, calls in updates.items():
                 panel = app.screen.query_one(f"#{name}", Panel)
 
-                def update(content, *, layout=True, panel=panel, calls=calls, real=panel.update):  # type: ignore[no-untyped-def]
-                    calls.append((layout, panel._lines))
-                    real(content, layout=layout)
+                def show(markup: str, *, panel=panel, calls=calls, real=panel.show) -> None:  # type: ignore[no-untyped-def]
+                    if markup != panel.markup:
+                        layouts = panel.layouts
+                        real(markup)
+                        calls.append((panel.layouts > layouts, panel._lines))
 
-                panel.update = update  # type: ignore[method-assign]
+                panel.show = show  # type: ignore[method-assign]
             # Token rates and the clock move every second.
             await eventually(
                 pause=pilot.pause,
@@ -49,6 +54,7 @@ async def test_values_that_change_in_place_repaint_without_a_layout_pass() -> No
             assert any(not layout for layout, _ in engines[1:])
             # Lines more grow the panel at once; lines less wait HOLD_S, then shrink it.
             panel = app.screen.query_one("#engines", Panel)
+            del panel.show  # the panel's own again
             now = [0.0]
             panel.clock = lambda: now[0]
             base, layouts = panel.markup, panel.layouts
@@ -62,6 +68,68 @@ async def test_values_that_change_in_place_repaint_without_a_layout_pass() -> No
             now[0] += 2
             panel.show(base)
             assert panel.layouts == layouts + 2 and panel._lines[1] <= height[1] - 3
+    finally:
+        await load.close()
+        await sim.close()
+
+
+class Panels(App[None]):
+    CSS = "Panel, Static { height: auto; width: 40; }"
+
+    def compose(self) -> ComposeResult:
+        yield Panel(id="panel")
+        yield Static(id="static")
+
+
+def _lines(widget: Widget) -> list[str]:
+    return [strip.text for strip in widget.render_lines(widget.size.region)]
+
+
+async def test_a_changed_line_repaints_that_line_alone_and_shows_what_a_static_shows() -> None:
+    app = Panels()
+    rows = ["[b]engine[/] vllm", "run [b]4[/] wait [$queue]0[/]", "TTFT p99 [$ok]1.2s[/]"]
+    async with app.run_test(size=(80, 24)) as pilot:
+        panel, static = app.query_one(Panel), app.query_one(Static)
+        for markup in (
+            "\n".join(rows),
+            "\n".join([rows[0], "run [b]5[/] wait [$queue]2[/]", rows[2]]),
+            "\n".join([rows[0], "run [b]5[/] wait [$queue]2[/]", "TTFT p99 [$bad]9.9s[/]"]),
+            # a line too long for the width wraps, as it does in a Static
+            "\n".join([rows[0], "x" * 30 + " " + "y" * 30, rows[2]]),
+        ):
+            layouts, repainted = panel.layouts, panel.repainted
+            before = list(panel._strips)
+            panel.show(markup)
+            # the lines Textual will draw again (a whole-widget refresh marks them all)
+            dirty = set(panel._styles_cache._dirty_lines)
+            static.update(Content.from_markup(markup))
+            await pilot.pause()
+            assert _lines(panel) == _lines(static)
+            changed = {
+                y for y, (a, b) in enumerate(zip(before, panel._strips, strict=False)) if a != b
+            }
+            if panel.layouts == layouts:  # same height: exactly the lines that changed
+                assert dirty == changed and len(changed) == panel.repainted - repainted >= 1
+        # the same text again repaints nothing
+        repainted = panel.repainted
+        panel.show(panel.markup + "")
+        assert panel.repainted == repainted
+
+
+async def test_every_panel_reads_the_same_line_by_line_as_whole() -> None:
+    """Panels parse their markup a line at a time: no style may run on past a line's end."""
+    node, sim = await start_sim(PROFILE, time_scale=2.0, seed=4)
+    load = Load(sim.url, 4)
+    app = GpuwatchApp(DashboardOptions(urls=[f"{sim.url}/metrics"], interval_s=0.2))
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await eventually(pause=pilot.pause, condition=lambda: "run 4" in text(app, "#engines"))
+            panels = list(app.screen.query(Panel))
+            assert len(panels) >= 5
+            for panel in panels:
+                whole = Content.from_markup(panel.markup).split("\n")
+                by_line = [Content.from_markup(row) for row in panel.markup.split("\n")]
+                assert [(c.plain, c.spans) for c in whole] == [(c.plain, c.spans) for c in by_line]
     finally:
         await load.close()
         await sim.close()

@@ -21,6 +21,7 @@ from functools import lru_cache
 from rich.segment import Segment
 from rich.style import Style
 from textual.color import Color
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -160,6 +161,7 @@ class Chart(Widget):
         self, title: str, fmt: Callable[[float], str] = lambda v: f"{v:.0f}", **kwargs
     ) -> None:
         super().__init__(**kwargs)
+        self.auto_links = False  # no links: Textual need not look for them in every row
         self.title = title
         self.fmt = fmt
         self.lines: list[Line] = []
@@ -170,6 +172,7 @@ class Chart(Widget):
         self._key: tuple | None = None
         self._strips: list[Strip] = []
         self.rebuilds = 0
+        self.repainted = 0  # rows marked for a repaint by set_data (tests and bench/tui.py)
         self._style_key: tuple | None = None
         self._style_map: dict[str, Style] = {}
         self._bins_key: tuple | None = None
@@ -185,7 +188,9 @@ class Chart(Widget):
         threshold: float | None = None,
         floor_max: float = 0.0,
     ) -> None:
-        """New data; the chart redraws once, on the next frame, only if it is shown."""
+        """New data. A chart on screen draws it now and repaints only the rows that changed
+        (between two scrolls only the newest cells move: the title and a few rows, not all
+        of them); one not shown draws when it is."""
         self.lines, self.window, self.threshold, self.floor_max = (
             lines,
             (start, end),
@@ -193,7 +198,24 @@ class Chart(Widget):
             floor_max,
         )
         self._version += 1
-        self.refresh()
+        size = self.content_size
+        if not self.region or not size.width:
+            self.refresh()
+            return
+        old, drawn_for = self._strips, self._key
+        self._strips = self._draw_now()
+        drawn = (drawn_for or ())[1:] == (self._key or ())[1:]  # at this size, in this theme
+        if drawn_for is None or not drawn or len(old) != len(self._strips):
+            self.refresh()
+            return
+        dirty = [
+            Region(0, y, size.width, 1)
+            for y, (was, now) in enumerate(zip(old, self._strips, strict=True))
+            if was != now
+        ]
+        if dirty:
+            self.repainted += len(dirty)
+            self.refresh(*dirty)
 
     def _styles(self) -> dict[str, Style]:
         """Each colour name's style over the widget's own background and text colour ("" is
@@ -210,14 +232,19 @@ class Chart(Widget):
             self._style_key, self._style_map = key, styles
         return self._style_map
 
-    def render_line(self, y: int) -> Strip:
+    def _draw_now(self) -> list[Strip]:
+        """The strips for the data, size and theme now (drawn again only if one changed)."""
         size = self.content_size
         key = (self._version, size.width, size.height, self.app.theme)
         if key != self._key:
             self._key = key
             self._strips = self._build(size.width, size.height)
             self.rebuilds += 1
-        return self._strips[y] if y < len(self._strips) else Strip.blank(size.width)
+        return self._strips
+
+    def render_line(self, y: int) -> Strip:
+        strips = self._draw_now()
+        return strips[y] if y < len(strips) else Strip.blank(self.content_size.width)
 
     def _build(self, width: int, height: int) -> list[Strip]:
         styles = self._styles()

@@ -1,17 +1,31 @@
-"""A Static that only repaints when its markup changed, and only lays the screen out again when
-its height changed; a height that shrinks waits ``HOLD_S`` first."""
+"""A text panel that repaints only the lines whose markup changed, and lays the screen out again
+only when its height changed; a height that shrinks waits ``HOLD_S`` first.
+
+Why not a plain ``Static.update``: that re-renders every line of the panel and Textual restyles
+each of them, about 0.3 ms a line (bench/tui.py), every second, for panels whose lines mostly
+did not change (an engine's name, a lane's limits). Here each line of markup is parsed and drawn
+once and its strips kept while the line stays the same; a new frame marks only the lines whose
+strips changed as dirty, so Textual redraws just those.
+
+The markup is read line by line: a style opened on one line ends with it (every panel builds
+its text as whole lines joined by newlines; tests check the two readings agree).
+"""
 
 from __future__ import annotations
 
 import time
 from functools import lru_cache
-from typing import TYPE_CHECKING, cast
+from itertools import zip_longest
+from typing import TYPE_CHECKING, Any
 
 from textual.content import Content
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widgets import Static
 
 if TYPE_CHECKING:
-    from textual.css.styles import RulesMap
+    from textual.selection import Selection
 
 
 # How long a panel keeps the height of its tallest text once the text is shorter.
@@ -19,11 +33,22 @@ HOLD_S = 30.0
 
 
 class Panel(Static):
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # No panel holds links, and Textual's pass that styles them copies every strip drawn
+        # (a third of the cost of drawing a line).
+        self.auto_links = False
         self._shown: str | None = None
+        self._rows: list[str] = []  # the markup, one entry a line
+        self._parsed: dict[str, Content] = {}  # line markup -> its content (lines shown now)
+        self._drawn: dict[str, list[Strip]] = {}  # line markup -> its strips, for _drawn_for
+        self._drawn_for: tuple[object, ...] | None = None  # (width, style, theme) drawn at
+        self._strips: list[Strip] = []  # what the panel shows now, a strip a screen line
+        self._blank = Strip.blank(0)  # a held line, in the panel's style
+        self._held = 0  # blank lines kept below the text (HOLD_S)
         self._lines: tuple[int, int] | None = None  # (width, height) it was laid out for
         self.layouts = 0  # updates that asked for a layout pass (tests and bench/tui.py)
+        self.repainted = 0  # screen lines marked for a repaint (tests and bench/tui.py)
         self._tallest = (0, 0, 0.0)  # (width, lines, when it last took that many)
         self.clock = time.monotonic
 
@@ -36,21 +61,41 @@ class Panel(Static):
         if markup == self._shown:
             return
         self._shown = markup
-        content = Content.from_markup(markup)
-        # A layout pass (every widget on the screen measured and placed again) costs several
-        # times a repaint (bench/tui.py: ~3 ms against ~0.3 ms); a value that changed in place
-        # needs only the repaint. So: a layout only when the panel's own size changes, i.e. its
-        # height follows its text and the text now takes another number of lines at this width.
-        lines = self._lines_for(content)
-        if lines is not None and lines[1] >= 0:
-            content, lines = self._hold(content, lines)
-        layout = lines is None or lines != self._lines
-        self._lines = lines
-        if layout:
+        self._rows = markup.split("\n")
+        self._parsed = {row: self._content(row) for row in self._rows}
+        if not self.size.width:  # not laid out yet: the first layout draws it
+            self._drawn_for = None
             self.layouts += 1
-        self.update(content, layout=layout)
+            self.refresh(layout=True)
+            return
+        old = self._strips
+        text = self._draw()
+        # A layout pass (every widget on the screen measured and placed again) costs several
+        # times a repaint; a value that changed in place needs only its lines repainted. So: a
+        # layout only when the panel's own size changes, i.e. its height follows its text and
+        # the text now takes another number of lines at this width.
+        lines = self._lines_for(len(text))
+        self._held = 0
+        if lines is not None and lines[1] >= 0:
+            lines = self._hold(lines)
+            self._held = lines[1] - len(text)
+        self._strips = text + [self._blank] * self._held
+        if lines is None or lines != self._lines:
+            self._lines = lines
+            self.layouts += 1
+            self.refresh(layout=True)
+            return
+        width = self.size.width
+        dirty = [
+            Region(0, y, width, 1)
+            for y, (was, now) in enumerate(zip_longest(old, self._strips))
+            if was is not now and was != now
+        ]
+        if dirty:
+            self.repainted += len(dirty)
+            self.refresh(*dirty)
 
-    def _hold(self, content: Content, lines: tuple[int, int]) -> tuple[Content, tuple[int, int]]:
+    def _hold(self, lines: tuple[int, int]) -> tuple[int, int]:
         """Keep the panel at its tallest for ``HOLD_S``: a line that comes and goes with the
         load (an engine's ``fits ~N more sessions`` when it idles between requests) would
         otherwise move every panel below it, and lay the screen out, every few seconds."""
@@ -58,21 +103,73 @@ class Panel(Static):
         width, height = lines
         held_width, held_height, since = self._tallest
         if width == held_width and height < held_height and now - since < HOLD_S:
-            return content + "\n" * (held_height - height), (width, held_height)
+            return (width, held_height)
         self._tallest = (width, height, now)
-        return content, lines
+        return lines
 
-    def _lines_for(self, content: Content) -> tuple[int, int] | None:
-        """(width, height) the content takes here; None when that is unknown (not laid out
-        yet, or a width that follows the content)."""
+    def _lines_for(self, height: int) -> tuple[int, int] | None:
+        """(width, height) the text takes here; None when that is unknown (a width that
+        follows the content)."""
         styles = self.styles
-        width = self.content_region.width
-        if not width or (styles.width is not None and styles.width.is_auto):
+        if styles.width is not None and styles.width.is_auto:
             return None
         if styles.height is not None and not styles.height.is_auto:
-            return (width, -1)  # a fixed height: the text never moves the layout
-        # What Textual itself measures the height with (Widget.get_content_height).
-        return (width, content.get_height(cast("RulesMap", styles), width))
+            return (self.size.width, -1)  # a fixed height: the text never moves the layout
+        return (self.size.width, height)
+
+    def _content(self, row: str) -> Content:
+        found = self._parsed.get(row)
+        return found if found is not None else Content.from_markup(row)
+
+    def _draw(self, width: int | None = None) -> list[Strip]:
+        """The strips of the text at ``width`` (default: the panel's own), each line drawn
+        afresh only if it was not drawn before at this width, in this style and theme."""
+        own = width is None or width == self.size.width
+        width = self.size.width if width is None else width
+        style = self.visual_style
+        key = (width, style, self.app.theme)
+        drawn = self._drawn if key == self._drawn_for else {}
+        selecting = self.text_selection is not None  # a selection is drawn into the strips
+        keep: dict[str, list[Strip]] = {}
+        strips: list[Strip] = []
+        for row in self._rows:
+            found = keep.get(row) or (None if selecting else drawn.get(row))
+            if found is None:
+                found = Visual.to_strips(self, self._content(row), width, None, style)
+                found = found or [Strip.blank(0)]
+                keep[row] = found
+            strips.extend(found)
+        if own:
+            if key != self._drawn_for:
+                self._blank = Strip.blank(width, style.rich_style)
+            self._drawn, self._drawn_for = ({} if selecting else keep), key
+        return strips
+
+    # Textual's side: the panel is measured and drawn from the strips above.
+
+    def render(self) -> Content:
+        return Content("\n").join(self._content(row) for row in self._rows)
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        return max((self._content(row).cell_length for row in self._rows), default=0)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        held = self._held if self._lines is not None and self._lines[0] == width else 0
+        return len(self._draw(width)) + held
+
+    def render_line(self, y: int) -> Strip:
+        if (self.size.width, self.visual_style, self.app.theme) != self._drawn_for:
+            # resized, restyled or another theme: draw every line again
+            self._strips = self._draw() + [self._blank] * self._held
+        return self._strips[y] if y < len(self._strips) else self._blank
+
+    def notify_style_update(self) -> None:
+        self._drawn_for = None
+        super().notify_style_update()
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self._drawn_for = None
+        super().selection_updated(selection)
 
 
 def usable_width(widget: Static) -> int:
