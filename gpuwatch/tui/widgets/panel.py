@@ -24,6 +24,8 @@ from textual.strip import Strip
 from textual.visual import Visual
 from textual.widgets import Static
 
+from gpuwatch.tui.markup import content as content_of
+
 if TYPE_CHECKING:
     from textual.selection import Selection
 
@@ -119,7 +121,7 @@ class Panel(Static):
 
     def _content(self, row: str) -> Content:
         found = self._parsed.get(row)
-        return found if found is not None else Content.from_markup(row)
+        return found if found is not None else content_of(row)
 
     def _draw(self, width: int | None = None) -> list[Strip]:
         """The strips of the text at ``width`` (default: the panel's own), each line drawn
@@ -181,7 +183,7 @@ def usable_width(widget: Static) -> int:
 @lru_cache(maxsize=1024)
 def cells(markup: str) -> int:
     """Cells a markup string takes on screen (cached: panels repeat their segments)."""
-    return Content.from_markup(markup).cell_length
+    return content_of(markup).cell_length
 
 
 def flow(segments: list[str], width: int, indent: str = "  ", gap: str = "  ") -> list[str]:
