@@ -122,6 +122,11 @@ class FleetApp(GpuwatchApp):
             self.run_worker(self._poll(), group="fleet", name="prometheus")
 
     async def on_unmount(self) -> None:
+        # A drill-down's pollers and backfill read through the source: stopped and waited for
+        # first, so none reads from a closed client.
+        stopped = self.workers.cancel_group(self, "node")
+        if stopped:
+            await self.workers.wait_for_complete(stopped)
         await self.source.close()
 
     def now(self) -> float:

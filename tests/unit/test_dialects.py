@@ -9,7 +9,7 @@ import pytest
 from gpuwatch.model import EngineSnapshot
 from gpuwatch.snapshot import latency_summary
 from gpuwatch.sources import dialects
-from gpuwatch.sources.scrape import map_page
+from gpuwatch.sources.scrape import ParseCache, map_page
 from tests.conftest import FIXTURES, fixture_text
 
 
@@ -270,16 +270,17 @@ def test_an_le_label_on_a_gauge_is_an_ordinary_label() -> None:
     assert result.error is None and result.engines[0].running == 5
 
 
-def _mapped_both_ways(page: str) -> tuple[object, object]:
+def _mapped_both_ways(page: str, cache: ParseCache | None = None) -> tuple[object, object]:
     """``map_page`` of ``page`` with each sample's grouping remembered (as shipped) and worked
     out afresh from its labels (as before the memo)."""
-    memo = dialects._group_of
-    remembered = map_page("p", page)
+    memo, by_labels = dialects._group_of, dialects._group_of_labels
+    remembered = map_page("p", page, cache=cache)
     dialects._group_of = memo.__wrapped__  # type: ignore[assignment]
+    dialects._group_of_labels = lambda labels, skip: memo.__wrapped__(tuple(labels.items()), skip)  # type: ignore[assignment]
     try:
         fresh = map_page("p", page)
     finally:
-        dialects._group_of = memo
+        dialects._group_of, dialects._group_of_labels = memo, by_labels
     return (remembered.engines, remembered.warnings), (fresh.engines, fresh.warnings)
 
 
@@ -314,3 +315,23 @@ def test_remembered_label_grouping_follows_values_and_label_order() -> None:
         assert remembered == fresh
         m = next(e for e in remembered[0] if e.model == "m")  # type: ignore[index]
         assert (m.running, m.generation_tokens_total) == (a, a + b)
+
+
+def test_a_polled_series_is_grouped_by_its_labels_dict_and_maps_as_afresh() -> None:
+    """Through a source's parse cache a changed value keeps its series' labels dict, and the
+    grouping is read by that dict's identity; the engines equal a fresh grouping's every scrape."""
+    text = fixture_text("vllm-1.prom")
+    cache = ParseCache()
+    for step in range(4):
+        # every sample value moved (a counter or bucket going up, a gauge changing)
+        page = "\n".join(
+            line if line[:1] in ("#", "") else f"{line.rsplit(' ', 1)[0]} {float(step * 3 + 1)}"
+            for line in text.splitlines()
+        )
+        memo = dialects._group_of.cache_info()
+        remembered, fresh = _mapped_both_ways(page, cache)
+        assert remembered == fresh
+        assert remembered[0]  # engines were mapped
+        if step:  # every grouping came from the labels dicts, none through the label memo
+            after = dialects._group_of.cache_info()
+            assert (after.hits, after.misses) == (memo.hits, memo.misses)
