@@ -6,10 +6,12 @@ its own tmux pane, against the same simulator under the same load, so both see t
 machine; ``--repeat`` windows, the median printed.
 
 Run: python bench/tui.py [--seconds 30] [--repeat 3] [--size 160x48] [--engines 1] [--gpus 8]
-                         [--baseline REV | --baseline none] [--profile DIR]   (needs tmux)
+                         [--baseline REV | --baseline none] [--floor] [--profile DIR]   (needs tmux)
 Goals: <= 1% of one core with one engine under light load at 160x48; <= 2% with 8 engines and
 8 GPUs; first frame <= 1 s. ``--profile DIR`` records the after side with py-spy (``--idle``
-off, raw collapsed stacks) instead of timing it, and prints where its samples go.
+off, raw collapsed stacks) instead of timing it, and prints where its samples go. ``--floor``
+adds a third dashboard of this checkout that stops painting after its first frame: what polling,
+the monitor and an idle Textual cost alone (bench/tui_floor.py prices the painting).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def fill(history, now: float) -> None:  # type: ignore[no-untyped-def]
             ring.append(now - 3600 + i, (i % 97) * (0.01 if name == "kv_cache_usage" else 1.0))
 
 
-def run_dashboard(url: str, first_frame_file: str, gpus: int) -> None:
+def run_dashboard(url: str, first_frame_file: str, gpus: int, paint: bool = True) -> None:
     from gpuwatch.sources.nvml import FakeNvml, NvmlReader
     from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 
@@ -77,6 +79,8 @@ def run_dashboard(url: str, first_frame_file: str, gpus: int) -> None:
 
     def patched_first() -> None:
         original_first()
+        if not paint:  # the polling floor: sources polled, monitor ticked, nothing drawn again
+            app.paint = lambda force_charts=False: None  # type: ignore[method-assign]
         part = Path(first_frame_file + ".part")  # renamed whole: never read half written
         part.write_text(json.dumps({"first_frame": time.time()}))
         part.replace(first_frame_file)
@@ -89,6 +93,7 @@ def run_dashboard(url: str, first_frame_file: str, gpus: int) -> None:
 class Side:
     name: str
     pythonpath: Path
+    flags: str = ""
     session: str = ""
     frame_file: Path = Path()
     pid_file: Path = Path()
@@ -99,7 +104,7 @@ class Side:
         self.frame_file, self.pid_file = tmp / f"{self.name}{i}.json", tmp / f"{self.name}{i}.pid"
         self.started = time.time()
         cmd = (f"echo $$ > {self.pid_file}; PYTHONPATH={self.pythonpath} exec {sys.executable} "
-               f"{__file__} --role dashboard --url {url} --gpus {gpus} --first-frame-file {self.frame_file}")  # fmt: skip
+               f"{__file__} --role dashboard --url {url} --gpus {gpus} --first-frame-file {self.frame_file} {self.flags}")  # fmt: skip
         new = ["tmux", "new-session", "-d", "-s", self.session, "-x", str(size[0]), "-y", str(size[1]), cmd]  # fmt: skip
         for attempt in range(5):  # the tmux server may be exiting as the last session closes
             if subprocess.run(new, capture_output=True).returncode == 0:
@@ -195,9 +200,15 @@ def main() -> None:
     parser.add_argument("--role", default="bench")
     parser.add_argument("--url")
     parser.add_argument("--first-frame-file")
+    parser.add_argument("--no-paint", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run this checkout with painting off after the first frame (the polling floor)",
+    )
     args = parser.parse_args()
     if args.role == "dashboard":
-        run_dashboard(args.url, args.first_frame_file, args.gpus)
+        run_dashboard(args.url, args.first_frame_file, args.gpus, paint=not args.no_paint)
         return
     if not shutil.which("tmux"):
         raise SystemExit("bench/tui.py needs tmux")
@@ -223,6 +234,8 @@ def main() -> None:
         stack.callback(load.wait, 5)
         stack.callback(load.terminate)
         sides = [Side("after", REPO)]
+        if args.floor and not args.profile:
+            sides.append(Side("paint-off", REPO, "--no-paint"))
         if args.baseline != "none" and not args.profile:
             sides.insert(0, Side("before", stack.enter_context(checkout(args.baseline))))
         for i in range(args.repeat):

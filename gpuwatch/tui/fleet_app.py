@@ -13,6 +13,7 @@ fleet there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Callable, Coroutine
@@ -23,6 +24,7 @@ from typing import Any
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.worker import WorkerCancelled, WorkerError, WorkerFailed
 
 from gpuwatch import polling
 from gpuwatch.admintoken import read_token
@@ -124,9 +126,10 @@ class FleetApp(GpuwatchApp):
     async def on_unmount(self) -> None:
         # A drill-down's pollers and backfill read through the source: stopped and waited for
         # first, so none reads from a closed client.
-        stopped = self.workers.cancel_group(self, "node")
-        if stopped:
-            await self.workers.wait_for_complete(stopped)
+        for worker in self.workers.cancel_group(self, "node"):
+            # cancelled (the usual end here), failed, or never started: all are stopped
+            with contextlib.suppress(WorkerCancelled, WorkerFailed, WorkerError):
+                await worker.wait()
         await self.source.close()
 
     def now(self) -> float:

@@ -27,6 +27,13 @@ async def test_values_that_change_in_place_repaint_without_a_layout_pass() -> No
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             await eventually(pause=pilot.pause, condition=lambda: "run 4" in text(app, "#engines"))
+            # Panels parse their markup a line at a time: no style may run on past a line's end.
+            panels = list(app.screen.query(Panel))
+            assert len(panels) >= 5
+            for each in panels:
+                whole = Content.from_markup(each.markup).split("\n")
+                by_line = [Content.from_markup(row) for row in each.markup.split("\n")]
+                assert [(c.plain, c.spans) for c in whole] == [(c.plain, c.spans) for c in by_line]
             # Every new text from now on: did it ask for a layout, and at what size was the text?
             updates: dict[str, list[tuple[bool, object]]] = {"engines": [], "header": []}
             for name, calls in updates.items():
@@ -114,25 +121,6 @@ async def test_a_changed_line_repaints_that_line_alone_and_shows_what_a_static_s
         repainted = panel.repainted
         panel.show(panel.markup + "")
         assert panel.repainted == repainted
-
-
-async def test_every_panel_reads_the_same_line_by_line_as_whole() -> None:
-    """Panels parse their markup a line at a time: no style may run on past a line's end."""
-    node, sim = await start_sim(PROFILE, time_scale=2.0, seed=4)
-    load = Load(sim.url, 4)
-    app = GpuwatchApp(DashboardOptions(urls=[f"{sim.url}/metrics"], interval_s=0.2))
-    try:
-        async with app.run_test(size=(160, 48)) as pilot:
-            await eventually(pause=pilot.pause, condition=lambda: "run 4" in text(app, "#engines"))
-            panels = list(app.screen.query(Panel))
-            assert len(panels) >= 5
-            for panel in panels:
-                whole = Content.from_markup(panel.markup).split("\n")
-                by_line = [Content.from_markup(row) for row in panel.markup.split("\n")]
-                assert [(c.plain, c.spans) for c in whole] == [(c.plain, c.spans) for c in by_line]
-    finally:
-        await load.close()
-        await sim.close()
 
 
 class Charts(App[None]):

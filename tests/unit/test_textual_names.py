@@ -33,6 +33,12 @@ HOOKS = {
     "action_quit",
     "get_system_commands",
     "get_theme_variable_defaults",
+    # A widget drawn line by line (widgets/panel.py) measures itself and redraws on restyle:
+    # Textual's documented overrides for widgets that render their own content.
+    "get_content_width",
+    "get_content_height",
+    "notify_style_update",
+    "selection_updated",
 }
 
 
