@@ -8,6 +8,8 @@ import random
 
 from textual.app import App, ComposeResult
 from textual.content import Content
+from textual.geometry import Offset
+from textual.selection import Selection
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -123,6 +125,53 @@ async def test_a_changed_line_repaints_that_line_alone_and_shows_what_a_static_s
         assert panel.repainted == repainted
 
 
+def _styled(widget: Widget) -> list[list[tuple[str, str]]]:
+    return [
+        [(seg.text, str(seg.style and (seg.style.color, seg.style.bgcolor))) for seg in strip]
+        for strip in widget.render_lines(widget.size.region)
+    ]
+
+
+async def test_a_selection_across_lines_is_drawn_as_a_static_draws_it() -> None:
+    app = Panels()
+    markup = "aaaa [b]bbbb[/]\ncccc dddd\neeee [$success]ffff[/]"
+    async with app.run_test(size=(80, 24)) as pilot:
+        panel, static = app.query_one(Panel), app.query_one(Static)
+        panel.show(markup)
+        static.update(Content.from_markup(markup))
+        await pilot.pause()
+        unselected = _styled(panel)
+        for start in (Offset(2, 1), Offset(2, 0)):  # from the middle, and from the first line
+            for widget in (panel, static):
+                app.screen.selections = {widget: Selection(start, Offset(4, 2))}
+                await pilot.pause()
+            assert _styled(panel) == _styled(static) != unselected
+        app.screen.selections = {}
+        await pilot.pause()
+        assert _styled(panel) == unselected  # the selection gone, the lines drawn plain again
+
+
+class Restyled(Panels):
+    # A class that changes the colour alone: the size, and so the layout, stay.
+    CSS = "Panel, Static { height: auto; } .hot { color: red; }"
+
+
+async def test_a_restyled_panel_draws_its_lines_again_without_new_text() -> None:
+    app = Restyled()
+    markup = "plain one\nplain two"
+    async with app.run_test(size=(100, 24)) as pilot:
+        panel, static = app.query_one(Panel), app.query_one(Static)
+        panel.show(markup)
+        static.update(Content.from_markup(markup))
+        await pilot.pause()
+        before = _styled(panel)
+        panel.add_class("hot")
+        static.add_class("hot")
+        await pilot.pause()
+        await pilot.pause()
+        assert _styled(panel) == _styled(static) != before
+
+
 class Charts(App[None]):
     def compose(self) -> ComposeResult:
         yield Chart("scrolled", id="scrolled")
@@ -155,6 +204,8 @@ async def test_a_chart_scrolled_frame_by_frame_equals_one_drawn_from_scratch() -
             await pilot.pause()
             height = scrolled.content_size.height
             assert height > 4
-            shown = [scrolled.render_line(y).text for y in range(height)]
+            # What Textual shows (its line cache, kept for the rows the chart did not mark
+            # dirty), against what a chart drawn from scratch draws.
+            shown = _lines(scrolled)
             assert shown[1:] == [fresh.render_line(y).text for y in range(height)][1:]
             assert any(ch not in " \u2800" for row in shown[1:-1] for ch in row.strip())

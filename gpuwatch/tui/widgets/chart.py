@@ -172,7 +172,6 @@ class Chart(Widget):
         self._key: tuple | None = None
         self._strips: list[Strip] = []
         self.rebuilds = 0
-        self.repainted = 0  # rows marked for a repaint by set_data (tests and bench/tui.py)
         self._style_key: tuple | None = None
         self._style_map: dict[str, Style] = {}
         self._bins_key: tuple | None = None
@@ -214,7 +213,6 @@ class Chart(Widget):
             if was != now
         ]
         if dirty:
-            self.repainted += len(dirty)
             self.refresh(*dirty)
 
     def _styles(self) -> dict[str, Style]:

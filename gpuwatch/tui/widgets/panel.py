@@ -42,7 +42,6 @@ class Panel(Static):
         self.auto_links = False
         self._shown: str | None = None
         self._rows: list[str] = []  # the markup, one entry a line
-        self._parsed: dict[str, Content] = {}  # line markup -> its content (lines shown now)
         self._drawn: dict[str, list[Strip]] = {}  # line markup -> its strips, for _drawn_for
         self._drawn_for: tuple[object, ...] | None = None  # (width, style, theme) drawn at
         self._strips: list[Strip] = []  # what the panel shows now, a strip a screen line
@@ -64,7 +63,6 @@ class Panel(Static):
             return
         self._shown = markup
         self._rows = markup.split("\n")
-        self._parsed = {row: self._content(row) for row in self._rows}
         if not self.size.width:  # not laid out yet: the first layout draws it
             self._drawn_for = None
             self.layouts += 1
@@ -119,41 +117,43 @@ class Panel(Static):
             return (self.size.width, -1)  # a fixed height: the text never moves the layout
         return (self.size.width, height)
 
-    def _content(self, row: str) -> Content:
-        found = self._parsed.get(row)
-        return found if found is not None else content_of(row)
-
     def _draw(self, width: int | None = None) -> list[Strip]:
         """The strips of the text at ``width`` (default: the panel's own), each line drawn
-        afresh only if it was not drawn before at this width, in this style and theme."""
+        afresh only if it was not drawn before at this width, in this style and theme. At the
+        panel's own width they become what it shows."""
         own = width is None or width == self.size.width
         width = self.size.width if width is None else width
         style = self.visual_style
         key = (width, style, self.app.theme)
-        drawn = self._drawn if key == self._drawn_for else {}
-        selecting = self.text_selection is not None  # a selection is drawn into the strips
-        keep: dict[str, list[Strip]] = {}
-        strips: list[Strip] = []
-        for row in self._rows:
-            found = keep.get(row) or (None if selecting else drawn.get(row))
-            if found is None:
-                found = Visual.to_strips(self, self._content(row), width, None, style)
-                found = found or [Strip.blank(0)]
-                keep[row] = found
-            strips.extend(found)
+        if self.text_selection is not None:
+            # A selection spans lines: the text is drawn whole, as a Static draws it.
+            strips = Visual.to_strips(self, self.render(), width, None, style)
+            keep: dict[str, list[Strip]] = {}
+        else:
+            drawn = self._drawn if key == self._drawn_for else {}
+            keep = {}
+            strips = []
+            for row in self._rows:
+                found = keep.get(row) or drawn.get(row)
+                if found is None:
+                    found = Visual.to_strips(self, content_of(row), width, None, style)
+                    found = found or [Strip.blank(0)]
+                    keep[row] = found
+                strips.extend(found)
         if own:
             if key != self._drawn_for:
                 self._blank = Strip.blank(width, style.rich_style)
-            self._drawn, self._drawn_for = ({} if selecting else keep), key
+            self._drawn, self._drawn_for = keep, key
+            self._strips = strips + [self._blank] * self._held
         return strips
 
     # Textual's side: the panel is measured and drawn from the strips above.
 
     def render(self) -> Content:
-        return Content("\n").join(self._content(row) for row in self._rows)
+        return Content("\n").join(content_of(row) for row in self._rows)
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
-        return max((self._content(row).cell_length for row in self._rows), default=0)
+        return max((content_of(row).cell_length for row in self._rows), default=0)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         held = self._held if self._lines is not None and self._lines[0] == width else 0
@@ -161,8 +161,7 @@ class Panel(Static):
 
     def render_line(self, y: int) -> Strip:
         if (self.size.width, self.visual_style, self.app.theme) != self._drawn_for:
-            # resized, restyled or another theme: draw every line again
-            self._strips = self._draw() + [self._blank] * self._held
+            self._draw()  # resized, restyled or another theme: every line drawn again
         return self._strips[y] if y < len(self._strips) else self._blank
 
     def notify_style_update(self) -> None:
