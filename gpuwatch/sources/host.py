@@ -54,7 +54,6 @@ class ProcessTable:
 
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
-        self._created: dict[int, float] = {}
         # What a process is (name, user, command line) does not change while it lives: read
         # once per process, not once per poll per GPU it holds.
         self._names: dict[int, tuple[str | None, str | None, str | None]] = {}
@@ -62,16 +61,13 @@ class ProcessTable:
     def describe(self, pid: int, used_memory_bytes: int | None = None) -> ProcessInfo:
         info = ProcessInfo(pid=pid, used_memory_bytes=used_memory_bytes)
         try:
-            proc = self._procs.get(pid)
-            fresh = proc is None
-            if proc is None:
-                proc = self._procs[pid] = psutil.Process(pid)
+            kept = self._procs.get(pid)
+            # is_running compares a fresh read of the pid's start time with the one kept (psutil
+            # caches create_time on the object, so comparing that would never see a reuse).
+            fresh = kept is None or not kept.is_running()
+            # new, or the pid reused by another process: start over with this one
+            proc = self._procs[pid] = psutil.Process(pid) if fresh or kept is None else kept
             with proc.oneshot():
-                if not fresh and proc.create_time() != self._created.get(pid):
-                    # The pid was reused by another process: start over with the new one.
-                    proc = self._procs[pid] = psutil.Process(pid)
-                    fresh = True
-                self._created[pid] = proc.create_time()
                 if fresh:
                     proc.cpu_percent()  # primes the counter; the next poll gives a real figure
                 cpu = None if fresh else proc.cpu_percent()

@@ -37,3 +37,23 @@ def test_names_once_numbers_every_poll_and_an_ended_process_forgotten(monkeypatc
     gone = table.describe(child.pid)
     assert gone.name is None and gone.cmdline is None
     assert child.pid not in table._names
+
+
+def test_a_pid_taken_over_by_another_process_is_read_afresh() -> None:
+    """The kernel reuses pids: a process kept from an earlier poll whose pid now belongs to
+    another process (another start time) must not lend it its name and command line."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        table = ProcessTable()
+        first = table.describe(child.pid)
+        # As if the process kept had started at another time: the pid is someone else's now.
+        kept = table._procs[child.pid]
+        kept._ident = (child.pid, 1.0)
+        table._names[child.pid] = ("old-server", "nobody", "old-server --port 1")
+        again = table.describe(child.pid)
+        assert (again.name, again.cmdline) == (first.name, first.cmdline)
+        assert again.cpu_percent is None  # a new process: its CPU counter starts again
+        assert table._procs[child.pid] is not kept
+    finally:
+        child.kill()
+        child.wait()
