@@ -334,27 +334,6 @@ def _group_of(
     return (_model_of(labels), _engine_key(labels, skip), extra), replica
 
 
-# A series' labels dict, by identity, with the grouping worked out for it. A source's parse
-# cache gives a changed value a new Sample but the same labels dict (tests/unit/test_parse_cache),
-# so from the second scrape on a series' grouping is one dict lookup: no tuple of its labels
-# built and hashed for the ``_group_of`` memo. Entries hold their dict (an id is never reused
-# while the entry lives) and are dropped all at once past ``LABELS_CACHE_SIZE`` (an 8-engine
-# page has ~2,000 series; the bound keeps the dicts held to a few MB).
-LABELS_CACHE_SIZE = 8192
-_GROUP_BY_LABELS: dict[int, tuple[dict[str, str], tuple[str, ...], tuple]] = {}
-
-
-def _group_of_labels(labels: dict[str, str], skip: tuple[str, ...]) -> tuple:
-    found = _GROUP_BY_LABELS.get(id(labels))
-    if found is not None and found[0] is labels and found[1] == skip:
-        return found[2]
-    group = _group_of(tuple(labels.items()), skip)
-    if len(_GROUP_BY_LABELS) >= LABELS_CACHE_SIZE:
-        _GROUP_BY_LABELS.clear()
-    _GROUP_BY_LABELS[id(labels)] = (labels, skip, group)
-    return group
-
-
 def _collapse(
     samples: Iterable[Sample], skip: Iterable[str], ratio: bool
 ) -> dict[str | None, dict[str, float]]:
@@ -363,7 +342,7 @@ def _collapse(
     # (model, engine, extra) -> {replica: value}
     grouped: dict[tuple, dict[tuple, float]] = defaultdict(dict)
     for s in samples:
-        key, replica = _group_of_labels(s.labels, skip)
+        key, replica = _group_of(tuple(s.labels.items()), skip)
         grouped[key][replica] = s.value
     out: dict[str | None, dict[str, float]] = defaultdict(dict)
     for (model, _engine, extra), replicas in grouped.items():

@@ -273,14 +273,13 @@ def test_an_le_label_on_a_gauge_is_an_ordinary_label() -> None:
 def _mapped_both_ways(page: str, cache: ParseCache | None = None) -> tuple[object, object]:
     """``map_page`` of ``page`` with each sample's grouping remembered (as shipped) and worked
     out afresh from its labels (as before the memo)."""
-    memo, by_labels = dialects._group_of, dialects._group_of_labels
+    memo = dialects._group_of
     remembered = map_page("p", page, cache=cache)
     dialects._group_of = memo.__wrapped__  # type: ignore[assignment]
-    dialects._group_of_labels = lambda labels, skip: memo.__wrapped__(tuple(labels.items()), skip)  # type: ignore[assignment]
     try:
         fresh = map_page("p", page)
     finally:
-        dialects._group_of, dialects._group_of_labels = memo, by_labels
+        dialects._group_of = memo
     return (remembered.engines, remembered.warnings), (fresh.engines, fresh.warnings)
 
 
@@ -317,9 +316,9 @@ def test_remembered_label_grouping_follows_values_and_label_order() -> None:
         assert (m.running, m.generation_tokens_total) == (a, a + b)
 
 
-def test_a_polled_series_is_grouped_by_its_labels_dict_and_maps_as_afresh() -> None:
-    """Through a source's parse cache a changed value keeps its series' labels dict, and the
-    grouping is read by that dict's identity; the engines equal a fresh grouping's every scrape."""
+def test_a_polled_series_maps_as_a_fresh_grouping_every_scrape() -> None:
+    """Through a source's parse cache (a changed value gets a new Sample on the same labels),
+    the remembered grouping maps every scrape as a grouping worked out afresh does."""
     text = fixture_text("vllm-1.prom")
     cache = ParseCache()
     for step in range(4):
@@ -328,10 +327,6 @@ def test_a_polled_series_is_grouped_by_its_labels_dict_and_maps_as_afresh() -> N
             line if line[:1] in ("#", "") else f"{line.rsplit(' ', 1)[0]} {float(step * 3 + 1)}"
             for line in text.splitlines()
         )
-        memo = dialects._group_of.cache_info()
         remembered, fresh = _mapped_both_ways(page, cache)
         assert remembered == fresh
         assert remembered[0]  # engines were mapped
-        if step:  # every grouping came from the labels dicts, none through the label memo
-            after = dialects._group_of.cache_info()
-            assert (after.hits, after.misses) == (memo.hits, memo.misses)
