@@ -86,9 +86,11 @@ class AdaptiveLoop:
 
     def apply(self, limits: Limits) -> None:
         """Hand every lane its limits: the configured ones, with the effective limit in place
-        of the bounds on an adaptive lane (clamped into the bounds the change set)."""
+        of the bounds on an adaptive lane (clamped into the bounds the change set), and the
+        tenants' limits (first: ``set_limits`` admits waiters by them)."""
         now = self.clock()
         for name, lane in self.lanes.items():
+            lane.tenants.limits = limits.tenants
             configured = limits.lanes[name]
             if configured.policy != "adaptive":
                 self.control.pop(name, None)

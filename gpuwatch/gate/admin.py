@@ -96,13 +96,13 @@ class Admin:
         lanes: Mapping[str, AdmissionLane],
         body_timeout_s: float,
         latency: Mapping[str, LaneLatency],
-        fairness: Fairness | None = None,
+        fairness: Fairness,
     ) -> None:
         self.state = state
         self.lanes = lanes
         self.body_timeout_s = body_timeout_s
         self.latency = latency
-        self.fairness = fairness or Fairness()
+        self.fairness = fairness
         # Set by the gate: the effective limits beside the configured ones.
         self.adaptive: AdaptiveLoop | None = None
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,3 +158,11 @@ def parse_fairness(path: Path, data: Any) -> Fairness:
     for key in data:
         raise ConfigError(f"{path}: unknown key 'fairness.{key}'")
     return Fairness(classes, default, api_keys, maps["objectives"], maps["keys"], maps["names"])
+
+
+def count_down(counter: Counter[str], key: str) -> None:
+    """One less of ``key``; a key at zero is dropped, so per-tenant and per-class counters hold
+    only what is live (their size stays bounded by the requests in the gate)."""
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]

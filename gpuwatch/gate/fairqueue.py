@@ -22,7 +22,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
-from gpuwatch.gate.classes import Who
+from gpuwatch.gate.classes import Who, count_down
 
 
 class Queued(Protocol):
@@ -73,8 +73,8 @@ class FairQueue(Generic[W]):
             raise ValueError("not queued")
         waiters.remove(waiter)
         self._count -= 1
-        _down(self.by_tenant, waiter.who.tenant)
-        _down(self.by_class, waiter.who.klass)
+        count_down(self.by_tenant, waiter.who.tenant)
+        count_down(self.by_class, waiter.who.klass)
         if not waiters:
             del level[waiter.who.tenant]
             if not level:
@@ -125,10 +125,3 @@ class FairQueue(Generic[W]):
             return None
         level = self._levels[lowest]
         return max((w[-1] for w in level.values()), key=lambda w: w.since)
-
-
-def _down(counter: Counter[str], key: str) -> None:
-    """One less; a key at zero is dropped, so the counters hold only what is live."""
-    counter[key] -= 1
-    if counter[key] <= 0:
-        del counter[key]

@@ -13,12 +13,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpuwatch.fmt import clip
-from gpuwatch.gate.tenants import TenantLimits, TenantLimitsError, patch_tenants
+from gpuwatch.gate.classes import TENANT_ID
+from gpuwatch.gate.tenants import MAX_TENANT_LIMITS, TenantLimits
 
 POLICIES = ("clamp", "reject")
 # Admission policy of a lane: "static" (the limits as set) or "adaptive" (gate/adaptive.py
 # moves the effective limits between the lane's bounds to hold target_ttft_p99_s).
 ADMISSION_POLICIES = ("static", "adaptive")
+MEDIA_CAPS = ("max_pixels", "max_steps", "max_n", "max_inputs", "max_input_tokens")
 REASONS = (
     "queue_full",
     "queue_timeout",
@@ -27,11 +29,7 @@ REASONS = (
     "max_tokens",
     "over_token_budget",
     # Image and embedding caps (mediacaps.py), one reason per cap: the code names the limit.
-    "max_pixels",
-    "max_steps",
-    "max_n",
-    "max_inputs",
-    "max_input_tokens",
+    *MEDIA_CAPS,
     # Classes and tenants (fairqueue.py, tenants.py).
     "evicted",
     "tenant_paused",
@@ -73,7 +71,6 @@ class LaneLimits:
 
 
 LANE_KEYS = tuple(LaneLimits.__dataclass_fields__)
-MEDIA_CAPS = ("max_pixels", "max_steps", "max_n", "max_inputs", "max_input_tokens")
 # Upper bounds: far above any real node, low enough that arithmetic and display stay sane.
 MAX_COUNT = 1_000_000
 MAX_TOKENS = 100_000_000
@@ -143,6 +140,46 @@ def _int(path: str, value: Any, minimum: int, maximum: int, nullable: bool = Fal
         raise LimitsError(path, f"must be >= {minimum}, got {_shown(value)}")
     if value > maximum:
         raise LimitsError(path, f"must be <= {maximum}, got {_shown(value)}")
+    return value
+
+
+def patch_tenants(current: Mapping[str, TenantLimits], patch: Any) -> dict[str, TenantLimits]:
+    """``{"tenants": {ID: {"paused": true, "max_inflight": 2} | null}}``; null (or an entry
+    back at the defaults) removes the tenant's entry."""
+    if not isinstance(patch, dict):
+        raise LimitsError("tenants", f"must be an object, got {_shown(patch)}")
+    out = dict(current)
+    for tenant, spec in patch.items():
+        at = f"tenants.{clip(tenant, 80)}"
+        if not TENANT_ID.fullmatch(tenant):
+            raise LimitsError(at, "a tenant id is 1-64 of A-Z a-z 0-9 . _ : @ / + -")
+        if spec is None:
+            out.pop(tenant, None)
+            continue
+        if not isinstance(spec, dict):
+            raise LimitsError(at, f"must be an object or null, got {_shown(spec)}")
+        limits = out.get(tenant, TenantLimits())
+        for key, value in spec.items():
+            if key == "paused":
+                limits = replace(limits, paused=_bool(f"{at}.paused", value))
+            elif key == "max_inflight":
+                limits = replace(
+                    limits, max_inflight=_int(f"{at}.max_inflight", value, 0, MAX_COUNT, True)
+                )
+            else:
+                raise LimitsError(f"{at}.{clip(key, 40)}", "unknown key")
+        if limits == TenantLimits():
+            out.pop(tenant, None)
+        else:
+            out[tenant] = limits
+    if len(out) > MAX_TENANT_LIMITS:
+        raise LimitsError("tenants", f"at most {MAX_TENANT_LIMITS} tenants have limits")
+    return out
+
+
+def _bool(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise LimitsError(path, f"must be true or false, got {_shown(value)}")
     return value
 
 
@@ -231,9 +268,7 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
             # effective limits are the controller's, never set by a PATCH.
             continue
         if key == "paused":
-            if not isinstance(value, bool):
-                raise LimitsError("paused", f"must be true or false, got {_shown(value)}")
-            paused = value
+            paused = _bool("paused", value)
         elif key == "lanes":
             if not isinstance(value, dict):
                 raise LimitsError("lanes", f"must be an object, got {_shown(value)}")
@@ -242,10 +277,7 @@ def apply_patch(current: Limits, patch: Any) -> Limits:
                     raise LimitsError(_field(f"lanes.{name}"), "unknown lane")
                 lanes[name] = _lane_patch(f"lanes.{name}", lanes[name], lane_patch)
         elif key == "tenants":
-            try:
-                tenants = patch_tenants(tenants, value)
-            except TenantLimitsError as exc:
-                raise LimitsError(exc.field, str(exc).split(": ", 1)[1]) from None
+            tenants = patch_tenants(tenants, value)
         else:
             raise LimitsError(_field(key), "unknown key")
     return Limits(current.version + 1, paused, lanes, tenants)

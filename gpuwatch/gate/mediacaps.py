@@ -78,11 +78,6 @@ def fit_pixels(width: int, height: int, max_pixels: int) -> tuple[int, int]:
     return w, h
 
 
-def _number(key: str, value: Any) -> int | None:
-    # The same numeric forms the output cap accepts (500, 500.0, "500"): servers coerce them.
-    return output_tokens(key, value)
-
-
 def _image(body: dict[str, Any], limits: LaneLimits, lane: str, reject: bool) -> list[str]:
     notes: list[str] = []
     if limits.max_pixels is not None:
@@ -111,7 +106,8 @@ def _image(body: dict[str, Any], limits: LaneLimits, lane: str, reject: bool) ->
         if cap is None:
             continue
         for field in keys:
-            value = _number(field, body.get(field))
+            # The numeric forms the output cap accepts (500, 500.0, "500"): servers coerce them.
+            value = output_tokens(field, body.get(field))
             # Steps below 1 read as "the default" to some servers: as far over as it gets.
             if value is None or (value <= cap and (key != "max_steps" or value >= 1)):
                 continue

@@ -205,8 +205,6 @@ class Proxy:
         try:
             try:
                 clamped: list[str] = []  # what the caps rewrote, for X-Gpuwatch-Clamped
-                if has_media_caps(lane.limits):
-                    raw = self._check_media(lane, name, raw, clamped)
                 raw, tokens = await self._check_body(lane, name, path, raw, clamped)
                 if clamped:
                     request[_CLAMPED] = "; ".join(clamped)
@@ -237,44 +235,20 @@ class Proxy:
             response.force_close()
         return response
 
-    def _check_media(self, lane: AdmissionLane, name: str, raw: bytes, clamped: list[str]) -> bytes:
-        """Apply the lane's image and embedding caps (``mediacaps.py``): the body to send; what
-        was clamped is added to ``clamped``."""
-        if not raw.strip():
-            return raw  # a GET through the lane: nothing to cap
-        try:
-            body = loads_bounded(raw)
-        except JSONError as exc:
-            raise BodyError(
-                "body", f"lane {name!r} has caps and needs a JSON body: {exc}"
-            ) from None
-        if not isinstance(body, dict):
-            raise BodyError("body", "must be a JSON object")
-        try:
-            notes = apply_media_caps(body, lane.limits, name)
-        except MediaRefused as exc:
-            raise lane.refuse(exc.reason, str(exc)) from None
-        if not notes:
-            return raw
-        clamped.extend(notes)
-        return json.dumps(body).encode()
-
     async def _check_body(
-        self,
-        lane: AdmissionLane,
-        name: str,
-        path: str,
-        raw: bytes,
-        clamped: list[str] | None = None,
+        self, lane: AdmissionLane, name: str, path: str, raw: bytes, clamped: list[str]
     ) -> tuple[bytes, int]:
-        """Apply the prompt and output caps; returns the body to send (rewritten if capped) and
-        the tokens to reserve from the lane's budget (0 without a budget). Output bounds the
-        cap rewrote are added to ``clamped``."""
+        """Apply the lane's caps to the body, read once: image and embedding caps
+        (``mediacaps.py``), then the prompt and output caps. Returns the body to send (rewritten
+        if a cap changed it) and the tokens to reserve from the lane's budget (0 without a
+        budget); what was clamped is added to ``clamped``."""
         limits = lane.limits
         budget = limits.max_inflight_tokens
-        no_caps = limits.max_prompt_tokens is None and limits.max_output_tokens is None
-        if no_caps and (budget is None or not raw.strip()):
-            return raw, 0  # no caps, and nothing to count (a GET through the lane)
+        text_caps = limits.max_prompt_tokens is not None or limits.max_output_tokens is not None
+        has_body = bool(raw.strip())  # a GET through the lane has none to cap or count
+        media = has_media_caps(limits) and has_body
+        if not (media or text_caps or (budget is not None and has_body)):
+            return raw, 0
         # A body the gate cannot read is a body it cannot cap: refused, never passed on.
         try:
             body = loads_bounded(raw)
@@ -284,6 +258,16 @@ class Proxy:
             ) from None
         if not isinstance(body, dict):
             raise BodyError("body", "must be a JSON object")
+        changed = False
+        if media:
+            try:
+                notes = apply_media_caps(body, limits, name)
+            except MediaRefused as exc:
+                raise lane.refuse(exc.reason, str(exc)) from None
+            clamped.extend(notes)
+            changed = bool(notes)
+        if not text_caps and budget is None:
+            return (json.dumps(body).encode() if changed else raw), 0
         tokens = None
         if limits.max_prompt_tokens is not None or budget is not None:
             tokens = await self._prompt_tokens(name, body)
@@ -297,17 +281,17 @@ class Proxy:
                 f"prompt is {tokens} tokens; lane {name!r} allows {limits.max_prompt_tokens}",
             )
         cap = limits.max_output_tokens
-        changed = False
         if cap is not None:
             default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
             asked = {k: body[k] for k in OUTPUT_KEYS if k in body}
             try:
-                changed = cap_output(
+                capped = cap_output(
                     body, cap, limits.output_tokens_policy == "reject", default_key, name
                 )
             except OverCap as exc:
                 raise lane.refuse("max_tokens", str(exc)) from None
-            if changed and clamped is not None:
+            changed = changed or capped
+            if capped:
                 # As numbers: a bound sent as " 500" must not put its spaces in a header.
                 clamped.extend(
                     f"{k} {output_tokens(k, asked.get(k)) or 'none'}->{body[k]}"

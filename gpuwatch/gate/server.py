@@ -77,8 +77,6 @@ class Gate:
             lane.name: AdmissionLane(lane.name, limits.lanes[lane.name], limits.paused)
             for lane in config.lanes
         }
-        for lane in self.lanes.values():
-            lane.tenants.limits = limits.tenants
         self.metrics = GateMetrics(list(self.lanes))
         self.upstream = Upstream(upstream, on_retry=self.metrics.upstream_retries.inc)
         self.latency = {name: LaneLatency() for name in self.lanes}
@@ -106,8 +104,6 @@ class Gate:
         return self.proxy.lane_for(path)
 
     def _apply(self, limits: Limits) -> None:
-        for lane in self.lanes.values():
-            lane.tenants.limits = limits.tenants  # before set_limits, which admits by them
         self.adaptive.apply(limits)  # the one place limits reach the lanes
 
     def _bind_gauges(self) -> None:

@@ -16,69 +16,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
-from gpuwatch.fmt import clip
-from gpuwatch.gate.classes import TENANT_ID, Who
+from gpuwatch.gate.classes import Who, count_down
 
 MAX_TENANT_LIMITS = 1024
 TOP_TENANTS = 8  # tenants shown per lane in /admin/status
-_MAX_COUNT = 1_000_000
-
-
-class TenantLimitsError(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)
 class TenantLimits:
     paused: bool = False
     max_inflight: int | None = None
-
-
-def patch_tenants(current: Mapping[str, TenantLimits], patch: Any) -> dict[str, TenantLimits]:
-    """``{"tenants": {ID: {"paused": true, "max_inflight": 2} | null}}``; null (or an entry
-    back at the defaults) removes the tenant's entry."""
-    if not isinstance(patch, dict):
-        raise TenantLimitsError("tenants", "must be an object")
-    out = dict(current)
-    for tenant, spec in patch.items():
-        at = f"tenants.{clip(tenant, 80)}"
-        if not TENANT_ID.fullmatch(tenant):
-            raise TenantLimitsError(at, "a tenant id is 1-64 of A-Z a-z 0-9 . _ : @ / + -")
-        if spec is None:
-            out.pop(tenant, None)
-            continue
-        if not isinstance(spec, dict):
-            raise TenantLimitsError(at, "must be an object or null")
-        limits = out.get(tenant, TenantLimits())
-        for key, value in spec.items():
-            if key == "paused":
-                if not isinstance(value, bool):
-                    raise TenantLimitsError(f"{at}.paused", "must be true or false")
-                limits = replace(limits, paused=value)
-            elif key == "max_inflight":
-                if value is not None and (
-                    isinstance(value, bool)
-                    or not isinstance(value, int)
-                    or not 0 <= value <= _MAX_COUNT
-                ):
-                    raise TenantLimitsError(
-                        f"{at}.max_inflight", f"must be an integer in [0, {_MAX_COUNT}] or null"
-                    )
-                limits = replace(limits, max_inflight=value)
-            else:
-                raise TenantLimitsError(f"{at}.{clip(key, 40)}", "unknown key")
-        if limits == TenantLimits():
-            out.pop(tenant, None)
-        else:
-            out[tenant] = limits
-    if len(out) > MAX_TENANT_LIMITS:
-        raise TenantLimitsError("tenants", f"at most {MAX_TENANT_LIMITS} tenants have limits")
-    return out
 
 
 @dataclass
@@ -96,10 +45,8 @@ class TenantBook:
         self.classes[who.klass] += 1
 
     def give(self, who: Who) -> None:
-        for counter, key in ((self.inflight, who.tenant), (self.classes, who.klass)):
-            counter[key] -= 1
-            if counter[key] <= 0:
-                del counter[key]
+        count_down(self.inflight, who.tenant)
+        count_down(self.classes, who.klass)
 
     def paused(self, tenant: str) -> bool:
         limits = self.limits.get(tenant)

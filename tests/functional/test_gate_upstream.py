@@ -10,7 +10,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
+from gpuwatch.aioserve import serve
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
@@ -117,8 +119,6 @@ async def test_a_cookie_the_upstream_set_for_one_client_never_reaches_another(
 ) -> None:
     """The gate's client keeps no cookie jar: what one client's answer set is that client's.
     (aiohttp's jar ignores cookies from an IP address: the upstream is named by host.)"""
-    from aiohttp import web
-
     seen: list[str | None] = []
 
     async def answer(request: web.Request) -> web.Response:
@@ -129,13 +129,9 @@ async def test_a_cookie_the_upstream_set_for_one_client_never_reaches_another(
 
     app = web.Application()
     app.router.add_post("/v1/completions", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    upstream = await serve(app, "127.0.0.1", 0)
     _, served = await start_gate(
-        f"http://localhost:{port}", GateConfig(DEFAULT_LANES), state_file=tmp_path / "s"
+        f"http://localhost:{upstream.port}", GateConfig(DEFAULT_LANES), state_file=tmp_path / "s"
     )
     try:
         for _ in range(3):  # three clients, each with its own session (no cookies of its own)
@@ -148,4 +144,4 @@ async def test_a_cookie_the_upstream_set_for_one_client_never_reaches_another(
         assert seen == [None, None, None]
     finally:
         await served.close()
-        await runner.cleanup()
+        await upstream.close()
