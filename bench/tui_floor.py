@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import psutil
+from baseline import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 CONFIGS = [(0, 0), (1, 0), (8, 0), (16, 0), (0, 1), (0, 4)]  # (changed lines, charts)
 
 
@@ -73,6 +73,10 @@ def run_app(lines: int, charts: int) -> None:
     Floor().run()
 
 
+def _read(path: Path) -> str:
+    return path.read_text().strip() if path.exists() else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=30)
@@ -93,12 +97,16 @@ def main() -> None:
             for lines, charts in CONFIGS:
                 session = f"gwfloor{os.getpid()}"
                 pid_file = tmp / "pid"
+                pid_file.unlink(missing_ok=True)  # the last configuration's
                 cmd = (f"echo $$ > {pid_file}; PYTHONPATH={REPO} exec {sys.executable} {__file__} "
                        f"--role app --lines {lines} --charts {charts}")  # fmt: skip
                 subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", cmd], check=True)  # fmt: skip
                 try:
-                    time.sleep(6)  # started, first frames drawn
+                    end = time.monotonic() + 30
+                    while not _read(pid_file) and time.monotonic() < end:
+                        time.sleep(0.05)  # tmux is starting the app
                     proc = psutil.Process(int(pid_file.read_text()))
+                    time.sleep(6)  # warm-up: the first frames drawn, the steady state begun
                     before, t0 = proc.cpu_times(), time.monotonic()
                     time.sleep(args.seconds)
                     after = proc.cpu_times()

@@ -48,10 +48,14 @@ async def read_bounded(response: httpx.Response, max_bytes: int) -> bytes:
     async for chunk in response.aiter_bytes():
         size += len(chunk)
         if size > max_bytes:
-            raise BodyTooLarge(f"body exceeds the {mib_limit(max_bytes)}")  # scrape.body_too_big
+            raise BodyTooLarge(body_too_big(max_bytes))
         chunks.append(chunk)
     return b"".join(chunks)
 
 
 def mib_limit(n: int) -> str:
     return f"{n / 1048576:g} MiB limit"
+
+
+def body_too_big(max_bytes: int) -> str:
+    return f"body exceeds the {mib_limit(max_bytes)}"

@@ -17,7 +17,7 @@ import httpx
 
 from gpuwatch.config import ScrapeSettings
 from gpuwatch.fmt import NA, clip, gib, num, pct, seconds, unit
-from gpuwatch.httpclient import async_client
+from gpuwatch.httpclient import async_client, body_too_big
 from gpuwatch.model import (
     LATENCY_KINDS,
     EngineSnapshot,
@@ -34,7 +34,6 @@ from gpuwatch.sources.scrape import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ENGINES,
     ScrapeError,
-    body_too_big,
     decode_body,
     map_page,
     scrape,

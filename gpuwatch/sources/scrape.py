@@ -18,7 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from gpuwatch.fmt import clip
-from gpuwatch.httpclient import DEFAULT_TIMEOUT_S, BodyTooLarge, mib_limit, read_bounded
+from gpuwatch.httpclient import (
+    DEFAULT_TIMEOUT_S,
+    BodyTooLarge,
+    read_bounded,
+)
 from gpuwatch.model import ScrapeResult
 from gpuwatch.sources.dialects import MODEL_LABELS, index_samples, map_samples, wanted_sample_names
 
@@ -493,10 +497,6 @@ async def scrape(
         return ScrapeResult(url, error=str(exc), unreachable=exc.unreachable)
     # Parsing is CPU work (milliseconds for a big page): keep it off the caller's event loop.
     return await asyncio.to_thread(map_page, url, text, max_engines, cache)
-
-
-def body_too_big(max_bytes: int) -> str:
-    return f"body exceeds the {mib_limit(max_bytes)}"
 
 
 def _host(url: str) -> str:
