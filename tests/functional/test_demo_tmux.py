@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.functional.tmuxkit import capture, keys, start
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.skipif(
@@ -18,28 +18,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def capture(session: str) -> str:
-    return subprocess.run(
-        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
-    ).stdout
-
-
-def start_demo(session: str, pidfile: Path) -> None:
-    # The pane can start at tmux's default size and be resized a moment later: start the demo
-    # once the terminal is the size asked for, so it lays out for 160x48 from its first frame.
-    cmd = (
-        f'echo $$ > {pidfile}; until [ "$(tput cols)x$(tput lines)" = 160x48 ]; do sleep 0.05;'
-        f" done; exec {sys.executable} -m gpuwatch demo --rate 2"
-    )
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", cmd], check=True
-    )
-
-
 def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
     session = f"gw-demo-{os.getpid()}"
     pidfile = tmp_path / "pid"
-    start_demo(session, pidfile)
+    start(session, pidfile, "demo --rate 2")
     try:
         badges = (" OK ", " TIGHT ", " OVERLOADED ")
 
@@ -62,7 +44,7 @@ def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
         # the GPU (0.47 of it) and the SDXL and BGE weights are loaded beside it.
         assert any("--workloads embed,image" in c for c in commands), commands
         assert "chat" in screen and "image" in screen and "18.9G/24.0G" in screen
-        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        keys(session, "q")
         gone, alive = psutil.wait_procs([demo, *children], timeout=20)
         assert not alive, f"still running after quit: {[p.pid for p in alive]}"
     finally:
@@ -74,7 +56,7 @@ def test_a_closed_terminal_takes_the_demo_s_simulator_and_gate_with_it(tmp_path:
     simulator or gate is left running in its own session with nobody to stop it."""
     session = f"gw-demo-hup-{os.getpid()}"
     pidfile = tmp_path / "pid"
-    start_demo(session, pidfile)
+    start(session, pidfile, "demo --rate 2")
     try:
         eventually_sync(
             lambda: "admission" in capture(session), 60, message=lambda: capture(session)

@@ -23,7 +23,6 @@ import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from difflib import unified_diff
 from pathlib import Path
@@ -31,6 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.functional.tmuxkit import capture, keys, start
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.skipif(
@@ -43,26 +43,6 @@ MODE_CLOCK = re.compile(r"\s+R[OW]\s+(?:REPLAY )?\d\d:\d\d:\d\d\s+")
 RECORD_S = 60.0
 INSTANTS_S = (12.0, 30.0, 48.0)  # into the recording: where the three live panes are taken
 CHARTS_FROM_COLUMN = 80  # at 160x48 the charts are the right half of the body
-
-
-def capture(session: str) -> str:
-    return subprocess.run(
-        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
-    ).stdout
-
-
-def start(session: str, pidfile: Path, args: str) -> None:
-    cmd = (
-        f'echo $$ > {pidfile}; until [ "$(tput cols)x$(tput lines)" = 160x48 ]; do sleep 0.05;'
-        f" done; exec {sys.executable} -m gpuwatch {args}"
-    )
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", cmd], check=True
-    )
-
-
-def keys(session: str, *names: str) -> None:
-    subprocess.run(["tmux", "send-keys", "-t", session, *names], check=True)
 
 
 def count(path: Path, query: str) -> int:
@@ -222,8 +202,10 @@ def test_record_the_demo_and_replay_it_in_tmux(tmp_path: Path) -> None:
         moved = clock()
         keys(replay, "Right")
         eventually_sync(lambda: clock() != moved, 10)
+        stepped = clock()
         keys(replay, "}")
-        eventually_sync(lambda: "next event" in capture(replay) or clock() != before, 10)
+        # it jumps to the next event, or says there is none that way
+        eventually_sync(lambda: "no event that way" in capture(replay) or clock() != stepped, 10)
         keys(replay, "+")
         eventually_sync(lambda: "read-only" in capture(replay), 10, message=lambda: capture(replay))
         quit_and_wait(replay, tmp_path / "replay.pid")

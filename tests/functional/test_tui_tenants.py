@@ -18,6 +18,7 @@ from gpuwatch.tui.screens.edit import EditLimits
 from tests.functional.gatekit import rig
 from tests.functional.test_gate_fairness import CONFIG
 from tests.functional.test_tui import text
+from tests.functional.test_tui_control import wait_version
 from tests.helpers import eventually
 
 
@@ -49,15 +50,13 @@ async def test_tenants_shown_and_steered_from_the_keyboard(tmp_path: Path) -> No
             await pilot.press("x")
             client = GateClient(r.url, None, Guard())
             try:
-                limits = await eventually(
-                    lambda: _limits(client, 2), pause=pilot.pause, message="no pause came"
-                )
+                limits = await wait_version(pilot, client, 2)  # the pause
                 assert limits["tenants"] == {"acme": {"paused": True, "max_inflight": None}}
                 await pilot.press("c")
-                limits = await eventually(lambda: _limits(client, 3), pause=pilot.pause)
+                limits = await wait_version(pilot, client, 3)
                 assert limits["tenants"]["acme"] == {"paused": True, "max_inflight": 32}
                 await pilot.press("u")
-                limits = await eventually(lambda: _limits(client, 4), pause=pilot.pause)
+                limits = await wait_version(pilot, client, 4)
                 assert limits["tenants"]["acme"] == {"paused": True, "max_inflight": None}
                 await eventually(
                     lambda: "paused" in text(app, "#admission").split("tenants")[1],
@@ -71,11 +70,6 @@ async def test_tenants_shown_and_steered_from_the_keyboard(tmp_path: Path) -> No
             r.upstream.release.release()
         for task in tasks:
             (await task).release()
-
-
-async def _limits(client: GateClient, version: int) -> dict | None:
-    limits = await client.limits()
-    return limits if limits["version"] >= version else None
 
 
 async def test_edit_form_sets_the_image_lanes_caps(tmp_path: Path) -> None:
@@ -99,8 +93,10 @@ async def test_edit_form_sets_the_image_lanes_caps(tmp_path: Path) -> None:
             assert not form.query("#max_inputs")  # the embedding caps are not the image lane's
             form.query_one("#max_steps").value = "30"
             form.query_one("#max_pixels").value = "0"
-            await pilot.pause()
-            assert "a whole number >= 1" in str(form.query_one("#max_pixels-error").render())
+            await eventually(
+                lambda: "a whole number >= 1" in str(form.query_one("#max_pixels-error").render()),
+                pause=pilot.pause,
+            )
             form.query_one("#max_pixels").value = "1048576"
             form.query_one("#media_policy", Select).value = "reject"
             await pilot.pause()
@@ -108,7 +104,7 @@ async def test_edit_form_sets_the_image_lanes_caps(tmp_path: Path) -> None:
             await pilot.press("enter")  # Enter in a field applies the form
             client = GateClient(r.url, None, Guard())
             try:
-                limits = await eventually(lambda: _limits(client, 2), pause=pilot.pause)
+                limits = await wait_version(pilot, client, 2)
             finally:
                 await client.close()
         image = limits["lanes"]["image"]
