@@ -132,14 +132,20 @@ def _styled(widget: Widget) -> list[list[tuple[str, str]]]:
     ]
 
 
+async def _both_showing(app: App[None], pilot, markup: str) -> tuple[Panel, Static]:  # type: ignore[no-untyped-def]
+    """The app's Panel and Static, both showing ``markup``, drawn."""
+    panel, static = app.query_one(Panel), app.query_one(Static)
+    panel.show(markup)
+    static.update(Content.from_markup(markup))
+    await pilot.pause()
+    return panel, static
+
+
 async def test_a_selection_across_lines_is_drawn_as_a_static_draws_it() -> None:
     app = Panels()
     markup = "aaaa [b]bbbb[/]\ncccc dddd\neeee [$success]ffff[/]"
     async with app.run_test(size=(80, 24)) as pilot:
-        panel, static = app.query_one(Panel), app.query_one(Static)
-        panel.show(markup)
-        static.update(Content.from_markup(markup))
-        await pilot.pause()
+        panel, static = await _both_showing(app, pilot, markup)
         unselected = _styled(panel)
         for start in (Offset(2, 1), Offset(2, 0)):  # from the middle, and from the first line
             for widget in (panel, static):
@@ -160,10 +166,7 @@ async def test_a_restyled_panel_draws_its_lines_again_without_new_text() -> None
     app = Restyled()
     markup = "plain one\nplain two"
     async with app.run_test(size=(100, 24)) as pilot:
-        panel, static = app.query_one(Panel), app.query_one(Static)
-        panel.show(markup)
-        static.update(Content.from_markup(markup))
-        await pilot.pause()
+        panel, static = await _both_showing(app, pilot, markup)
         before = _styled(panel)
         panel.add_class("hot")
         static.add_class("hot")

@@ -290,6 +290,21 @@ def test_a_forged_row_of_256_mib_is_never_read_into_memory(tmp_path: Path) -> No
     assert bad == 1 and peak_mib < 200, proc.stdout
 
 
+def fake_admin(entries: object) -> tuple[dict, dict[str, int]]:
+    """A gate's admin routes answering ``entries`` as its audit trail, and how often the
+    audit was asked for."""
+    asked = {"audit": 0}
+
+    async def audit(_: web.Request) -> web.Response:
+        asked["audit"] += 1
+        return web.json_response({"entries": entries})
+
+    async def limits(_: web.Request) -> web.Response:
+        return web.json_response({"version": 1, "paused": False, "lanes": {}})
+
+    return {"/admin/audit": audit, "/admin/limits": limits, "/admin/status": limits}, asked
+
+
 @pytest.mark.parametrize("entries", [[{"actor": "x"}, 5, {"version": "1", "time": 1.0}], "oops"])
 def test_a_gate_answering_odd_audit_entries_does_not_stop_the_recording(
     sim_url: str, tmp_path: Path, entries: object
@@ -297,13 +312,7 @@ def test_a_gate_answering_odd_audit_entries_does_not_stop_the_recording(
     """What the admin URL answers is not ours: entries that are not audit entries are left
     out, and the recording goes on for its whole duration."""
 
-    async def audit(_: web.Request) -> web.Response:
-        return web.json_response({"entries": entries})
-
-    async def limits(_: web.Request) -> web.Response:
-        return web.json_response({"version": 1, "paused": False, "lanes": {}})
-
-    routes = {"/admin/audit": audit, "/admin/limits": limits, "/admin/status": limits}
+    routes, asked = fake_admin(entries)
     path = tmp_path / "odd.db"
     with ThreadedServer(routes) as admin:
         proc = subprocess.run(record_args(sim_url, path, "--admin", admin.url(""), "--duration", "5"),
@@ -314,6 +323,7 @@ def test_a_gate_answering_odd_audit_entries_does_not_stop_the_recording(
     audited = db.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
     db.close()
     assert span >= 4.0 and audited == 0, (span, audited)
+    assert asked["audit"] > 0  # the gate's answers were asked for, and left out
 
 
 def test_an_unexpected_error_in_the_writer_stops_recording_with_one_line_and_exit_1(
@@ -322,14 +332,7 @@ def test_an_unexpected_error_in_the_writer_stops_recording_with_one_line_and_exi
     """Review 2: an audit version past SQLite's 64-bit integers raised OverflowError (no
     sqlite3.Error) in the writer task, which ended unseen: rows stopped, exit 0."""
 
-    async def audit(_: web.Request) -> web.Response:
-        entry = {"actor": "x", "version": 2**70, "time": 1.0}
-        return web.json_response({"entries": [entry]})
-
-    async def limits(_: web.Request) -> web.Response:
-        return web.json_response({"version": 1, "paused": False, "lanes": {}})
-
-    routes = {"/admin/audit": audit, "/admin/limits": limits, "/admin/status": limits}
+    routes, _ = fake_admin([{"actor": "x", "version": 2**70, "time": 1.0}])
     path = tmp_path / "overflow.db"
     with ThreadedServer(routes) as admin:
         proc = subprocess.run(record_args(sim_url, path, "--admin", admin.url(""), "--duration", "30"),
