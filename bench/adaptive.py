@@ -59,8 +59,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(args: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def start(args: list[str], url: str, log: Path, code: Path = ROOT) -> subprocess.Popen[bytes]:
+    """``gpuwatch ARGS`` from the checkout at ``code``, once ``url``/health answers."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuwatch", *args],
         stdout=log.open("wb"),

@@ -1,0 +1,369 @@
+"""Overload, side by side (issue 24 point 5): four admission configurations on the same seeded
+bursty arrivals at 1x, 1.5x, 2x and 4x the planner's knee, in the simulator.
+
+Run: python bench/overload.py [--levels 1,1.5,2,4] [--minutes 3] [--time-scale 4]
+                              [--only loose,plan,today,new] [--json FILE]
+Quick check: python bench/overload.py --levels 1,4 --minutes 1
+Goal (issue 24) for the new design at 1.5x, 2x and 4x: good requests per second at least 90% of
+the knee's, p99 TTFT of the admitted requests within the target (2 s), refusals answered within
+50 ms (median). The script prints the table and one PASS/FAIL line per goal.
+
+- The knee comes from ``gpuwatch plan`` (``sweep_sim``) run in-process on the simulator's
+  default profile with the planner's default traffic (gamma arrivals, burstiness 0.5, prompts
+  128..1024, outputs lognormal mean 128), target p99 TTFT 2 s. Its recommended limits are (b).
+- **The knee's good requests per second is defined as the knee rate itself** (every request
+  arriving at the knee counted good), not measured: a fixed bar, the same in every run whatever
+  is selected, and a little stricter than a measured one (at the knee a few requests miss the
+  SLO). The (b) row at 1x shows what the plan's limits really give there.
+- Arrivals per level: gamma gaps (burstiness 0.5) with spikes on top (2x the base rate for the
+  last quarter of every 20 simulated seconds), the base set so that the *mean* rate is level x
+  knee. One seed: every configuration gets the same requests at the same times at a level.
+- Configurations (lane ``chat``; the dicts below, times in simulated seconds): (a) ``loose``
+  static limits, (b) ``plan``: the planner's recommended static limits, (c) ``today``: the
+  adaptive lane as bench/adaptive.py runs it, with the gate's code as of ``TODAY`` (a worktree
+  of that commit on the gate's PYTHONPATH, bench/baseline.py), (d) ``new``: the new design,
+  this checkout's gate with ``NEW`` (keys this checkout's gate does not know are left out, and
+  the output says so). Each run gets a fresh simulator and gate (separate processes).
+- The simulator runs ``--time-scale`` x faster than real time: every time printed is in
+  simulated seconds (wall x scale), the lane's times are given to the gate / scale, and the gate
+  runs its controller at ``--adaptive-pace 1/scale`` (a decision a simulated second). Except the
+  time to a refusal: the gate's refusals are not scaled, so it is wall milliseconds.
+- Per row, over the requests planned in the level's window: good req/s (answered 200 with TTFT
+  <= 2 s, per simulated second of the window) and its share of the knee's; p99 TTFT of the
+  answered; refusals (429 / 503) and their share; the median client-side latency of a refusal;
+  other failures; the simulator's preemptions (``vllm:num_preemptions_total``) over the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from gpuwatch.gate.limits import LANE_KEYS
+from gpuwatch.load.runner import LoadRun, Result, Shape
+from gpuwatch.load.spec import Dist, LoadSpec, Pattern, arrival_times
+from gpuwatch.plan.planner import sweep_sim
+from gpuwatch.plan.probe import Target
+from gpuwatch.plan.recommend import Recommendation
+from gpuwatch.plan.traffic import DEFAULT_BURSTINESS, DEFAULT_OUTPUT, DEFAULT_PROMPT, Traffic
+from gpuwatch.series import sample_quantile
+from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
+
+sys.path.insert(0, str(Path(__file__).parent))
+from adaptive import ROOT, free_port, gate_toml, preemptions, start, watch_gate
+from baseline import checkout
+
+SLO_S = 2.0
+LEVELS = (1.0, 1.5, 2.0, 4.0)
+# Burstiness on top of the gamma gaps: 2x the base rate for the last quarter of every 20 s.
+SPIKES = Pattern(period=20.0, duty=0.25, factor=2.0)
+GOOD_SHARE_GOAL = 0.90
+REFUSAL_GOAL_MS = 50.0
+REFUSED = (429, 503)
+# "Today's adaptive": the gate's code before issue 24.
+TODAY = "710b3e0"
+PLAN = "plan"  # a value taken from the planner's recommendation
+
+# The lane configurations. Times (keys ending in _s) are simulated seconds; None leaves the key
+# out (the gate's default).
+CONFIGS: dict[str, dict[str, Any]] = {
+    "loose": {"max_inflight": 256, "max_queue": 1024, "queue_timeout_s": 30.0},
+    "plan": {"max_inflight": PLAN, "max_queue": PLAN, "queue_timeout_s": 30.0},
+    # As bench/adaptive.py runs it: the target is TTFT after admission, 0.6 x the SLO (the queue
+    # wait is the rest of the user's budget).
+    "today": {"policy": "adaptive", "min_inflight": 4, "max_inflight": 256, "max_queue": PLAN,
+              "queue_timeout_s": 30.0, "target_ttft_p99_s": 0.6 * SLO_S},
+}  # fmt: skip
+# (d) The new design: adjust here. The target is the user's TTFT; max_queue_wait_s None derives
+# the queue-wait budget from it (minus the lane's recent prefill time).
+NEW: dict[str, Any] = {
+    "policy": "adaptive",
+    "min_inflight": 4,
+    "max_inflight": 256,
+    "max_queue": 1024,
+    "queue_timeout_s": 30.0,
+    "target_ttft_p99_s": SLO_S,
+    "max_queue_wait_s": None,
+}
+CONFIGS["new"] = NEW
+NEW_GATE_ARGS: list[str] = []  # extra `gpuwatch gate` arguments for (d)
+# Configurations whose gate runs older code: the commit.
+REVS = {"today": TODAY}
+
+
+@dataclass
+class Run:
+    config: str
+    level: float
+    results: list[Result]
+    answer_s: dict[int, float]  # id(result) -> wall seconds from send to the answer's end
+    preemptions: float
+    wall_s: float
+    trace: list[tuple[float, int]]
+
+
+class TimedRun(LoadRun):
+    """A load run that also keeps how long each answer took, refusals included (the runner
+    times a 200's stream only)."""
+
+    def __init__(self, spec: LoadSpec, shapes: list[Shape]) -> None:
+        super().__init__(spec, shapes=shapes)
+        self.answer_s: dict[int, float] = {}
+
+    async def _one(self, session: aiohttp.ClientSession, path: str, body: dict[str, Any],
+                   r: Result) -> None:  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            await super()._one(session, path, body, r)
+        finally:
+            self.answer_s[id(r)] = time.perf_counter() - t0
+
+
+def arrivals(knee: float, level: float, seconds: float, scale: float, seed: int) -> list[Shape]:
+    """The level's requests: planned wall times, sizes drawn from their own seeded stream so
+    every level gets the same sequence of prompts and outputs."""
+    mean_factor = (1 - SPIKES.duty) + SPIKES.duty * SPIKES.factor
+    spec = LoadSpec("http://unused", level * knee / mean_factor, duration_s=seconds,
+                    burstiness=DEFAULT_BURSTINESS, pattern=SPIKES, seed=seed)  # fmt: skip
+    sizes = random.Random(seed + 1)
+    prompt = Dist.parse(DEFAULT_PROMPT, "prompt")
+    output = Dist.parse(DEFAULT_OUTPUT, "output")
+    return [
+        (t / scale, "chat", prompt.sample(sizes), output.sample(sizes))
+        for t in arrival_times(spec, random.Random(seed))
+        if t < seconds
+    ]
+
+
+def resolve(name: str, rec: Recommendation) -> tuple[dict[str, Any], list[str]]:
+    """A configuration with the plan's values filled in (simulated seconds; None: the gate's
+    default), and the keys left out because this checkout's gate does not know them."""
+    lane: dict[str, Any] = {}
+    dropped = []
+    for key, value in CONFIGS[name].items():
+        if name not in REVS and key not in LANE_KEYS:
+            dropped.append(key)
+        else:
+            lane[key] = getattr(rec, key) if value == PLAN else value
+    return lane, dropped
+
+
+def for_gate(lane: dict[str, Any], scale: float) -> dict[str, Any]:
+    """The lane as the gate gets it: times / scale, None keys left out."""
+    return {
+        key: round(value / scale, 6) if key.endswith("_s") else value
+        for key, value in lane.items()
+        if value is not None
+    }
+
+
+def run_one(name: str, lane: dict[str, Any], level: float, shapes: list[Shape],
+            args: argparse.Namespace, work: Path, code: Path) -> Run:  # fmt: skip
+    sim_port, gate_port = free_port(), free_port()
+    sim_url, gate_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gate_port}"
+    label = f"{name}-{level:g}x"
+    (work / f"{label}.toml").write_text(gate_toml(lane))
+    sim = start(["sim", "--profile", DEFAULT_PROFILE, "--listen", f"127.0.0.1:{sim_port}",
+                 "--time-scale", str(args.time_scale), "--seed", str(args.seed)],
+                sim_url, work / f"{label}-sim.log")  # fmt: skip
+    extra = NEW_GATE_ARGS if name == "new" else []
+    gate = start(["gate", "--upstream", sim_url, "--listen", f"127.0.0.1:{gate_port}",
+                  "--config", str(work / f"{label}.toml"),
+                  "--state-file", str(work / f"{label}-state.json"),
+                  "--upstream-metrics", f"{sim_url}/metrics",
+                  "--adaptive-pace", str(1 / args.time_scale), *extra],
+                 gate_url, work / f"{label}-gate.log", code)  # fmt: skip
+    try:
+        run = TimedRun(LoadSpec(gate_url, 1.0, requests=len(shapes), seed=args.seed), shapes)
+        trace: list[tuple[float, int]] = []
+        before = preemptions(sim_url)
+
+        async def drive() -> None:
+            window = shapes[-1][0] if shapes else 0.0
+            watcher = asyncio.create_task(watch_gate(gate_url, time.monotonic() + window, trace))
+            await run.run()
+            await watcher
+
+        t0 = time.perf_counter()
+        asyncio.run(drive())
+        wall = time.perf_counter() - t0
+        return Run(name, level, run.results, run.answer_s, preemptions(sim_url) - before, wall,
+                   trace)  # fmt: skip
+    finally:
+        for proc in (gate, sim):
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
+    ok = [r for r in run.results if r.ok and r.ttft is not None]
+    ttfts = sorted(r.ttft * scale for r in ok if r.ttft is not None)
+    good = sum(1 for x in ttfts if x <= SLO_S)
+    refused = [r for r in run.results if r.status in REFUSED]
+    refusal_ms = [run.answer_s[id(r)] * 1000 for r in refused if id(r) in run.answer_s]
+    sent = len(run.results)
+    return {
+        "level": run.level,
+        "config": run.config,
+        "sent": sent,
+        "good": good,
+        "good_rps": good / seconds,
+        "good_share_of_knee": good / seconds / knee,
+        "p99_ttft_s": sample_quantile(ttfts, 0.99) if ttfts else None,
+        "refused": len(refused),
+        "refused_share": len(refused) / sent if sent else 0.0,
+        "refusal_p50_ms": statistics.median(refusal_ms) if refusal_ms else None,
+        "failed": sum(1 for r in run.results if not r.ok and r.status not in REFUSED),
+        "preemptions": run.preemptions,
+        "wall_s": run.wall_s,
+        "effective_max_inflight": [n for _, n in run.trace],
+    }
+
+
+HEAD = (f"{'level':>5s}  {'config':6s} {'sent':>5s}  {'good/s':>6s} {'%knee':>6s}  "
+        f"{'p99 TTFT':>8s}  {'refused':>13s}  {'refusal p50':>11s}  {'failed':>6s}  "
+        f"{'preempt':>7s}  {'wall':>5s}")  # fmt: skip
+
+
+def fmt(r: dict[str, Any]) -> str:
+    p99 = f"{r['p99_ttft_s']:7.2f}s" if r["p99_ttft_s"] is not None else "     n/a"
+    p50 = f"{r['refusal_p50_ms']:8.1f} ms" if r["refusal_p50_ms"] is not None else "        n/a"
+    return (f"{r['level']:4g}x  {r['config']:6s} {r['sent']:5d}  {r['good_rps']:6.2f} "
+            f"{r['good_share_of_knee']:6.1%}  {p99}  {r['refused']:5d} ({r['refused_share']:5.1%})"
+            f"  {p50}  {r['failed']:6d}  {r['preemptions']:7.0f}  {r['wall_s']:4.0f}s")  # fmt: skip
+
+
+def goals(rows: list[dict[str, Any]]) -> list[str]:
+    """One PASS/FAIL line per goal for the new design, over the overload levels run."""
+    new = [r for r in rows if r["config"] == "new" and r["level"] > 1]
+    if not new:
+        return ["goals: not judged (the new design was not run above 1x)"]
+    at = " ".join(f"{r['level']:g}x" for r in new)
+
+    def line(what: str, passed: bool, values: str) -> str:
+        return f"{'PASS' if passed else 'FAIL'}  new at {at}: {what} ({values})"
+
+    good = all(r["good_share_of_knee"] >= GOOD_SHARE_GOAL for r in new)
+    p99s = [r["p99_ttft_s"] for r in new]
+    # A row that answered nothing has no p99 to be within the target: it fails.
+    tail = all(p is not None and p <= SLO_S for p in p99s)
+    fast = all(r["refusal_p50_ms"] is None or r["refusal_p50_ms"] <= REFUSAL_GOAL_MS for r in new)
+    return [
+        line(f"good req/s >= {GOOD_SHARE_GOAL:.0%} of the knee's", good,
+             ", ".join(f"{r['good_share_of_knee']:.1%}" for r in new)),
+        line(f"p99 TTFT of admitted <= {SLO_S:g} s", tail,
+             ", ".join("n/a" if p is None else f"{p:.2f} s" for p in p99s)),
+        line(f"median time to a refusal <= {REFUSAL_GOAL_MS:g} ms (wall)", fast,
+             ", ".join("no refusals" if r["refusal_p50_ms"] is None
+                       else f"{r['refusal_p50_ms']:.1f} ms" for r in new)),
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def code_trees(names: list[str]) -> Iterator[dict[str, Path]]:
+    """Where each configuration's gate code lives: a worktree of its commit, or this one."""
+    with contextlib.ExitStack() as stack:
+        trees = {rev: stack.enter_context(checkout(rev)) for rev in
+                 {REVS[n] for n in names if n in REVS}}  # fmt: skip
+        yield {n: trees[REVS[n]] if n in REVS else ROOT for n in names}
+
+
+def commit() -> str:
+    out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                         capture_output=True, text=True)  # fmt: skip
+    return out.stdout.strip() or "unknown"
+
+
+def csv(kind: type, choices: tuple[Any, ...] | None = None) -> Any:
+    def parse(text: str) -> list[Any]:
+        values = [kind(v.strip().rstrip("x")) for v in text.split(",") if v.strip()]
+        bad = [v for v in values if choices is not None and v not in choices]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"expected a comma list of {choices}, got {text!r}")
+        return values
+
+    return parse
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--levels", type=csv(float), default=list(LEVELS),
+                        help="x the knee's rate, e.g. 1,1.5,2,4")  # fmt: skip
+    parser.add_argument("--minutes", type=float, default=3.0, help="simulated minutes a level")
+    parser.add_argument("--time-scale", type=float, default=4.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", type=csv(str, tuple(CONFIGS)), default=list(CONFIGS),
+                        help=f"configurations, a comma list of {', '.join(CONFIGS)}")  # fmt: skip
+    parser.add_argument("--json", type=Path, help="write every number here")
+    args = parser.parse_args()
+    if any(level <= 0 for level in args.levels) or args.minutes <= 0 or args.time_scale <= 0:
+        parser.error("--levels, --minutes and --time-scale must be above 0")
+
+    t0 = time.perf_counter()
+    profile = get_profile(DEFAULT_PROFILE)
+    traffic = Traffic()
+    plan = sweep_sim(profile, traffic, Target(SLO_S), seed=args.seed, check=False)
+    if plan.knee is None or plan.recommended is None:
+        raise SystemExit("the planner found no knee")
+    knee, rec = plan.knee, plan.recommended
+    seconds = args.minutes * 60
+    names = [n for n in CONFIGS if n in args.only]
+    rev = commit()
+    print(f"plan ({time.perf_counter() - t0:.1f} s wall): knee {knee:.2f} req/s on "
+          f"{DEFAULT_PROFILE} ({traffic.describe()}), target p99 TTFT {SLO_S:g} s; recommended "
+          f"max_inflight {rec.max_inflight}, max_queue {rec.max_queue}")  # fmt: skip
+    print(f"the knee's good req/s: the knee rate itself, {knee:.2f}/s (not measured); "
+          f"%knee = good req/s / {knee:.2f}")  # fmt: skip
+    print(f"arrivals: gamma (burstiness {DEFAULT_BURSTINESS:g}), {SPIKES.factor:g}x spikes for "
+          f"the last {SPIKES.duty:.0%} of every {SPIKES.period:g} s, mean level x knee; "
+          f"{seconds:g} simulated s a level, seed {args.seed}, time x{args.time_scale:g} "
+          f"(times in simulated s, refusal latency in wall ms); bench at {rev}")  # fmt: skip
+    lanes: dict[str, dict[str, Any]] = {}
+    for name in names:
+        lanes[name], dropped = resolve(name, rec)
+        where = f"code at {REVS[name]}" if name in REVS else f"this checkout, {rev}"
+        note = f"; left out, unknown to this gate: {', '.join(dropped)}" if dropped else ""
+        print(f"  {name:6s} ({where}) {json.dumps(lanes[name])}{note}")
+
+    rows: list[dict[str, Any]] = []
+    print(HEAD)
+    with tempfile.TemporaryDirectory(prefix="bench-overload-") as tmp, code_trees(names) as code:
+        for level in args.levels:
+            shapes = arrivals(knee, level, seconds, args.time_scale, args.seed)
+            for name in names:
+                gate_lane = for_gate(lanes[name], args.time_scale)
+                run = run_one(name, gate_lane, level, shapes, args, Path(tmp), code[name])
+                rows.append(row(run, knee, seconds, args.time_scale))
+                print(fmt(rows[-1]), flush=True)
+    for line in goals(rows):
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps(
+            {"commit": rev, "profile": DEFAULT_PROFILE, "knee_rps": knee,
+             "reference": "the knee rate", "slo_ttft_s": SLO_S, "seconds_per_level": seconds,
+             "time_scale": args.time_scale, "seed": args.seed,
+             "lanes": {n: {**lanes[n], "code": REVS.get(n, rev)} for n in names},
+             "recommended": {"max_inflight": rec.max_inflight, "max_queue": rec.max_queue},
+             "rows": rows}, indent=1))  # fmt: skip
+    print(f"total {time.perf_counter() - t0:.0f} s wall")
+
+
+if __name__ == "__main__":
+    main()
