@@ -27,8 +27,11 @@ the knee's, p99 TTFT of the admitted requests within the target (2 s), refusals 
 - The simulator runs ``--time-scale`` x faster than real time: every time printed is in
   simulated seconds (wall x scale), the lane's times are given to the gate / scale, and the gate
   runs its controller at ``--adaptive-pace 1/scale`` (a decision a simulated second). Except the
-  time to a refusal: the gate's refusals are not scaled, so it is wall milliseconds.
-- Per row, over the requests planned in the level's window: good req/s (answered 200 with TTFT
+  time to a refusal: the gate's work is not scaled, so it is wall milliseconds. (A refusal
+  after a wait in the queue, a timeout or a shed, waited wait / scale of wall time: it counts
+  at its wall time, which is a lower bound of what it would take on the node.)
+- Per row, over the requests planned in the level's window: requests sent per simulated
+  second (the seeded draw's own mean, near level x knee); good req/s (answered 200 with TTFT
   <= 2 s, per simulated second of the window) and its share of the knee's; p99 TTFT of the
   answered; refusals (429 / 503) and their share; the median client-side latency of a refusal;
   other failures; the simulator's preemptions (``vllm:num_preemptions_total``) over the run.
@@ -223,6 +226,7 @@ def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
         "level": run.level,
         "config": run.config,
         "sent": sent,
+        "sent_rps": sent / seconds,
         "good": good,
         "good_rps": good / seconds,
         "good_share_of_knee": good / seconds / knee,
@@ -237,7 +241,7 @@ def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
     }
 
 
-HEAD = (f"{'level':>5s}  {'config':6s} {'sent':>5s}  {'good/s':>6s} {'%knee':>6s}  "
+HEAD = (f"{'level':>5s}  {'config':6s} {'sent/s':>6s}  {'good/s':>6s} {'%knee':>6s}  "
         f"{'p99 TTFT':>8s}  {'refused':>13s}  {'refusal p50':>11s}  {'failed':>6s}  "
         f"{'preempt':>7s}  {'wall':>5s}")  # fmt: skip
 
@@ -245,7 +249,7 @@ HEAD = (f"{'level':>5s}  {'config':6s} {'sent':>5s}  {'good/s':>6s} {'%knee':>6s
 def fmt(r: dict[str, Any]) -> str:
     p99 = f"{r['p99_ttft_s']:7.2f}s" if r["p99_ttft_s"] is not None else "     n/a"
     p50 = f"{r['refusal_p50_ms']:8.1f} ms" if r["refusal_p50_ms"] is not None else "        n/a"
-    return (f"{r['level']:4g}x  {r['config']:6s} {r['sent']:5d}  {r['good_rps']:6.2f} "
+    return (f"{r['level']:4g}x  {r['config']:6s} {r['sent_rps']:6.2f}  {r['good_rps']:6.2f} "
             f"{r['good_share_of_knee']:6.1%}  {p99}  {r['refused']:5d} ({r['refused_share']:5.1%})"
             f"  {p50}  {r['failed']:6d}  {r['preemptions']:7.0f}  {r['wall_s']:4.0f}s")  # fmt: skip
 
