@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,21 +156,49 @@ async def watch_gate(admin: str, until: float, trace: list[tuple[float, int]]) -
             await asyncio.sleep(1.0)
 
 
-def run_one(label: str, lane: dict[str, Any], t: Traffic2, args: argparse.Namespace,
-            work: Path) -> dict[str, Any]:  # fmt: skip
+@contextlib.contextmanager
+def sim_and_gate(
+    label: str,
+    lane: dict[str, Any],
+    work: Path,
+    time_scale: float,
+    seed: int,
+    gate_args: Sequence[str] = (),
+    code: Path = ROOT,
+    profile: str = PROFILE,
+) -> Iterator[tuple[str, str]]:
+    """A fresh simulator (this checkout's) and a gate with ``lane`` as its chat lane in front of
+    it (the code at ``code``), each its own process on a free port: their URLs, and both
+    stopped on the way out."""
     sim_port, gate_port = free_port(), free_port()
     sim_url, gate_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gate_port}"
     (work / f"{label}.toml").write_text(gate_toml(lane))
-    sim = start(["sim", "--profile", PROFILE, "--listen", f"127.0.0.1:{sim_port}",
-                 "--time-scale", str(args.time_scale), "--seed", str(args.seed)],
-                sim_url, work / f"{label}-sim.log")  # fmt: skip
-    gate = start(["gate", "--upstream", sim_url, "--listen", f"127.0.0.1:{gate_port}",
-                  "--config", str(work / f"{label}.toml"), "--state-file",
-                  str(work / f"{label}-state.json"), "--upstream-metrics", f"{sim_url}/metrics",
-                  "--controller", args.controller,
-                  "--adaptive-pace", str(1 / args.time_scale)],
-                 gate_url, work / f"{label}-gate.log")  # fmt: skip
+    procs: list[subprocess.Popen[bytes]] = []
     try:
+        procs.append(start(["sim", "--profile", profile, "--listen", f"127.0.0.1:{sim_port}",
+                            "--time-scale", str(time_scale), "--seed", str(seed)],
+                           sim_url, work / f"{label}-sim.log"))  # fmt: skip
+        procs.append(start(["gate", "--upstream", sim_url, "--listen", f"127.0.0.1:{gate_port}",
+                            "--config", str(work / f"{label}.toml"), "--state-file",
+                            str(work / f"{label}-state.json"),
+                            "--upstream-metrics", f"{sim_url}/metrics",
+                            "--adaptive-pace", str(1 / time_scale), *gate_args],
+                           gate_url, work / f"{label}-gate.log", code))  # fmt: skip
+        yield sim_url, gate_url
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def run_one(label: str, lane: dict[str, Any], t: Traffic2, args: argparse.Namespace,
+            work: Path) -> dict[str, Any]:  # fmt: skip
+    gate_args = ["--controller", args.controller]
+    with sim_and_gate(label, lane, work, args.time_scale, args.seed, gate_args) as urls:
+        sim_url, gate_url = urls
         spec = LoadSpec(gate_url, 1.0, requests=len(t.shapes), seed=args.seed)
         run = LoadRun(spec, shapes=t.shapes)
         wall_half = t.half_s / args.time_scale
@@ -195,13 +225,6 @@ def run_one(label: str, lane: dict[str, Any], t: Traffic2, args: argparse.Namesp
         rows = halves(run.results, t, args.time_scale)
         rows[0]["preemptions"], rows[1]["preemptions"] = pre[1] - pre[0], pre[2] - pre[1]
         return {"label": label, "halves": rows, "wall_s": wall, "trace": trace}
-    finally:
-        for proc in (gate, sim):
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def fmt(row: dict[str, Any]) -> str:

@@ -67,7 +67,7 @@ from gpuwatch.series import sample_quantile
 from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
 
 sys.path.insert(0, str(Path(__file__).parent))
-from adaptive import ROOT, free_port, gate_toml, preemptions, start, watch_gate
+from adaptive import ROOT, preemptions, sim_and_gate, watch_gate
 from baseline import checkout
 
 SLO_S = 2.0
@@ -176,21 +176,9 @@ def for_gate(lane: dict[str, Any], scale: float) -> dict[str, Any]:
 
 def run_one(name: str, lane: dict[str, Any], level: float, shapes: list[Shape],
             args: argparse.Namespace, work: Path, code: Path) -> Run:  # fmt: skip
-    sim_port, gate_port = free_port(), free_port()
-    sim_url, gate_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gate_port}"
-    label = f"{name}-{level:g}x"
-    (work / f"{label}.toml").write_text(gate_toml(lane))
-    sim = start(["sim", "--profile", DEFAULT_PROFILE, "--listen", f"127.0.0.1:{sim_port}",
-                 "--time-scale", str(args.time_scale), "--seed", str(args.seed)],
-                sim_url, work / f"{label}-sim.log")  # fmt: skip
-    extra = NEW_GATE_ARGS if name == "new" else []
-    gate = start(["gate", "--upstream", sim_url, "--listen", f"127.0.0.1:{gate_port}",
-                  "--config", str(work / f"{label}.toml"),
-                  "--state-file", str(work / f"{label}-state.json"),
-                  "--upstream-metrics", f"{sim_url}/metrics",
-                  "--adaptive-pace", str(1 / args.time_scale), *extra],
-                 gate_url, work / f"{label}-gate.log", code)  # fmt: skip
-    try:
+    gate_args = NEW_GATE_ARGS if name == "new" else []
+    with sim_and_gate(f"{name}-{level:g}x", lane, work, args.time_scale, args.seed, gate_args,
+                      code, DEFAULT_PROFILE) as (sim_url, gate_url):  # fmt: skip
         run = TimedRun(LoadSpec(gate_url, 1.0, requests=len(shapes), seed=args.seed), shapes)
         trace: list[tuple[float, int]] = []
         before = preemptions(sim_url)
@@ -206,13 +194,6 @@ def run_one(name: str, lane: dict[str, Any], level: float, shapes: list[Shape],
         wall = time.perf_counter() - t0
         return Run(name, level, run.results, run.answer_s, preemptions(sim_url) - before, wall,
                    trace)  # fmt: skip
-    finally:
-        for proc in (gate, sim):
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
@@ -258,7 +239,7 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
     """One PASS/FAIL line per goal for the new design, over the overload levels run."""
     new = [r for r in rows if r["config"] == "new" and r["level"] > 1]
     if not new:
-        return ["goals: not judged (the new design was not run above 1x)"]
+        return ["goals: not judged (the new design did not run at a level above 1x)"]
     at = " ".join(f"{r['level']:g}x" for r in new)
 
     def line(what: str, passed: bool, values: str) -> str:
