@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuwatch.gate.adaptive import (
     CONTROLLERS,
+    KV_HIGH,
     MIN_INTERVAL_S,
     WINDOW_S,
     Controller,
@@ -69,6 +70,7 @@ class AdaptiveLoop:
         controller: str = "aimd",
         clock: Callable[[], float] = time.monotonic,
         pace: float = 1.0,
+        kv_high: float = KV_HIGH,
     ) -> None:
         self.state = state
         self.lanes = lanes
@@ -79,6 +81,7 @@ class AdaptiveLoop:
         self.make_controller = CONTROLLERS[controller]
         self.clock = clock
         self.pace = pace  # adaptive.py's timings x this (1/X before a simulator at X times)
+        self.kv_high = kv_high  # upstream KV usage that cuts ([slo] kv_usage_high)
         self.control: dict[str, LaneControl] = {}
         self._background = Background(self.run)
 
@@ -98,9 +101,11 @@ class AdaptiveLoop:
                 continue
             ctl = self.control.get(name)
             if ctl is None:
-                # Switched on: start from the top and let the tail say whether to cut.
-                start = clamp_inflight(configured, configured.max_inflight)
-                ctl = LaneControl(self.make_controller(now, self.pace), start, None)
+                # Switched on: start from what is in flight now (the floor on a fresh gate) and
+                # grow in slow start. Starting from the ceiling let an overload that came at
+                # once fill the engine before the first TTFT was measured (issue 24).
+                start = clamp_inflight(configured, lane.inflight)
+                ctl = LaneControl(self.make_controller(now, self.pace, self.kv_high), start, None)
                 self.control[name] = ctl
             elif ctl.configured != configured:
                 ctl.controller.since = now  # new bounds or target: judge what comes after
@@ -155,6 +160,7 @@ class AdaptiveLoop:
                 len(lane.queue),
                 preempted,
                 reading.kv_usage if reading is not None else None,
+                reading.waiting if reading is not None else None,
             )
             decision = ctl.controller.decide(now, configured, ctl.inflight, m)
             # Preemptions count from the last decision: a cut answers those seen before it.
