@@ -75,6 +75,11 @@ KV_CUT = 0.9  # ... by this much: the KV is full, not overflowing (that is preem
 # waits a step before it is scheduled, and a scrape catches some in that step.
 WAITING_SLACK = 1.0
 WAITING_CUT_MAX = 0.5  # a waiting-queue cut takes at most half the limit at once
+# The target is what users feel: queue wait and engine together. The engine's part (TTFT after
+# admission, what this controller steers) is a share of it; the rest is the queue's budget
+# (deadline.py), so that a request that waited its whole budget is still served in time.
+ENGINE_SHARE = 0.5
+MIN_ENGINE_SHARE = 0.1  # with a fixed max_queue_wait_s as long as the target itself
 
 Direction = Literal["up", "down"]
 
@@ -90,6 +95,9 @@ class Measure:
     preemptions: float = 0.0  # upstream preemptions since the last decision
     kv_usage: float | None = None  # upstream KV cache usage, 0..1
     engine_waiting: float | None = None  # requests in the upstream's own queue
+    # Refused for want of a slot (queue full, past its queue-wait budget) since the last
+    # decision: demand the limit turned away. With a short queue in time it is the queue.
+    turned_away: int = 0
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,7 @@ def measure(
     preemptions: float = 0.0,
     kv_usage: float | None = None,
     engine_waiting: float | None = None,
+    turned_away: int = 0,
 ) -> Measure:
     """The window from the gate's own records: those admitted after ``since``."""
     ttfts: list[float] = []
@@ -133,7 +142,19 @@ def measure(
         preemptions,
         kv_usage,
         engine_waiting,
+        turned_away,
     )
+
+
+def engine_target(limits: LaneLimits) -> float | None:
+    """The p99 TTFT after admission the controller holds: the target less the queue's part
+    (``max_queue_wait_s`` when set, else ``1 - ENGINE_SHARE`` of the target)."""
+    target = limits.target_ttft_p99_s
+    if target is None:
+        return None
+    if limits.max_queue_wait_s is not None:
+        return max(target * MIN_ENGINE_SHARE, target - limits.max_queue_wait_s)
+    return target * ENGINE_SHARE
 
 
 def bounds(limits: LaneLimits) -> tuple[int, int]:
@@ -227,7 +248,7 @@ class Aimd:
     def decide(self, now: float, limits: LaneLimits, current: int, m: Measure) -> Decision | None:
         if now - self._last < MIN_INTERVAL_S * self.pace:
             return None
-        target = limits.target_ttft_p99_s
+        target = engine_target(limits)
         if target is None:
             return None
         low, high = bounds(limits)
@@ -260,7 +281,7 @@ class Aimd:
         if p99 is not None and m.samples >= MIN_SAMPLES and p99 > target:
             why = f"p99 TTFT {_s(p99)} > {_s(target)}"
             return self._cut(now, low, current, math.floor(current * DECREASE), why, hold=True)
-        if m.queued <= 0:
+        if m.queued <= 0 and m.turned_away <= 0:
             self.note = "no queue: the limit is not binding"
             return None
         if p99 is None or m.samples < MIN_SAMPLES:
@@ -270,7 +291,7 @@ class Aimd:
             self.note = f"upstream queue {m.engine_waiting:g}: not adding"
             return None
         if current >= high:
-            self.note = f"at the ceiling {high}: {m.queued} queued"
+            self.note = f"at the ceiling {high}: {m.queued} queued, {m.turned_away} turned away"
             return None
         slow = self._ssthresh is None or current < self._ssthresh
         if slow:
@@ -281,11 +302,9 @@ class Aimd:
             up = current + step_up(limits)
         up = min(high, up)
         self.note = "slow start" if slow else "adding"
+        demand = f"{m.queued} queued" if m.queued > 0 else f"{m.turned_away} turned away"
         return Decision(
-            "up",
-            up,
-            None,
-            f"+{up - current}: p99 TTFT {_s(p99)} <= {_s(target)}, {m.queued} queued",
+            "up", up, None, f"+{up - current}: p99 TTFT {_s(p99)} <= {_s(target)}, {demand}"
         )
 
 

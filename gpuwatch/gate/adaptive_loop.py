@@ -43,6 +43,8 @@ from gpuwatch.gate.upstream_metrics import UpstreamReading
 log = logging.getLogger("gpuwatch.gate")
 
 ACTOR = "adaptive"
+# Refusals that mean "no slot in time": demand the in-flight limit turned away.
+TURNED_AWAY = ("queue_full", "queue_deadline", "queue_timeout")
 HISTORY = 120  # one effective limit per second: the dashboard's sparkline
 
 
@@ -56,6 +58,7 @@ class LaneControl:
     last: dict[str, Any] | None = None  # the last change: time, direction, from, to, reason
     history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=HISTORY))
     preemptions_seen: float | None = None
+    turned_away_seen: int = 0  # the lane's refusals for want of a slot, at the last tick
     configured: LaneLimits | None = None  # the lane's limits the last change left
 
 
@@ -131,6 +134,12 @@ class AdaptiveLoop:
             out.append(r)
         return out
 
+    @staticmethod
+    def _turned_away(lane: AdmissionLane, ctl: LaneControl) -> int:
+        total = sum(lane.rejected_total[r] for r in TURNED_AWAY)
+        new, ctl.turned_away_seen = total - ctl.turned_away_seen, total
+        return new
+
     def tick(self) -> list[tuple[str, Decision]]:
         """One round of decisions; returns the changes made (for the audit)."""
         now = self.clock()
@@ -161,6 +170,7 @@ class AdaptiveLoop:
                 preempted,
                 reading.kv_usage if reading is not None else None,
                 reading.waiting if reading is not None else None,
+                self._turned_away(lane, ctl),
             )
             decision = ctl.controller.decide(now, configured, ctl.inflight, m)
             # Preemptions count from the last decision: a cut answers those seen before it.

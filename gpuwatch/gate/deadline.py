@@ -6,7 +6,7 @@ gets a deadline, its arrival plus the lane's queue-wait budget:
 
 - ``max_queue_wait_s`` when the operator set one;
 - else the lane's TTFT target (``target_ttft_p99_s``, or the gate's ``[slo] ttft_p99_s``) less
-  the lane's recent time from admission to first token (``lanetimes.py``, its p90): what is
+  the lane's recent time from admission to first token (``lanetimes.py``, its p99): what is
   left of the target once the engine has done its part;
 - else none (``queue_timeout_s`` alone bounds the wait, as before).
 

@@ -88,7 +88,13 @@ class Gate:
         self.upstream = Upstream(upstream, on_retry=self.metrics.upstream_retries.inc)
         self.latency = {name: LaneLatency() for name in self.lanes}
         self.proxy = Proxy(config, self.lanes, self.metrics, self.upstream, self.latency)
-        self.upstream_metrics = UpstreamMetrics(upstream_metrics) if upstream_metrics else None
+        # Read as often as the controller decides (once a second of the upstream's time): a
+        # reading older than a decision would be judged again as if it were new.
+        self.upstream_metrics = (
+            UpstreamMetrics(upstream_metrics, interval_s=adaptive_pace)
+            if upstream_metrics
+            else None
+        )
         self.adaptive = AdaptiveLoop(
             state,
             self.lanes,

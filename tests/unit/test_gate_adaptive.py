@@ -16,6 +16,7 @@ from gpuwatch.gate.adaptive import (
     Aimd,
     Gradient,
     Measure,
+    engine_target,
     measure,
     tokens_for,
 )
@@ -34,7 +35,7 @@ def window(p99: float | None, queued: int = 0, samples: int = 20, **kw: float) -
 def test_over_target_cuts_a_quarter_and_says_why() -> None:
     d = Aimd().decide(10.0, LANE, 16, window(2.6))
     assert d is not None and d.direction == "down" and d.inflight == 12
-    assert d.reason == "-25%: p99 TTFT 2.6s > 2.0s"
+    assert d.reason == "-25%: p99 TTFT 2.6s > 1.0s"  # the engine's half of the 2 s target
 
 
 def after_a_cut(at: float = 0.0) -> Aimd:
@@ -46,9 +47,24 @@ def after_a_cut(at: float = 0.0) -> Aimd:
 
 
 def test_under_target_with_a_queue_adds_one_after_the_first_cut() -> None:
-    d = after_a_cut().decide(HOLD_S, LANE, 12, window(1.2, queued=5))
+    d = after_a_cut().decide(HOLD_S, LANE, 12, window(0.8, queued=5))
     assert d is not None and d.direction == "up" and d.inflight == 13
-    assert d.reason == "+1: p99 TTFT 1.2s <= 2.0s, 5 queued"
+    assert d.reason == "+1: p99 TTFT 0.80s <= 1.0s, 5 queued"
+
+
+def test_demand_turned_away_is_demand_too() -> None:
+    # A queue short in time refuses rather than queues: no one waits, yet the limit binds.
+    d = after_a_cut().decide(HOLD_S, LANE, 12, window(0.8, turned_away=30))
+    assert d is not None and d.reason == "+1: p99 TTFT 0.80s <= 1.0s, 30 turned away"
+    ctl = after_a_cut()
+    assert ctl.decide(HOLD_S, LANE, 12, window(0.8)) is None and "not binding" in ctl.note
+
+
+def test_the_engine_holds_its_share_of_the_target_the_queue_the_rest() -> None:
+    assert engine_target(LANE) == 1.0
+    assert engine_target(replace(LANE, max_queue_wait_s=0.5)) == 1.5
+    assert engine_target(replace(LANE, max_queue_wait_s=30.0)) == pytest.approx(0.2)
+    assert engine_target(replace(LANE, target_ttft_p99_s=None)) is None
 
 
 def test_slow_start_doubles_until_the_first_cut_then_adds() -> None:
