@@ -81,3 +81,4 @@ def test_the_slo_the_gate_holds(tmp_path: Path) -> None:
     assert {lane.name: lane for lane in config.lanes}["chat"].limits.max_queue_wait_s == 0.0
     plain = load_gate_config(None)
     assert plain.slo_ttft_s is None and plain.kv_usage_high == 0.95
+    assert plain.slo_lanes == ("chat",)  # images and embeddings have no first token to bound
