@@ -7,6 +7,11 @@ client_body_timeout_s = 30                  # longest wait for the next piece of
 client_send_timeout_s = 60                  # longest wait for a client to take a piece of a stream
 default_output_tokens = 512                 # output reserved from a token budget when a request
                                             # sets no bound and its lane has no output cap
+[slo]                                       # the objectives the gate holds (as the dashboard's)
+ttft_p99_s = 2.0                            # a lane without a target of its own derives its
+                                            # queue-wait budget from this (deadline.py)
+lanes = ["chat"]                            # ... the lanes ttft_p99_s is for (the default)
+kv_usage_high = 0.95                        # an adaptive lane cuts when upstream KV is this full
 [lanes.chat]
 prefixes = ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
 max_inflight = 8
@@ -60,6 +65,14 @@ class GateConfig:
     default_output_tokens: int = 512
     # Classes and tenants from headers ([fairness], see classes.py).
     fairness: Fairness = field(default_factory=Fairness)
+    # [slo]: the TTFT objective of lanes without a target of their own (None: those lanes
+    # have no queue-wait budget unless max_queue_wait_s is set), and the upstream KV usage at
+    # which an adaptive lane cuts (the dashboard's kv_usage_high).
+    slo_ttft_s: float | None = None
+    kv_usage_high: float = 0.95
+    # The lanes slo_ttft_s is for: those that stream tokens. An image or an embedding has no
+    # first token before its whole answer, so a TTFT budget would refuse all its queue.
+    slo_lanes: tuple[str, ...] = ("chat",)
 
 
 TIMEOUT_KEYS = ("client_header_timeout_s", "client_body_timeout_s", "client_send_timeout_s")
@@ -114,6 +127,7 @@ def load_gate_config(path: Path | None) -> GateConfig:
     timeouts: dict[str, Any] = {}  # floats; Any so ** can pass them beside an int field
     default_output = GateConfig.default_output_tokens
     fairness = Fairness()
+    slo: dict[str, Any] = {}
     for key, value in data.items():
         if key == "extra_paths":
             extra = _strings(path, key, value)
@@ -127,6 +141,8 @@ def load_gate_config(path: Path | None) -> GateConfig:
             default_output = value
         elif key == "fairness":
             fairness = parse_fairness(path, value)
+        elif key == "slo":
+            slo = _slo(path, value)
         elif key == "lanes":
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: 'lanes' must be a table ([lanes.NAME])")
@@ -140,7 +156,28 @@ def load_gate_config(path: Path | None) -> GateConfig:
         **timeouts,
         default_output_tokens=default_output,
         fairness=fairness,
+        **slo,
     )
+
+
+def _slo(path: Path, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: 'slo' must be a table ([slo])")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "ttft_p99_s":
+            out["slo_ttft_s"] = _seconds(path, "slo.ttft_p99_s", item)
+        elif key == "lanes":
+            out["slo_lanes"] = _strings(path, "slo.lanes", item)
+        elif key == "kv_usage_high":
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                item = -1.0  # refused just below
+            if not 0 < item <= 1:
+                raise ConfigError(f"{path}: key 'slo.kv_usage_high' must be a share in (0, 1]")
+            out["kv_usage_high"] = float(item)
+        else:
+            raise ConfigError(f"{path}: unknown key 'slo.{key}'")
+    return out
 
 
 def _lane(path: Path, name: str, spec: Any, base: Lane | None) -> Lane:
