@@ -54,10 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from gpuwatch.gate.limits import LANE_KEYS
-from gpuwatch.load.runner import LoadRun, Result, Shape
+from gpuwatch.load.runner import REFUSALS, LoadRun, Result, Shape
 from gpuwatch.load.spec import Dist, LoadSpec, Pattern, arrival_times
 from gpuwatch.plan.planner import sweep_sim
 from gpuwatch.plan.probe import Target
@@ -76,7 +74,6 @@ LEVELS = (1.0, 1.5, 2.0, 4.0)
 SPIKES = Pattern(period=20.0, duty=0.25, factor=2.0)
 GOOD_SHARE_GOAL = 0.90
 REFUSAL_GOAL_MS = 50.0
-REFUSED = (429, 503)
 # "Today's adaptive": the gate's code before issue 24.
 TODAY = "710b3e0"
 PLAN = "plan"  # a value taken from the planner's recommendation
@@ -113,27 +110,9 @@ class Run:
     config: str
     level: float
     results: list[Result]
-    answer_s: dict[int, float]  # id(result) -> wall seconds from send to the answer's end
     preemptions: float
     wall_s: float
     trace: list[tuple[float, int]]
-
-
-class TimedRun(LoadRun):
-    """A load run that also keeps how long each answer took, refusals included (the runner
-    times a 200's stream only)."""
-
-    def __init__(self, spec: LoadSpec, shapes: list[Shape]) -> None:
-        super().__init__(spec, shapes=shapes)
-        self.answer_s: dict[int, float] = {}
-
-    async def _one(self, session: aiohttp.ClientSession, path: str, body: dict[str, Any],
-                   r: Result) -> None:  # fmt: skip
-        t0 = time.perf_counter()
-        try:
-            await super()._one(session, path, body, r)
-        finally:
-            self.answer_s[id(r)] = time.perf_counter() - t0
 
 
 def arrivals(knee: float, level: float, seconds: float, scale: float, seed: int) -> list[Shape]:
@@ -179,7 +158,7 @@ def run_one(name: str, lane: dict[str, Any], level: float, shapes: list[Shape],
     gate_args = NEW_GATE_ARGS if name == "new" else []
     with sim_and_gate(f"{name}-{level:g}x", lane, work, args.time_scale, args.seed, gate_args,
                       code, DEFAULT_PROFILE) as (sim_url, gate_url):  # fmt: skip
-        run = TimedRun(LoadSpec(gate_url, 1.0, requests=len(shapes), seed=args.seed), shapes)
+        run = LoadRun(LoadSpec(gate_url, 1.0, requests=len(shapes), seed=args.seed), shapes=shapes)
         trace: list[tuple[float, int]] = []
         before = preemptions(sim_url)
 
@@ -192,16 +171,15 @@ def run_one(name: str, lane: dict[str, Any], level: float, shapes: list[Shape],
         t0 = time.perf_counter()
         asyncio.run(drive())
         wall = time.perf_counter() - t0
-        return Run(name, level, run.results, run.answer_s, preemptions(sim_url) - before, wall,
-                   trace)  # fmt: skip
+        return Run(name, level, run.results, preemptions(sim_url) - before, wall, trace)
 
 
 def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
     ok = [r for r in run.results if r.ok and r.ttft is not None]
     ttfts = sorted(r.ttft * scale for r in ok if r.ttft is not None)
     good = sum(1 for x in ttfts if x <= SLO_S)
-    refused = [r for r in run.results if r.status in REFUSED]
-    refusal_ms = [run.answer_s[id(r)] * 1000 for r in refused if id(r) in run.answer_s]
+    refused = [r for r in run.results if r.status in REFUSALS]
+    refusal_ms = [r.refused_s * 1000 for r in refused if r.refused_s is not None]
     sent = len(run.results)
     return {
         "level": run.level,
@@ -215,7 +193,8 @@ def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
         "refused": len(refused),
         "refused_share": len(refused) / sent if sent else 0.0,
         "refusal_p50_ms": statistics.median(refusal_ms) if refusal_ms else None,
-        "failed": sum(1 for r in run.results if not r.ok and r.status not in REFUSED),
+        "refused_with_retry_after": sum(1 for r in refused if r.retry_after is not None),
+        "failed": sum(1 for r in run.results if not r.ok and r.status not in REFUSALS),
         "preemptions": run.preemptions,
         "wall_s": run.wall_s,
         "effective_max_inflight": [n for _, n in run.trace],
