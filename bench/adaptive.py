@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -156,6 +156,13 @@ async def watch_gate(admin: str, until: float, trace: list[tuple[float, int]]) -
             await asyncio.sleep(1.0)
 
 
+class Node(NamedTuple):
+    sim_url: str
+    gate_url: str
+    sim: subprocess.Popen[bytes]
+    gate: subprocess.Popen[bytes]
+
+
 @contextlib.contextmanager
 def sim_and_gate(
     label: str,
@@ -166,10 +173,10 @@ def sim_and_gate(
     gate_args: Sequence[str] = (),
     code: Path = ROOT,
     profile: str = PROFILE,
-) -> Iterator[tuple[str, str]]:
+) -> Iterator[Node]:
     """A fresh simulator (this checkout's) and a gate with ``lane`` as its chat lane in front of
-    it (the code at ``code``), each its own process on a free port: their URLs, and both
-    stopped on the way out."""
+    it (the code at ``code``), each its own process on a free port, both stopped on the way
+    out."""
     sim_port, gate_port = free_port(), free_port()
     sim_url, gate_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gate_port}"
     (work / f"{label}.toml").write_text(gate_toml(lane))
@@ -184,7 +191,7 @@ def sim_and_gate(
                             "--upstream-metrics", f"{sim_url}/metrics",
                             "--adaptive-pace", str(1 / time_scale), *gate_args],
                            gate_url, work / f"{label}-gate.log", code))  # fmt: skip
-        yield sim_url, gate_url
+        yield Node(sim_url, gate_url, *procs)
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -197,8 +204,8 @@ def sim_and_gate(
 def run_one(label: str, lane: dict[str, Any], t: Traffic2, args: argparse.Namespace,
             work: Path) -> dict[str, Any]:  # fmt: skip
     gate_args = ["--controller", args.controller]
-    with sim_and_gate(label, lane, work, args.time_scale, args.seed, gate_args) as urls:
-        sim_url, gate_url = urls
+    with sim_and_gate(label, lane, work, args.time_scale, args.seed, gate_args) as node:
+        sim_url, gate_url = node.sim_url, node.gate_url
         spec = LoadSpec(gate_url, 1.0, requests=len(t.shapes), seed=args.seed)
         run = LoadRun(spec, shapes=t.shapes)
         wall_half = t.half_s / args.time_scale

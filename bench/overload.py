@@ -43,16 +43,20 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from gpuwatch.gate.limits import LANE_KEYS
 from gpuwatch.load.runner import REFUSALS, LoadRun, Result, Shape
@@ -113,6 +117,11 @@ class Run:
     preemptions: float
     wall_s: float
     trace: list[tuple[float, int]]
+    # CPU seconds per wall second of the simulator, the gate and this client, and the machine's
+    # 1-minute load average at the end: a simulator short of CPU falls behind and skips ahead
+    # (gpuwatch/sim/node.py), which takes GPU time away from the simulated node.
+    cpu: dict[str, float]
+    load: float
 
 
 def arrivals(knee: float, level: float, seconds: float, scale: float, seed: int) -> list[Shape]:
@@ -157,7 +166,11 @@ def run_one(name: str, lane: dict[str, Any], level: float, shapes: list[Shape],
             args: argparse.Namespace, work: Path, code: Path) -> Run:  # fmt: skip
     gate_args = NEW_GATE_ARGS if name == "new" else []
     with sim_and_gate(f"{name}-{level:g}x", lane, work, args.time_scale, args.seed, gate_args,
-                      code, DEFAULT_PROFILE) as (sim_url, gate_url):  # fmt: skip
+                      code, DEFAULT_PROFILE) as node:  # fmt: skip
+        sim_url, gate_url = node.sim_url, node.gate_url
+        procs = {"sim": psutil.Process(node.sim.pid), "gate": psutil.Process(node.gate.pid),
+                 "client": psutil.Process()}  # fmt: skip
+        cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
         run = LoadRun(LoadSpec(gate_url, 1.0, requests=len(shapes), seed=args.seed), shapes=shapes)
         trace: list[tuple[float, int]] = []
         before = preemptions(sim_url)
@@ -171,7 +184,9 @@ def run_one(name: str, lane: dict[str, Any], level: float, shapes: list[Shape],
         t0 = time.perf_counter()
         asyncio.run(drive())
         wall = time.perf_counter() - t0
-        return Run(name, level, run.results, preemptions(sim_url) - before, wall, trace)
+        cpu = {k: (sum(p.cpu_times()[:2]) - cpu0[k]) / wall for k, p in procs.items()}
+        return Run(name, level, run.results, preemptions(sim_url) - before, wall, trace, cpu,
+                   os.getloadavg()[0])  # fmt: skip
 
 
 def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
@@ -180,6 +195,7 @@ def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
     good = sum(1 for x in ttfts if x <= SLO_S)
     refused = [r for r in run.results if r.status in REFUSALS]
     refusal_ms = [r.refused_s * 1000 for r in refused if r.refused_s is not None]
+    failed = [r for r in run.results if not r.ok and r.status not in REFUSALS]
     sent = len(run.results)
     return {
         "level": run.level,
@@ -194,16 +210,19 @@ def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
         "refused_share": len(refused) / sent if sent else 0.0,
         "refusal_p50_ms": statistics.median(refusal_ms) if refusal_ms else None,
         "refused_with_retry_after": sum(1 for r in refused if r.retry_after is not None),
-        "failed": sum(1 for r in run.results if not r.ok and r.status not in REFUSALS),
+        "failed": len(failed),
+        "failed_by_status": dict(Counter(str(r.status) for r in failed)),
         "preemptions": run.preemptions,
         "wall_s": run.wall_s,
+        "cpu": run.cpu,
+        "load": run.load,
         "effective_max_inflight": [n for _, n in run.trace],
     }
 
 
 HEAD = (f"{'level':>5s}  {'config':6s} {'sent/s':>6s}  {'good/s':>6s} {'%knee':>6s}  "
         f"{'p99 TTFT':>8s}  {'refused':>13s}  {'refusal p50':>11s}  {'failed':>6s}  "
-        f"{'preempt':>7s}  {'wall':>5s}")  # fmt: skip
+        f"{'preempt':>7s}  {'wall':>5s}  {'sim cpu':>7s}  {'load':>4s}")  # fmt: skip
 
 
 def fmt(r: dict[str, Any]) -> str:
@@ -211,7 +230,8 @@ def fmt(r: dict[str, Any]) -> str:
     p50 = f"{r['refusal_p50_ms']:8.1f} ms" if r["refusal_p50_ms"] is not None else "        n/a"
     return (f"{r['level']:4g}x  {r['config']:6s} {r['sent_rps']:6.2f}  {r['good_rps']:6.2f} "
             f"{r['good_share_of_knee']:6.1%}  {p99}  {r['refused']:5d} ({r['refused_share']:5.1%})"
-            f"  {p50}  {r['failed']:6d}  {r['preemptions']:7.0f}  {r['wall_s']:4.0f}s")  # fmt: skip
+            f"  {p50}  {r['failed']:6d}  {r['preemptions']:7.0f}  {r['wall_s']:4.0f}s  "
+            f"{r['cpu']['sim']:7.0%}  {r['load']:4.1f}")  # fmt: skip
 
 
 def goals(rows: list[dict[str, Any]]) -> list[str]:
