@@ -344,7 +344,7 @@ class GpuwatchApp(App[None]):
         self._painted_version = m.version
         dash.query_one(GpuPanel).render_gpus(m.gpus, compact=narrow or short)
         dash.query_one(EnginePanel).render_engines(
-            list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint
+            list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint, at
         )
         dash.query_one(AdmissionPanel).render_gate(
             m.gate,

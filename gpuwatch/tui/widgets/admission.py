@@ -25,6 +25,7 @@ SHORT = {
     "max_input_tokens": "in_tok",
     "evicted": "evicted",
     "tenant_paused": "t_paused",
+    "upstream_stalled": "stalled",
 }
 
 
