@@ -38,9 +38,12 @@ def seconds(v: float | None) -> str:
 
 
 def duration(v: float | None) -> str:
-    """``23s``, ``4m05s``, ``2h10m``: how long something has lasted, at a glance."""
+    """``2.4s``, ``23s``, ``4m05s``, ``2h10m``: how long something has lasted, at a glance
+    (tenths under 10 s, where a second is a large part of it)."""
     if not _known(v):
         return NA
+    if v < 10:
+        return f"{v:.1f}s"
     whole = int(v)
     if whole < 60:
         return f"{whole}s"

@@ -87,8 +87,8 @@ def signals_of(row: FleetRow) -> dict[str, float | None]:
 def stall_details(row: FleetRow) -> dict[str, str]:
     if not stalled(row):
         return {}
-    running = num(row.values.get("running"))
-    return {"stall_after_s": f"STALLED: {running} running, no progress in the last {WINDOW}"}
+    running = num(row.values.get("running_min"))
+    return {"stall_after_s": f"at least {running} running all through the last {WINDOW}"}
 
 
 def severity(row: FleetRow, slo: Mapping[str, float | None]) -> float:

@@ -79,17 +79,20 @@ def judge(
     No signal at all is NO DATA, never OK. ``window`` labels windowed signals (``p99 TTFT 1m``);
     ``details`` adds a signal's breakdown to the reason (``goodput 91% < 99%: 6% refused``).
     """
-    worst: tuple[float, str, float, float] | None = None
+    # A fact past its threshold (a stall) is the reason before any statistic: what users get
+    # (refusals, slow answers) follows from it, and it is what to fix.
+    worst: tuple[tuple[bool, float], str, float, float] | None = None
     for key, threshold in slo.items():
         value = signals.get(key)
         if threshold is None or value is None or threshold <= 0:
             continue
         ratio = badness(SIGNALS[key], value, threshold)
-        if worst is None or ratio > worst[0]:
-            worst = (ratio, key, value, threshold)
+        rank = (not SIGNALS[key].held and ratio > 1, ratio)
+        if worst is None or rank > worst[0]:
+            worst = (rank, key, value, threshold)
     if worst is None:
         return Verdict("NO DATA", "no SLO signal to judge yet")
-    ratio, key, value, threshold = worst
+    (_, ratio), key, value, threshold = worst
     signal = SIGNALS[key]
     label = f"{signal.label} {window}" if signal.windowed and window else signal.label
     shown, limit = signal.fmt(value), signal.fmt(threshold)

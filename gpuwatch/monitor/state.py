@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from gpuwatch.fmt import clip, duration, num
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
-from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict
+from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict, badge_text
 from gpuwatch.series import CounterRate, EngineHistory, RingSeries, window_label
 from gpuwatch.stall import StallDetector, progress_of
 
@@ -57,6 +57,11 @@ class SourceStatus:
     last_error: str | None = None
 
 
+def short_url(url: str) -> str:
+    """``127.0.0.1:8000`` for ``http://127.0.0.1:8000/metrics``: an endpoint in a line."""
+    return url.split("://", 1)[-1].removesuffix("/metrics")
+
+
 @dataclass
 class EngineView:
     snap: EngineSnapshot
@@ -64,9 +69,10 @@ class EngineView:
     stall: StallDetector = field(default_factory=StallDetector)
 
     def name(self) -> str:
-        """``vllm Llama-3.1-8B @ http://127.0.0.1:8000/metrics``: which engine, in a line."""
+        """``vllm Llama-3.1-8B @ 127.0.0.1:8000``: which engine, in a line."""
         model = (self.snap.model or "").rsplit("/", 1)[-1]
-        return " ".join(p for p in (self.snap.dialect, model, "@", self.snap.source) if p)
+        where = short_url(self.snap.source)
+        return " ".join(p for p in (self.snap.dialect, model, "@", where) if p)
 
     def load_text(self) -> str:
         """``3 running, 2 waiting``: what a stalled engine holds."""
@@ -425,13 +431,11 @@ class Monitor:
         now = self.clock()
         for view in self.serving_engines():
             h, s = view.history, view.snap
-            quiet = view.stall.quiet_for(now)
-            if quiet is not None:
-                # Up to the threshold until the detector says STALLED: badge and engine agree.
+            if view.stall.since is not None:
+                # A busy engine: 0 until its detector says STALLED (the badge and the engine
+                # line agree), then how long. An idle one is not judged.
                 stalled = view.stall.stalled_for(now)
-                value = stalled if stalled is not None else min(quiet, self.stall_after_s or 0)
-                what = f"{'STALLED ' if stalled is not None else ''}{view.name()}"
-                worst("stall_after_s", value, f"{what}, {view.load_text()}")
+                worst("stall_after_s", stalled or 0.0, f"{view.name()}, {view.load_text()}")
             worst("ttft_p99_s", h.quantile("ttft", 0.99))
             worst("itl_p99_s", h.quantile("itl", 0.99))
             worst("kv_usage_high", s.kv_cache_usage)
@@ -460,9 +464,9 @@ class Monitor:
             if verdict.level == "NO DATA":
                 what = "no data"
             elif before == "NO DATA":
-                what = f"health {verdict.level}"
+                what = f"health {badge_text(verdict)}"
             else:
-                what = "SLO recovered" if verdict.level == "OK" else f"SLO {verdict.level}"
+                what = "SLO recovered" if verdict.level == "OK" else f"SLO {badge_text(verdict)}"
             self.event(BADGE_EVENT[verdict.level], f"{what}: {verdict.reason}")
         if verdict != self.verdict:
             self.verdict = verdict

@@ -69,6 +69,10 @@ class AdmissionPanel(Panel):
             return
         limits = gate.limits
         paused = " [b $bad]PAUSED (draining)[/]" if limits["paused"] else ""
+        # The gate sheds these lanes while the upstream is stalled (gate/stallwatch.py).
+        shed = [name for name, live in gate.lanes.items() if live.get("shed")]
+        if shed:
+            paused += f" [b $bad]UPSTREAM STALLED: shedding {escape(', '.join(shed))}[/]"
         state = (
             ""
             if gate.status.state == "UP"

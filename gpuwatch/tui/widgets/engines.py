@@ -8,15 +8,11 @@ from rich.markup import escape
 
 from gpuwatch.fmt import NA, duration, num, pct, seconds
 from gpuwatch.monitor.figures import EngineFigures, engine_figures
-from gpuwatch.monitor.state import Endpoint
+from gpuwatch.monitor.state import Endpoint, short_url
 from gpuwatch.tui.widgets.bars import gauge, level_color
 from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
 
 STATE_COLOR = {"UP": "$ok", "DOWN": "$bad", "STALE": "$warn", "WAITING": "$foreground"}
-
-
-def short_url(url: str) -> str:
-    return url.split("://", 1)[-1].removesuffix("/metrics")
 
 
 def kv_text(f: EngineFigures) -> str:
