@@ -38,7 +38,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from gpuwatch.fmt import duration, num
 from gpuwatch.gate.admission import AdmissionLane
@@ -57,7 +57,7 @@ GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 # A metrics reading older than this (the page stopped answering in time) no longer decides.
 FRESH_S = 5.0
 
-Signal = str  # "metrics" or "streams"
+Signal = Literal["metrics", "streams"]
 
 
 class StreamTally:
@@ -152,27 +152,18 @@ class StallWatch:
         return fresh and any(d.judged for d in self.engines.values())
 
     def judge(self, now: float) -> tuple[Signal, StallDetector, str] | None:
-        """The stalled signal and its detector (with what it saw), or None: not stalled."""
+        """The signal that sees a stall, its detector, and what it saw; None: no stall."""
         self.streams.update(now, (self.tally.chunks,), self.tally.streams)
         if self.page_decides(now):
             for (dialect, model), d in self.engines.items():
                 if d.stalled:
                     what = f"{dialect} {model or ''}".rstrip()
-                    return (
-                        "metrics",
-                        d,
-                        (
-                            f"upstream metrics: {what} has {num(d.running)} running, "
-                            f"{num(d.waiting)} waiting, and no progress"
-                        ),
-                    )
+                    load = f"{num(d.running)} running, {num(d.waiting)} waiting"
+                    return "metrics", d, f"upstream metrics: {what} has {load}, no progress"
             return None
         if self.streams.stalled:
-            return (
-                "streams",
-                self.streams,
-                (f"streams: {num(self.streams.running)} streamed answers in flight, no byte"),
-            )
+            flowing = f"{num(self.streams.running)} streamed answers in flight"
+            return "streams", self.streams, f"streams: {flowing}, no byte"
         return None
 
     # -- once a tick ------------------------------------------------------------------------
@@ -188,8 +179,7 @@ class StallWatch:
             since = detector.since if detector.since is not None else now
             self.stall = Stall(since, time.time() - (now - since), signal, detail)
             message = (
-                f"the upstream is stalled: no progress for over {self.after_s:g} s "
-                f"({detail}); retry later"
+                f"the upstream is stalled: no progress for over {self.after_s:g} s; retry later"
             )
             queued = 0
             for name in self.shed_lanes:
@@ -226,15 +216,19 @@ class StallWatch:
             await asyncio.sleep(TICK_S)
             try:
                 entry = self.tick()
-                if entry is None:
-                    continue
-                log.warning("stall: %s", entry["reason"])
-                try:
-                    await self.state.record(entry)
-                except OSError as exc:
-                    log.warning("stall: cannot write the audit line: %s", exc)
             except Exception:  # the watch must never take the gate down
                 log.exception("stall watch tick failed")
+                continue
+            if entry is not None:
+                await self._audit(entry)
+
+    async def _audit(self, entry: dict[str, Any]) -> None:
+        """A start or an end: a log line, and an audit line (a full disk loses only that)."""
+        log.warning("stall: %s", entry["reason"])
+        try:
+            await self.state.record(entry)
+        except OSError as exc:
+            log.warning("stall: cannot write the audit line: %s", exc)
 
     def start(self) -> None:
         if self.enabled:
