@@ -64,6 +64,8 @@ def frame(monitor: Monitor) -> dict[str, Any]:
                 "queued": gate.lanes.get(name, {}).get("queued"),
                 "max_inflight": lane["max_inflight"],
                 "max_queue": lane["max_queue"],
+                # "upstream_stalled" while the gate sheds the lane for a stalled upstream.
+                "shed": gate.lanes.get(name, {}).get("shed"),
                 f"refused_per_s_{gate.refusal_window}": {
                     reason: round(gate.refusal_rate(name, reason), 6)
                     for (lane_name, reason) in gate.refusals

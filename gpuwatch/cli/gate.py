@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             return fail(
                 PROG,
-                f"--stall-lanes: no lane {clip(unknown[0], 60)!r} "
+                f"--stall-lanes: no lane '{clip(unknown[0], 60)}' "
                 f"(lanes: {', '.join(sorted(names))})",
             )
 

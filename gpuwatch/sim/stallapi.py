@@ -31,7 +31,7 @@ def stall_seconds(raw: bytes) -> float | None:
     unknown = sorted(set(body) - {"seconds"})
     if unknown:
         name = clip(unknown[0], 60)
-        raise BadRequest(f"unknown field {name!r} (only 'seconds')", param=name)
+        raise BadRequest(f"unknown field '{name}' (only 'seconds')", param=name)
     if "seconds" not in body or body["seconds"] is None:
         return None
     value = body["seconds"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 
 from gpuwatch.gate.config import GateConfig
@@ -265,3 +268,46 @@ async def test_watch_snapshot_and_the_dashboard_say_stalled_with_how_long(
             proc.kill()
             await proc.wait()
             await stream.close()
+
+
+def gw(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", *args], capture_output=True, text=True, timeout=30
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--stall-after", "nan"], "--stall-after"),
+        (["--stall-after", "-1"], "from 0 (off) to 3600"),
+        (["--stall-after", "1e9"], "from 0 (off) to 3600"),
+        (["--stall-lanes", "chat,nope\x1b[31m"], "no lane 'nope\\x1b[31m'"),
+    ],
+)
+def test_the_gate_refuses_bad_stall_flags_with_a_line(flags: list[str], said: str) -> None:
+    out = gw("gate", "--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", *flags)
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_sigusr1_toggles_the_simulator_s_stall() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch", "sim", "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split(" on ")[1].split()[0]
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.stdout.readline().strip() == (
+            "gpuwatch sim: engines stalled until the next SIGUSR1"
+        )
+        assert httpx.get(f"{url}/sim/stall").json()["stalled"] is True
+        assert httpx.get(f"{url}/health").status_code == 200  # alive, stuck
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.stdout.readline().strip() == "gpuwatch sim: engines resumed"
+        assert httpx.get(f"{url}/sim/stall").json()["stalled"] is False
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0

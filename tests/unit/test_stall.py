@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+import pytest
+
 from gpuwatch.fmt import duration
-from gpuwatch.model import EngineSnapshot
+from gpuwatch.gate import state as gate_state
+from gpuwatch.gate.admission import AdmissionLane, Refused, Ticket, Waiter
+from gpuwatch.gate.classes import Who
+from gpuwatch.gate.limits import DEFAULT_LANES, LaneLimits
+from gpuwatch.gate.stallwatch import StallWatch, StreamTally
+from gpuwatch.model import EngineSnapshot, ScrapeResult
+from gpuwatch.monitor.figures import engine_figures
 from gpuwatch.monitor.fleet import FleetState, stalled
 from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, badge_text
+from gpuwatch.monitor.state import Monitor
 from gpuwatch.sources import promql
 from gpuwatch.sources.dialects import LLAMACPP, VLLM
 from gpuwatch.sources.prometheus import FleetReading
@@ -165,3 +177,98 @@ def test_the_fleet_asks_for_each_engine_s_lowest_running_over_the_window() -> No
     # Forward passes are llama.cpp's alone: the one query leaves the others out.
     steps = promql.signal_query(signals["steps_ps"], [VLLM, LLAMACPP])
     assert steps is not None and "llamacpp:n_decode_total" in steps and "vllm" not in steps
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+URL = "http://n:8000/metrics"
+
+
+def engine_page(tokens: float, running: float = 2, source: str = URL) -> ScrapeResult:
+    snap = EngineSnapshot(
+        source, "vllm", "org/m", running=running, waiting=0, generation_tokens_total=tokens
+    )
+    return ScrapeResult(source, [snap])
+
+
+def test_the_dashboard_says_stalled_at_once_with_an_event_and_moving_again() -> None:
+    clock = Clock()
+    m = Monitor([URL], slo={"stall_after_s": 5.0}, clock=clock, wall=clock)
+    for t, tokens in ((0, 10), (1, 20), (2, 20), (5, 20)):
+        clock.t = t
+        m.apply_scrape(engine_page(tokens))
+        m.evaluate()
+    assert m.verdict.level == "OK" and not any("STALLED" in e.text for e in m.events)
+    clock.t = 7.5
+    m.apply_scrape(engine_page(20))
+    verdict = m.evaluate()
+    # No progress since t=1 with 2 running: stalled for 6.5 s > 5 s, shown at once.
+    assert badge_text(verdict) == "STALLED"
+    assert verdict.reason == "no progress for 6.5s > 5.0s: vllm m @ n:8000, 2 running, 0 waiting"
+    texts = [e.text for e in m.events]
+    assert "vllm m @ n:8000 STALLED: no progress for 6.5s with 2 running, 0 waiting" in texts
+    assert texts[-1].startswith("SLO STALLED: no progress for 6.5s")
+    [view] = m.endpoints[URL].engines.values()
+    clock.t = 9.0
+    m.apply_scrape(engine_page(20))
+    assert engine_figures(m.endpoints[URL], view, 9.5).stalled_s == 8.5
+    clock.t = 10.0
+    m.apply_scrape(engine_page(21))
+    verdict = m.evaluate()
+    assert verdict.level == "OK" and engine_figures(m.endpoints[URL], view).stalled_s is None
+    assert any(e.text == "vllm m @ n:8000 moving again after 9.0s stalled" for e in m.events)
+
+
+async def test_the_gate_reads_the_page_first_and_the_streams_when_it_is_silent(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    lanes = {lane.name: AdmissionLane(lane.name, lane.limits) for lane in DEFAULT_LANES}
+    state = gate_state.load(tmp_path / "s.json", {n: lane.limits for n, lane in lanes.items()})
+    tally = StreamTally()
+    watch = StallWatch(state, lanes, ["chat"], tally, 2.0, has_metrics=True, clock=clock)
+    tally.begin()  # a stream in flight that gets nothing: a long prefill, a long answer...
+    for t, tokens in ((0, 10), (1, 11), (2, 12), (3, 13), (4, 14)):
+        clock.t = t
+        watch.on_page(engine_page(tokens))
+        # ...while the engine's counters move: its own page says it works.
+        assert watch.tick() is None and lanes["chat"].shed is None
+    assert watch.status()["signal"] == "metrics"
+    # The page stops answering (a stopped process): the silent stream decides.
+    clock.t = 5
+    watch.on_page(ScrapeResult(URL, error="timed out after 3 s"))
+    entry = watch.tick()
+    assert entry is not None and watch.status()["now"]["signal"] == "streams"
+    assert entry["change"] == {"lanes": {"chat": {"shed": "upstream_stalled"}}}
+    assert lanes["chat"].shed is not None and lanes["embed"].shed is None
+    with pytest.raises(Refused) as refused:
+        lanes["chat"].enter(0, Who(), 0.0, asyncio.get_running_loop())
+    assert refused.value.reason == "upstream_stalled"
+    # A chunk: it moves again.
+    tally.chunk()
+    clock.t = 6
+    entry = watch.tick()
+    assert entry is not None and entry["reason"].startswith("upstream moving again after")
+    assert lanes["chat"].shed is None and watch.status()["last"]["signal"] == "streams"
+
+
+async def test_a_stall_refuses_the_queue_at_once() -> None:
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=1, max_queue=4))
+    loop = asyncio.get_running_loop()
+    held = lane.enter(0, Who(), 0.0, loop)
+    waiters = [lane.enter(0, Who(), 0.0, loop) for _ in range(2)]
+    assert isinstance(held, Ticket) and all(isinstance(w, Waiter) for w in waiters)
+    assert lane.refuse_queued("upstream_stalled", "stalled") == 2
+    assert len(lane.queue) == 0 and lane.rejected_total["upstream_stalled"] == 2
+    for w in waiters:
+        assert isinstance(w, Waiter)
+        with pytest.raises(Refused):
+            w.future.result()
+    held.release()
+    assert lane.inflight == 0
