@@ -165,17 +165,24 @@ async def vllm_page() -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """A real vLLM /metrics page whose preemption counter the test sets (``broken`` serves a
     page no dialect reads)."""
     text = FIXTURE.read_text()
-    page: dict[str, Any] = {"preemptions": 0.0, "broken": False}
+    page: dict[str, Any] = {"preemptions": 0.0, "waiting": 0.0, "broken": False}
 
     async def metrics(_: web.Request) -> web.Response:
         if page["broken"]:
             return web.Response(text="<html>oops</html>", content_type="text/html")
-        body = text.replace(
-            'vllm:num_preemptions_total{model_name="facebook/opt-125m"} 0.0',
-            f'vllm:num_preemptions_total{{model_name="facebook/opt-125m"}} {page["preemptions"]}',
-        ).replace(
-            'vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.0',
-            'vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.5',
+        body = (
+            text.replace(
+                'vllm:num_preemptions_total{model_name="facebook/opt-125m"} 0.0',
+                f'vllm:num_preemptions_total{{model_name="facebook/opt-125m"}} {page["preemptions"]}',
+            )
+            .replace(
+                'vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.0',
+                'vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.5',
+            )
+            .replace(
+                'vllm:num_requests_waiting{model_name="facebook/opt-125m"} 0.0',
+                f'vllm:num_requests_waiting{{model_name="facebook/opt-125m"}} {page["waiting"]}',
+            )
         )
         return web.Response(text=body, content_type="text/plain")
 
@@ -244,6 +251,33 @@ async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None
                 page["broken"] = True
                 await eventually(lambda: gate.upstream_metrics.latest() is None, timeout=10)  # type: ignore[union-attr]
                 assert gate.lanes["chat"].limits.max_inflight == 12
+        finally:
+            await served.close()
+            await upstream.stop()
+
+
+async def test_the_engines_own_queue_cuts_before_any_first_token(tmp_path: Path) -> None:
+    """The overload's first second: 16 requests in flight and none has a first token (the
+    upstream holds them), so there is no TTFT to judge; the engine's waiting queue growing on
+    its /metrics page cuts the lane to what the engine batches, at once."""
+    upstream = CountingUpstream()
+    up_url = await upstream.start()
+    config = adaptive_config(max_inflight=16, target_ttft_p99_s=60.0, min_inflight=2)
+    async with vllm_page() as (metrics_url, page):
+        gate, served = await start_gate(
+            up_url, config, state_file=tmp_path / "s.json", upstream_metrics=metrics_url
+        )
+        try:
+            async with adaptive_at(served.url, upstream, 16):
+                latest = gate.upstream_metrics.latest  # type: ignore[union-attr]
+                await eventually(lambda: latest() is not None and latest().waiting == 0.0)
+                page["waiting"] = 5.0
+                await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 11, timeout=10)
+                last = gate.adaptive.status("chat")["last_decision"]  # type: ignore[index]
+                assert last["reason"] == "-31%: upstream queue growing to 5"
+                assert last["from"] == 16 and last["to"] == 11
+                # No first token came: this was no TTFT cut.
+                assert all(r.ttft_s is None for r in gate.latency["chat"].records)
         finally:
             await served.close()
             await upstream.stop()
