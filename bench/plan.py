@@ -17,7 +17,7 @@ import time
 
 from gpuwatch.plan.planner import sweep_sim
 from gpuwatch.plan.probe import Target
-from gpuwatch.plan.simulate import GateLimits, run_probe
+from gpuwatch.plan.simulate import run_probe
 from gpuwatch.plan.traffic import Traffic
 from gpuwatch.sim.profiles import get_profile
 
@@ -29,7 +29,7 @@ def cost_per_simulated_minute(rate: float, minutes: float = 5.0, repeat: int = 3
     samples = []
     for seed in range(repeat):
         t0 = time.perf_counter()
-        run_probe(PROFILE, Traffic(), rate, minutes * 60, TARGET, GateLimits(), seed=seed)
+        run_probe(PROFILE, Traffic(), rate, minutes * 60, TARGET, seed=seed)
         samples.append((time.perf_counter() - t0) / minutes)
     return statistics.median(samples)
 

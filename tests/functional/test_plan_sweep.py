@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from aiohttp import web
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.gate.config import GateConfig
-from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.limits import DEFAULT_LANES, LaneLimits
 from gpuwatch.gate.server import start_gate
 from gpuwatch.load import LoadRun, LoadSpec
 from gpuwatch.load.spec import Dist
@@ -277,3 +278,63 @@ async def test_url_mode_replays_a_recording_with_its_own_shapes(tmp_path: Path) 
     assert probe["arrived"] == len(expected) > 8  # looped: more than one pass in 2 s
     [engine] = map_page("sim", page).engines
     assert engine.prompt_tokens_total == sum(a.prompt for a in expected)  # the recorded sizes
+
+
+# -- the plan's gate is the gate -----------------------------------------------------------------
+
+# Overload (the default profile's knee is ~6 req/s) through tight limits: the chat lane's count,
+# queue, queue timeout and token budget all refuse some of these arrivals, so the prediction
+# is only right if the plan's gate refuses the same ones.
+AGREE_RATE = 9.0
+AGREE_SIM_S = 100.0  # 20 s of wall time at TIME_SCALE
+AGREE_LIMITS = LaneLimits(
+    max_inflight=40, max_queue=12, queue_timeout_s=1.5, max_inflight_tokens=30_000
+)
+
+
+def _in_real_time(limits: LaneLimits) -> LaneLimits:
+    """The same limits for a gate in front of a simulator running TIME_SCALE x faster: every
+    time bound shrinks by that factor; counts and tokens stay."""
+    return replace(limits, queue_timeout_s=limits.queue_timeout_s / TIME_SCALE)
+
+
+async def test_the_plans_gate_predicts_a_real_gates_goodput_on_the_same_arrivals(
+    tmp_path: Path,
+) -> None:
+    from gpuwatch.plan.probe import Target
+    from gpuwatch.plan.simulate import run_probe
+    from gpuwatch.plan.traffic import Traffic
+
+    target = Target(2.0)
+    traffic = Traffic()
+    arrivals = list(traffic.arrivals(AGREE_RATE, AGREE_SIM_S, seed=5))
+    predicted = run_probe(PROFILE, traffic, AGREE_RATE, AGREE_SIM_S, target, AGREE_LIMITS, seed=5)
+    assert predicted.arrived == len(arrivals)
+
+    lanes = tuple(
+        replace(lane, limits=_in_real_time(AGREE_LIMITS)) if lane.name == "chat" else lane
+        for lane in DEFAULT_LANES
+    )
+    _, sim = await start_sim(PROFILE, time_scale=TIME_SCALE, seed=5)
+    _, gate = await start_gate(sim.url, GateConfig(lanes), state_file=tmp_path / "state.json")
+    try:
+        shapes = [(a.t / TIME_SCALE, a.lane, a.prompt, a.output) for a in arrivals]
+        spec = LoadSpec(url=gate.url, rate=AGREE_RATE, duration_s=AGREE_SIM_S / TIME_SCALE)
+        results = await LoadRun(spec, shapes=shapes).run()
+        async with httpx.AsyncClient() as c:
+            rejected = (await c.get(f"{gate.url}/admin/status")).json()["lanes"]["chat"][
+                "rejected_total"
+            ]
+    finally:
+        await gate.close()
+        await sim.close()
+    assert len(results) == len(arrivals)
+    good = sum(r.ok and r.ttft is not None and r.ttft * TIME_SCALE <= target.ttft_s
+               for r in results)  # fmt: skip
+    measured = good / len(results)
+    refused = sum(r.status in (429, 503) for r in results)
+    print(f"goodput predicted {predicted.attainment:.3f} ({predicted.refusals}), "
+          f"measured {measured:.3f} ({refused} refused: {rejected})")  # fmt: skip
+    # The regime where the limits decide: both refused a good share, and both served most.
+    assert predicted.refused > 0.05 * len(results) and refused > 0.05 * len(results)
+    assert abs(predicted.attainment - measured) <= 0.05, (predicted.attainment, measured)
