@@ -6,7 +6,11 @@ set: ``max_inflight`` / ``max_inflight_tokens`` are the upper bounds, ``min_infl
 them to hold ``target_ttft_p99_s``. ``adaptive_loop.py`` runs a controller once a second per
 lane and applies what it decides; this module only decides.
 
-What is measured. The gate keeps every request (``latency.py``). The controller judges the
+What is measured. The engine's own signals first, read from its ``/metrics``
+(``--upstream-metrics``): its waiting queue, KV usage and preemptions. They move in the first
+second of an overload, before any request admitted in it has a first token, and each says the
+same thing: the gate lets in more than the engine batches. Then TTFT: the gate keeps every
+request (``latency.py``). The controller judges the
 time to first token *after admission* (the gate's TTFT less the request's queue wait), over the
 requests admitted in the last ``WINDOW_S`` and since the last decrease. That is the part the
 limit controls: a lower limit makes the engine's batches smaller and its prefill queue shorter.
@@ -24,9 +28,21 @@ periodically. On an LLM engine latency grows with the batch *by design*: a bigge
 more throughput for somewhat more TTFT, so "as close to the minimum as possible" means small
 batches and a wasted GPU, and the operator's SLO (a p99 target) is nowhere in the formula.
 AIMD has the target in it: add a step (1/32 of the bounds' span) while the tail is under
-target and requests wait, cut a quarter when it is over (or preemptions appear), then hold
-until requests admitted under the new limit have been measured. ``Gradient`` below is the
-rejected alternative, kept so ``bench/adaptive.py --controller gradient`` can measure it.
+target and requests wait, cut a quarter when it is over, then hold until requests admitted
+under the new limit have been measured. ``Gradient`` below is the rejected alternative, kept so
+``bench/adaptive.py --controller gradient`` can measure it.
+
+Reacting at once (issue 24). An overload that arrives in one second must not fill the engine
+with hundreds of requests that then clog it for minutes (preemptions, recompute), so:
+
+- the lane starts from what is in flight when adaptive is switched on (``adaptive_loop``), not
+  from its ceiling, and grows like TCP's slow start (doubling per good decision) until its
+  first cut; after a cut, the additive step (the cut is the new "ssthresh");
+- the engine's signals cut at once, without TTFT samples and without the hold: its waiting
+  queue growing (to what it batches: the limit less those waiting there), KV at or above the
+  high mark (-10%), new preemptions (-25%). At most one decision a second still holds;
+- no increase while the engine has a queue of its own or its KV is at the high mark: more in
+  flight would only wait there.
 """
 
 from __future__ import annotations
@@ -53,7 +69,17 @@ DECREASE = 0.75  # multiplicative cut: -25%
 # minutes from 60 to 180). Constant, not a share of the current limit: AIMD's slow climb and
 # fast cut are what keep it from ringing.
 INCREASE_SHARE = 32
-KV_FULL = 0.98  # upstream KV usage at which no slot is added (the next one would preempt)
+KV_HIGH = 0.95  # upstream KV usage that cuts (the gate's [slo] kv_usage_high)
+KV_CUT = 0.9  # ... by this much: the KV is full, not overflowing (that is preemptions)
+# Requests in the engine's own queue that are no sign of over-admission: a request that arrives
+# waits a step before it is scheduled, and a scrape catches some in that step.
+WAITING_SLACK = 1.0
+WAITING_CUT_MAX = 0.5  # a waiting-queue cut takes at most half the limit at once
+# The target is what users feel: queue wait and engine together. The engine's part (TTFT after
+# admission, what this controller steers) is a share of it; the rest is the queue's budget
+# (deadline.py), so that a request that waited its whole budget is still served in time.
+ENGINE_SHARE = 0.5
+MIN_ENGINE_SHARE = 0.1  # with a fixed max_queue_wait_s as long as the target itself
 
 Direction = Literal["up", "down"]
 
@@ -68,6 +94,10 @@ class Measure:
     queued: int  # waiting now
     preemptions: float = 0.0  # upstream preemptions since the last decision
     kv_usage: float | None = None  # upstream KV cache usage, 0..1
+    engine_waiting: float | None = None  # requests in the upstream's own queue
+    # Refused for want of a slot (queue full, past its queue-wait budget) since the last
+    # decision: demand the limit turned away. With a short queue in time it is the queue.
+    turned_away: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,6 +117,8 @@ def measure(
     queued: int,
     preemptions: float = 0.0,
     kv_usage: float | None = None,
+    engine_waiting: float | None = None,
+    turned_away: int = 0,
 ) -> Measure:
     """The window from the gate's own records: those admitted after ``since``."""
     ttfts: list[float] = []
@@ -109,7 +141,20 @@ def measure(
         queued,
         preemptions,
         kv_usage,
+        engine_waiting,
+        turned_away,
     )
+
+
+def engine_target(limits: LaneLimits) -> float | None:
+    """The p99 TTFT after admission the controller holds: the target less the queue's part
+    (``max_queue_wait_s`` when set, else ``1 - ENGINE_SHARE`` of the target)."""
+    target = limits.target_ttft_p99_s
+    if target is None:
+        return None
+    if limits.max_queue_wait_s is not None:
+        return max(target * MIN_ENGINE_SHARE, target - limits.max_queue_wait_s)
+    return target * ENGINE_SHARE
 
 
 def bounds(limits: LaneLimits) -> tuple[int, int]:
@@ -158,59 +203,108 @@ class Controller(Protocol):
 
 
 class Aimd:
-    """Additive increase, multiplicative decrease, with a hold after each decrease."""
+    """Slow start, then additive increase; multiplicative decrease with a hold after a cut
+    made on TTFT; cuts on the engine's own signals at once (see the module doc)."""
 
-    def __init__(self, start: float = 0.0, pace: float = 1.0) -> None:
+    def __init__(self, start: float = 0.0, pace: float = 1.0, kv_high: float = KV_HIGH) -> None:
         self.pace = pace
+        self.kv_high = kv_high
         self._last = -math.inf
         self._hold_until = -math.inf
+        self._waiting: float | None = None  # the engine's queue at the last decision
+        self._ssthresh: int | None = None  # slow start until the first cut
         self.since = start  # requests admitted before this are not judged any more
         self.note = "waiting for requests"  # why the limit did not move (for the dashboard)
 
-    def decide(self, now: float, limits: LaneLimits, current: int, m: Measure) -> Decision | None:
-        if now - self._last < MIN_INTERVAL_S * self.pace or now < self._hold_until:
+    def _engine_cut(self, current: int, m: Measure) -> tuple[int, str] | None:
+        """A cut the engine's own signals call for now, and why; None when they call for none."""
+        waiting, before = m.engine_waiting, self._waiting
+        if m.preemptions > 0:
+            return math.floor(current * DECREASE), f"{m.preemptions:g} preemptions upstream"
+        if m.kv_usage is not None and m.kv_usage >= self.kv_high:
+            return math.floor(
+                current * KV_CUT
+            ), f"upstream KV {m.kv_usage:.0%} >= {self.kv_high:.0%}"
+        if waiting is not None and waiting > WAITING_SLACK and waiting > (before or 0.0):
+            to = max(current - math.ceil(waiting), math.ceil(current * (1 - WAITING_CUT_MAX)))
+            return to, f"upstream queue growing to {waiting:g}"
+        return None
+
+    def _cut(
+        self, now: float, low: int, current: int, to: int, why: str, hold: bool
+    ) -> Decision | None:
+        cut = max(low, min(current - 1, to))
+        if cut >= current:
+            self.note = f"at the floor {low}: {why}"
             return None
-        self._last = now
-        target = limits.target_ttft_p99_s
+        self._ssthresh = cut
+        if hold:
+            self._hold_until = now + HOLD_S * self.pace
+        self.since = now
+        self.note = f"holding after a cut: {why}"
+        pct = round(100 * (current - cut) / current)
+        return Decision("down", cut, None, f"-{pct}%: {why}")
+
+    def decide(self, now: float, limits: LaneLimits, current: int, m: Measure) -> Decision | None:
+        if now - self._last < MIN_INTERVAL_S * self.pace:
+            return None
+        target = engine_target(limits)
         if target is None:
             return None
         low, high = bounds(limits)
         current = max(low, min(high, current))
+        engine = self._engine_cut(current, m)
+        self._waiting = m.engine_waiting
+        decision: Decision | None = None
+        if engine is not None:
+            self._last = now
+            decision = self._cut(now, low, current, engine[0], engine[1], hold=False)
+        elif now < self._hold_until:
+            return None
+        else:
+            self._last = now
+            decision = self._ttft_or_more(now, limits, current, m, target)
+        if decision is not None:
+            decision = Decision(
+                decision.direction,
+                decision.inflight,
+                tokens_for(limits, decision.inflight),
+                decision.reason,
+            )
+        return decision
+
+    def _ttft_or_more(
+        self, now: float, limits: LaneLimits, current: int, m: Measure, target: float
+    ) -> Decision | None:
+        low, high = bounds(limits)
         p99 = m.engine_ttft_p99_s
-        why: str | None = None
-        if m.preemptions > 0:
-            why = f"{m.preemptions:g} preemptions upstream"
-        elif p99 is not None and m.samples >= MIN_SAMPLES and p99 > target:
+        if p99 is not None and m.samples >= MIN_SAMPLES and p99 > target:
             why = f"p99 TTFT {_s(p99)} > {_s(target)}"
-        if why is not None:
-            cut = max(low, math.floor(current * DECREASE))
-            if cut >= current:
-                self.note = f"at the floor {low}: {why}"
-                return None
-            self._hold_until = now + HOLD_S * self.pace
-            self.since = now
-            self.note = f"holding after a cut: {why}"
-            pct = round(100 * (current - cut) / current)
-            return Decision("down", cut, tokens_for(limits, cut), f"-{pct}%: {why}")
-        if m.queued <= 0:
+            return self._cut(now, low, current, math.floor(current * DECREASE), why, hold=True)
+        if m.queued <= 0 and m.turned_away <= 0:
             self.note = "no queue: the limit is not binding"
             return None
         if p99 is None or m.samples < MIN_SAMPLES:
             self.note = f"measuring ({m.samples} of {MIN_SAMPLES} requests)"
             return None
-        if m.kv_usage is not None and m.kv_usage >= KV_FULL:
-            self.note = f"upstream KV {m.kv_usage:.0%} full: not adding"
+        if m.engine_waiting is not None and m.engine_waiting > WAITING_SLACK:
+            self.note = f"upstream queue {m.engine_waiting:g}: not adding"
             return None
         if current >= high:
-            self.note = f"at the ceiling {high}: {m.queued} queued"
+            self.note = f"at the ceiling {high}: {m.queued} queued, {m.turned_away} turned away"
             return None
-        up = min(high, current + step_up(limits))
-        self.note = "adding"
+        slow = self._ssthresh is None or current < self._ssthresh
+        if slow:
+            up = max(current + step_up(limits), current * 2)
+            if self._ssthresh is not None:
+                up = min(up, self._ssthresh)
+        else:
+            up = current + step_up(limits)
+        up = min(high, up)
+        self.note = "slow start" if slow else "adding"
+        demand = f"{m.queued} queued" if m.queued > 0 else f"{m.turned_away} turned away"
         return Decision(
-            "up",
-            up,
-            tokens_for(limits, up),
-            f"+{up - current}: p99 TTFT {_s(p99)} <= {_s(target)}, {m.queued} queued",
+            "up", up, None, f"+{up - current}: p99 TTFT {_s(p99)} <= {_s(target)}, {demand}"
         )
 
 
@@ -226,7 +320,7 @@ class Gradient:
     minRTT the least seen in the last ``MIN_RTT_WINDOW_S``. No target in it: see the module doc.
     """
 
-    def __init__(self, start: float = 0.0, pace: float = 1.0) -> None:
+    def __init__(self, start: float = 0.0, pace: float = 1.0, kv_high: float = KV_HIGH) -> None:
         self.pace = pace
         self._last = -math.inf
         self.since = start
@@ -264,4 +358,7 @@ class Gradient:
         )
 
 
-CONTROLLERS: dict[str, Callable[[float, float], Controller]] = {"aimd": Aimd, "gradient": Gradient}
+CONTROLLERS: dict[str, Callable[[float, float, float], Controller]] = {
+    "aimd": Aimd,
+    "gradient": Gradient,
+}

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuwatch.gate.adaptive import (
     CONTROLLERS,
+    KV_HIGH,
     MIN_INTERVAL_S,
     WINDOW_S,
     Controller,
@@ -42,6 +43,8 @@ from gpuwatch.gate.upstream_metrics import UpstreamReading
 log = logging.getLogger("gpuwatch.gate")
 
 ACTOR = "adaptive"
+# Refusals that mean "no slot in time": demand the in-flight limit turned away.
+TURNED_AWAY = ("queue_full", "queue_deadline", "queue_timeout")
 HISTORY = 120  # one effective limit per second: the dashboard's sparkline
 
 
@@ -55,6 +58,7 @@ class LaneControl:
     last: dict[str, Any] | None = None  # the last change: time, direction, from, to, reason
     history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=HISTORY))
     preemptions_seen: float | None = None
+    turned_away_seen: int = 0  # the lane's refusals for want of a slot, at the last tick
     configured: LaneLimits | None = None  # the lane's limits the last change left
 
 
@@ -69,6 +73,7 @@ class AdaptiveLoop:
         controller: str = "aimd",
         clock: Callable[[], float] = time.monotonic,
         pace: float = 1.0,
+        kv_high: float = KV_HIGH,
     ) -> None:
         self.state = state
         self.lanes = lanes
@@ -79,6 +84,7 @@ class AdaptiveLoop:
         self.make_controller = CONTROLLERS[controller]
         self.clock = clock
         self.pace = pace  # adaptive.py's timings x this (1/X before a simulator at X times)
+        self.kv_high = kv_high  # upstream KV usage that cuts ([slo] kv_usage_high)
         self.control: dict[str, LaneControl] = {}
         self._background = Background(self.run)
 
@@ -98,9 +104,11 @@ class AdaptiveLoop:
                 continue
             ctl = self.control.get(name)
             if ctl is None:
-                # Switched on: start from the top and let the tail say whether to cut.
-                start = clamp_inflight(configured, configured.max_inflight)
-                ctl = LaneControl(self.make_controller(now, self.pace), start, None)
+                # Switched on: start from what is in flight now (the floor on a fresh gate) and
+                # grow in slow start. Starting from the ceiling let an overload that came at
+                # once fill the engine before the first TTFT was measured (issue 24).
+                start = clamp_inflight(configured, lane.inflight)
+                ctl = LaneControl(self.make_controller(now, self.pace, self.kv_high), start, None)
                 self.control[name] = ctl
             elif ctl.configured != configured:
                 ctl.controller.since = now  # new bounds or target: judge what comes after
@@ -125,6 +133,12 @@ class AdaptiveLoop:
                 break
             out.append(r)
         return out
+
+    @staticmethod
+    def _turned_away(lane: AdmissionLane, ctl: LaneControl) -> int:
+        total = sum(lane.rejected_total[r] for r in TURNED_AWAY)
+        new, ctl.turned_away_seen = total - ctl.turned_away_seen, total
+        return new
 
     def tick(self) -> list[tuple[str, Decision]]:
         """One round of decisions; returns the changes made (for the audit)."""
@@ -155,6 +169,8 @@ class AdaptiveLoop:
                 len(lane.queue),
                 preempted,
                 reading.kv_usage if reading is not None else None,
+                reading.waiting if reading is not None else None,
+                self._turned_away(lane, ctl),
             )
             decision = ctl.controller.decide(now, configured, ctl.inflight, m)
             # Preemptions count from the last decision: a cut answers those seen before it.

@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from gpuwatch.fmt import clip
+from gpuwatch.gate import deadline
 from gpuwatch.gate.adaptive_loop import AdaptiveLoop
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.audit import KEEP
@@ -87,6 +88,19 @@ def _seconds_param(request: web.Request, key: str) -> float | None:
     if not (0 < value < 1e6):
         raise ValueError(f"{key} must be above 0 and under 1e6 seconds")
     return value
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _queue_wait(lane: AdmissionLane) -> dict[str, Any]:
+    return {
+        "budget_s": _rounded(lane.wait_budget()),
+        "source": deadline.source(lane.limits, lane.slo_ttft_s),
+        "prefill_s": _rounded(lane.times.prefill_s(lane.clock())),
+        "drain_per_s": _rounded(lane.drain_per_s()),
+    }
 
 
 class Admin:
@@ -180,6 +194,8 @@ class Admin:
                 "max_inflight_tokens": limits.lanes[name].max_inflight_tokens,
                 "queued": len(lane.queue),
                 "oldest_queued_s": round(lane.oldest_queued_s(now), 3),
+                # The queue-wait budget in force and what it is made of (deadline.py).
+                "queue_wait": _queue_wait(lane),
                 "admitted_total": lane.admitted_total,
                 "rejected_total": dict(lane.rejected_total),
                 "latency": {window_label(w): self.latency[name].summary(w) for w in WINDOWS_S},

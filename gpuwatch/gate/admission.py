@@ -22,31 +22,40 @@ first and takes turns across tenants within a priority, FIFO within one tenant a
 the queue is full, an arrival may evict the newest waiter of a lower, sheddable class (429
 ``evicted``), else the newest waiter of the tenant holding the most places at its priority,
 while that tenant holds two more than its own; else it gets ``queue_full``.
+
+Time (``deadline.py``): each queued request has a deadline, the sooner of ``queue_timeout_s``
+(503 ``queue_timeout``) and the lane's queue-wait budget (429 ``queue_deadline``). An arrival
+whose estimated wait is already past the budget is refused at once rather than queued; a
+waiter still queued at its deadline is shed. Refusals that a client should retry carry
+``retry_after_s``, from the lane's measured drain rate. Every reading of time goes through
+``clock`` so the planner can run this very code on simulated time (``plan/simulate.py``): it
+calls ``shed_overdue()`` as its clock moves, where the gate has one timer per waiter.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from gpuwatch.gate import deadline
 from gpuwatch.gate.classes import Who
 from gpuwatch.gate.fairqueue import FairQueue
+from gpuwatch.gate.lanetimes import LaneTimes
 from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.gate.tenants import TenantBook
 
 
-class _Expired(Exception):
-    """A queued request's timeout fired before a slot came."""
-
-
 class Refused(Exception):
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        # When to come back, from the lane's drain rate (None: the reason's fixed answer).
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(eq=False)
@@ -58,10 +67,20 @@ class Ticket:
     tokens: int = 0
     released: bool = False
     who: Who = field(default_factory=Who)
+    admitted_at: float = 0.0
+    first_at: float | None = None
+
+    def first_token(self) -> None:
+        """The request's first token came out: the lane learns its time to it (once)."""
+        if self.first_at is None:
+            self.first_at = self.lane.clock()
+            self.lane.times.first_token(self.first_at, self.first_at - self.admitted_at)
 
     def release(self) -> None:
         if not self.released:
             self.released = True
+            now = self.lane.clock()
+            self.lane.times.released(now, now - self.admitted_at)
             self.lane._live.discard(self)
             self.lane.inflight_tokens -= self.tokens
             self.lane.tenants.give(self.who)
@@ -74,6 +93,10 @@ class Waiter:
     since: float
     tokens: int = 0
     who: Who = field(default_factory=Who)
+    # When it is shed if still queued, and as what (queue_timeout or queue_deadline).
+    deadline: float = math.inf
+    deadline_reason: str = "queue_timeout"
+    budget_s: float | None = None
 
 
 @dataclass(eq=False)
@@ -88,6 +111,11 @@ class AdmissionLane:
     inflight_tokens: int = 0
     _live: set[Ticket] = field(default_factory=set)
     tenants: TenantBook = field(default_factory=TenantBook)
+    # The gate's TTFT objective ([slo] ttft_p99_s): a lane without a target of its own
+    # derives its queue-wait budget from it.
+    slo_ttft_s: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    times: LaneTimes = field(default_factory=LaneTimes)
 
     def __post_init__(self) -> None:
         self.queue.blocked = self.tenants.blocked
@@ -100,7 +128,14 @@ class AdmissionLane:
         since = self.queue.oldest_since()
         if since is None:
             return 0.0
-        return (now if now is not None else time.monotonic()) - since
+        return (now if now is not None else self.clock()) - since
+
+    def wait_budget(self) -> float | None:
+        """The queue-wait budget in force now (``deadline.budget``); None: none."""
+        return deadline.budget(self.limits, self.slo_ttft_s, self.times.prefill_s(self.clock()))
+
+    def drain_per_s(self) -> float | None:
+        return self.times.drain_per_s(self.clock(), self.inflight)
 
     def _can_admit(self, tokens: int = 0) -> bool:
         if self.paused or self.inflight >= self.limits.max_inflight:
@@ -118,12 +153,13 @@ class AdmissionLane:
             f"budget in flight is {budget}",
         )
 
-    def refuse(self, reason: str, message: str) -> Refused:
+    def refuse(self, reason: str, message: str, retry_after_s: int | None = None) -> Refused:
         self.rejected_total[reason] += 1
-        return Refused(reason, message)
+        return Refused(reason, message, retry_after_s)
 
     def _issue(self, since: float, tokens: int, who: Who) -> Ticket:
-        ticket = Ticket(self, time.monotonic() - since, tokens, who=who)
+        now = self.clock()
+        ticket = Ticket(self, now - since, tokens, who=who, admitted_at=now)
         self._live.add(ticket)
         self.inflight_tokens += tokens
         self.tenants.take(who)
@@ -160,32 +196,45 @@ class AdmissionLane:
             and not self.tenants.blocked(who.tenant)
         ):
             return self._issue(started, tokens, who)
+        budget = self.wait_budget()
+        drain = self.drain_per_s()
+        ahead = self.queue.ahead_of(who.priority)
+        if budget is not None:
+            wait = deadline.estimated_wait(ahead, drain)
+            if budget <= 0 or (wait is not None and wait > budget):
+                about = f"about {wait:.1f} s" if wait is not None else "no free slot"
+                raise self.refuse(
+                    "queue_deadline",
+                    f"lane {self.name!r} cannot start this request within its queue-wait "
+                    f"budget of {budget:.2f} s: {about} ({ahead} waiting ahead, "
+                    f"{self.inflight} in flight)",
+                    deadline.retry_after(ahead, drain, budget),
+                )
         if len(self.queue) >= self.limits.max_queue and not self._evict_for(who):
             raise self.refuse(
                 "queue_full",
                 f"lane {self.name!r} is full: {self.inflight} in flight, "
                 f"{len(self.queue)} queued (max_queue {self.limits.max_queue})",
+                deadline.retry_after(ahead, drain, budget or 0.0),
             )
-        waiter = Waiter(loop.create_future(), started, tokens, who)
+        waiter = Waiter(loop.create_future(), started, tokens, who, budget_s=budget)
+        timeout = self.limits.queue_timeout_s
+        if budget is not None and budget < timeout:
+            waiter.deadline, waiter.deadline_reason = started + budget, "queue_deadline"
+        else:
+            waiter.deadline = started + timeout
         self.queue.append(waiter)
         return waiter
 
     async def admit(self, tokens: int = 0, who: Who | None = None) -> Ticket:
         """A ticket the caller must release (prefer ``slot()``); raises Refused."""
         loop = asyncio.get_running_loop()
-        waiter = self.enter(tokens, who or Who(), time.monotonic(), loop)
+        waiter = self.enter(tokens, who or Who(), self.clock(), loop)
         if isinstance(waiter, Ticket):
             return waiter
-        timer = loop.call_later(self.limits.queue_timeout_s, self._expire, waiter)
+        timer = loop.call_later(max(0.0, waiter.deadline - self.clock()), self._expire, waiter)
         try:
             return await waiter.future
-        except Refused:
-            raise
-        except _Expired:
-            raise self.refuse(
-                "queue_timeout",
-                f"waited {self.limits.queue_timeout_s:g} s in lane {self.name!r}'s queue",
-            ) from None
         except asyncio.CancelledError:
             # The client went away. Either still queued (leave), or a ticket was handed over
             # in the same step as the cancel (give it back: nobody else will).
@@ -201,10 +250,35 @@ class AdmissionLane:
             timer.cancel()
 
     def _expire(self, waiter: Waiter) -> None:
-        if not waiter.future.done():
-            self.queue.remove(waiter)
-            waiter.future.set_exception(_Expired())
-            self.pump()
+        """``waiter``'s deadline passed while it was queued: refuse it (the timer's call)."""
+        if waiter.future.done():
+            return
+        self.queue.remove(waiter)
+        waited = self.clock() - waiter.since
+        if waiter.deadline_reason == "queue_deadline":
+            drain = self.drain_per_s()
+            refused = self.refuse(
+                "queue_deadline",
+                f"waited {waited:.2f} s in lane {self.name!r}'s queue, past its queue-wait "
+                f"budget of {waiter.budget_s or 0.0:.2f} s",
+                deadline.retry_after(len(self.queue), drain, waiter.budget_s or 0.0),
+            )
+        else:
+            refused = self.refuse(
+                "queue_timeout",
+                f"waited {self.limits.queue_timeout_s:g} s in lane {self.name!r}'s queue",
+            )
+        waiter.future.set_exception(refused)
+        self.pump()
+
+    def shed_overdue(self) -> int:
+        """Refuse every waiter whose deadline has passed on the lane's clock; how many. The
+        gate's timers do this one waiter at a time; a driver on simulated time calls this."""
+        now = self.clock()
+        overdue = [w for w in self.queue if w.deadline <= now]
+        for waiter in overdue:
+            self._expire(waiter)
+        return len(overdue)
 
     def _evict_for(self, who: Who) -> bool:
         """Make room in a full queue for ``who`` by refusing the newest waiter of a lower,

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuwatch.config import ConfigError
 
@@ -160,7 +160,10 @@ def parse_fairness(path: Path, data: Any) -> Fairness:
     return Fairness(classes, default, api_keys, maps["objectives"], maps["keys"], maps["names"])
 
 
-def count_down(counter: Counter[str], key: str) -> None:
+K = TypeVar("K")
+
+
+def count_down(counter: Counter[K], key: K) -> None:
     """One less of ``key``; a key at zero is dropped, so per-tenant and per-class counters hold
     only what is live (their size stays bounded by the requests in the gate)."""
     counter[key] -= 1

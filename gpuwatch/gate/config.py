@@ -7,6 +7,10 @@ client_body_timeout_s = 30                  # longest wait for the next piece of
 client_send_timeout_s = 60                  # longest wait for a client to take a piece of a stream
 default_output_tokens = 512                 # output reserved from a token budget when a request
                                             # sets no bound and its lane has no output cap
+[slo]                                       # the objectives the gate holds (as the dashboard's)
+ttft_p99_s = 2.0                            # a lane without a target of its own derives its
+                                            # queue-wait budget from this (deadline.py)
+kv_usage_high = 0.95                        # an adaptive lane cuts when upstream KV is this full
 [lanes.chat]
 prefixes = ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
 max_inflight = 8
@@ -60,6 +64,11 @@ class GateConfig:
     default_output_tokens: int = 512
     # Classes and tenants from headers ([fairness], see classes.py).
     fairness: Fairness = field(default_factory=Fairness)
+    # [slo]: the TTFT objective of lanes without a target of their own (None: those lanes
+    # have no queue-wait budget unless max_queue_wait_s is set), and the upstream KV usage at
+    # which an adaptive lane cuts (the dashboard's kv_usage_high).
+    slo_ttft_s: float | None = None
+    kv_usage_high: float = 0.95
 
 
 TIMEOUT_KEYS = ("client_header_timeout_s", "client_body_timeout_s", "client_send_timeout_s")
@@ -114,6 +123,7 @@ def load_gate_config(path: Path | None) -> GateConfig:
     timeouts: dict[str, Any] = {}  # floats; Any so ** can pass them beside an int field
     default_output = GateConfig.default_output_tokens
     fairness = Fairness()
+    slo: dict[str, Any] = {}
     for key, value in data.items():
         if key == "extra_paths":
             extra = _strings(path, key, value)
@@ -127,6 +137,8 @@ def load_gate_config(path: Path | None) -> GateConfig:
             default_output = value
         elif key == "fairness":
             fairness = parse_fairness(path, value)
+        elif key == "slo":
+            slo = _slo(path, value)
         elif key == "lanes":
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: 'lanes' must be a table ([lanes.NAME])")
@@ -140,7 +152,26 @@ def load_gate_config(path: Path | None) -> GateConfig:
         **timeouts,
         default_output_tokens=default_output,
         fairness=fairness,
+        **slo,
     )
+
+
+def _slo(path: Path, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: 'slo' must be a table ([slo])")
+    out: dict[str, Any] = {}
+    for key, number in value.items():
+        if key == "ttft_p99_s":
+            out["slo_ttft_s"] = _seconds(path, "slo.ttft_p99_s", number)
+        elif key == "kv_usage_high":
+            if isinstance(number, bool) or not isinstance(number, (int, float)):
+                number = -1.0  # refused just below
+            if not 0 < number <= 1:
+                raise ConfigError(f"{path}: key 'slo.kv_usage_high' must be a share in (0, 1]")
+            out["kv_usage_high"] = float(number)
+        else:
+            raise ConfigError(f"{path}: unknown key 'slo.{key}'")
+    return out
 
 
 def _lane(path: Path, name: str, spec: Any, base: Lane | None) -> Lane:

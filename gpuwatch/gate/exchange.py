@@ -9,6 +9,7 @@ feel.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from gpuwatch.gate.latency import LaneLatency, Outcome, Record
 from gpuwatch.gate.metrics import LaneMetrics
@@ -25,6 +26,7 @@ class Exchange:
         self._max_gap = 0.0
         self._flushed = received
         self._queued_at: float | None = None
+        self._on_first: Callable[[], None] | None = None
         if self.record is None:
             metrics.other.inc()
 
@@ -36,8 +38,11 @@ class Exchange:
         """It asks its lane for a slot (and may wait for one)."""
         self._queued_at = time.monotonic()
 
-    def admitted(self, queue_wait_s: float) -> None:
+    def admitted(self, queue_wait_s: float, on_first: Callable[[], None] | None = None) -> None:
+        """It holds a slot; ``on_first`` is called at its first token (the lane learns its
+        time from admission to first token: ``Ticket.first_token``)."""
         self._queued_at = None
+        self._on_first = on_first
         self.metrics.admitted.inc()
         if self.record is not None:
             self.metrics.queue_wait.observe(queue_wait_s)
@@ -47,6 +52,8 @@ class Exchange:
         """The upstream's first body byte reached the gate: the user's time to first token."""
         now = time.monotonic()
         self._last_chunk = now
+        if self._on_first is not None:
+            self._on_first()
         if self.record is not None:
             ttft = now - self.received
             self.metrics.ttft.observe(ttft)

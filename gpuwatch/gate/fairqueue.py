@@ -43,6 +43,7 @@ class FairQueue(Generic[W]):
         # Kept as waiters come and go: read on every status and scrape.
         self.by_tenant: Counter[str] = Counter()
         self.by_class: Counter[str] = Counter()
+        self.by_priority: Counter[int] = Counter()
         # A tenant that may not be served now (paused, or at its in-flight cap): skipped,
         # and the turn goes to the next tenant.
         self.blocked: Callable[[str], bool] = lambda tenant: False
@@ -64,6 +65,7 @@ class FairQueue(Generic[W]):
         self._count += 1
         self.by_tenant[waiter.who.tenant] += 1
         self.by_class[waiter.who.klass] += 1
+        self.by_priority[waiter.who.priority] += 1
 
     def remove(self, waiter: W) -> None:
         """Take ``waiter`` out wherever it is; ValueError when it is not queued."""
@@ -75,6 +77,7 @@ class FairQueue(Generic[W]):
         self._count -= 1
         count_down(self.by_tenant, waiter.who.tenant)
         count_down(self.by_class, waiter.who.klass)
+        count_down(self.by_priority, waiter.who.priority)
         if not waiters:
             del level[waiter.who.tenant]
             if not level:
@@ -96,6 +99,11 @@ class FairQueue(Generic[W]):
         level = self._levels.get(waiter.who.priority)
         if level is not None and waiter.who.tenant in level:
             level.move_to_end(waiter.who.tenant)
+
+    def ahead_of(self, priority: int) -> int:
+        """How many waiters a new arrival of ``priority`` would have to let go first: every one
+        of its priority or above (the tenants' turns only reorder them)."""
+        return sum(n for p, n in self.by_priority.items() if p >= priority)
 
     def oldest_since(self) -> float | None:
         heads = [w[0].since for level in self._levels.values() for w in level.values()]

@@ -24,6 +24,8 @@ MEDIA_CAPS = ("max_pixels", "max_steps", "max_n", "max_inputs", "max_input_token
 REASONS = (
     "queue_full",
     "queue_timeout",
+    # The lane's queue-wait budget (deadline.py): refused at once, or shed before starting.
+    "queue_deadline",
     "paused",
     "prompt_too_long",
     "max_tokens",
@@ -49,6 +51,9 @@ class LaneLimits:
     max_inflight: int = 16
     max_queue: int = 64
     queue_timeout_s: float = 30.0
+    # The longest a request may wait for a slot before it is refused (deadline.py); None:
+    # derived from the lane's TTFT target (or the gate's SLO) less its recent prefill time.
+    max_queue_wait_s: float | None = None
     max_prompt_tokens: int | None = None
     max_output_tokens: int | None = None
     output_tokens_policy: str = "clamp"
@@ -177,6 +182,20 @@ def patch_tenants(current: Mapping[str, TenantLimits], patch: Any) -> dict[str, 
     return out
 
 
+def _seconds(path: str, value: Any, allow_zero: bool) -> float | None:
+    """A number of seconds or null, in (0, MAX_TIMEOUT_S] ([0, ...] with ``allow_zero``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LimitsError(path, f"must be a number or null, got {_shown(value)}")
+    # Compared as numbers first: float() of a 5000-digit integer raises.
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (low_ok and value <= MAX_TIMEOUT_S) or not math.isfinite(value):
+        low = ">= 0" if allow_zero else "> 0"
+        raise LimitsError(path, f"must be {low} and <= {MAX_TIMEOUT_S:g}, got {_shown(value)}")
+    return float(value)
+
+
 def _bool(path: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise LimitsError(path, f"must be true or false, got {_shown(value)}")
@@ -202,15 +221,10 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
         ):
             changes[key] = _int(at, value, 1, MAX_TOKENS, nullable=True)
         elif key == "target_ttft_p99_s":
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise LimitsError(at, f"must be a number or null, got {_shown(value)}")
-                if not 0 < value <= MAX_TIMEOUT_S or not math.isfinite(value):
-                    raise LimitsError(
-                        at, f"must be > 0 and <= {MAX_TIMEOUT_S:g}, got {_shown(value)}"
-                    )
-                value = float(value)
-            changes[key] = value
+            changes[key] = _seconds(at, value, allow_zero=False)
+        elif key == "max_queue_wait_s":
+            # 0 is a lane without a queue in time: a request starts at once or is refused.
+            changes[key] = _seconds(at, value, allow_zero=True)
         elif key == "policy":
             if not isinstance(value, str) or value not in ADMISSION_POLICIES:
                 raise LimitsError(
@@ -218,12 +232,9 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
                 )
             changes[key] = value
         elif key == "queue_timeout_s":
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise LimitsError(at, f"must be a number, got {_shown(value)}")
-            # float() of a 5000-digit integer raises; compare as numbers first.
-            if not 0 < value <= MAX_TIMEOUT_S or not math.isfinite(value):
-                raise LimitsError(at, f"must be > 0 and <= {MAX_TIMEOUT_S:g}, got {_shown(value)}")
-            changes[key] = float(value)
+            if value is None:
+                raise LimitsError(at, "must be a number, got None")
+            changes[key] = _seconds(at, value, allow_zero=False)
         elif key in ("output_tokens_policy", "media_policy"):
             if not isinstance(value, str) or value not in POLICIES:
                 raise LimitsError(at, f"must be one of {', '.join(POLICIES)}, got {_shown(value)}")

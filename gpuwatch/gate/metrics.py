@@ -24,6 +24,13 @@ class GateMetrics:
         self.limit_queue = Gauge(
             "gpuwatch_gate_limit_max_queue", "Current max_queue.", lane, registry=r
         )
+        self.queue_wait_budget = Gauge(
+            "gpuwatch_gate_queue_wait_budget_seconds",
+            "The longest a request may wait for a slot now (max_queue_wait_s, or the lane's "
+            "TTFT target less its recent prefill time); NaN: no budget.",
+            lane,
+            registry=r,
+        )
         self.inflight_tokens = Gauge(
             "gpuwatch_gate_inflight_tokens",
             "Tokens reserved by requests in flight (prompt + output bound).",
@@ -117,6 +124,7 @@ class LaneMetrics:
         self.queued = m.queued.labels(lane)
         self.limit_inflight = m.limit_inflight.labels(lane)
         self.limit_queue = m.limit_queue.labels(lane)
+        self.queue_wait_budget = m.queue_wait_budget.labels(lane)
         self.inflight_tokens = m.inflight_tokens.labels(lane)
         self.limit_inflight_tokens = m.limit_inflight_tokens.labels(lane)
         self.effective_inflight = m.effective_inflight.labels(lane)

@@ -58,8 +58,11 @@ HOP_BY_HOP = frozenset(
         "Expect",  # the gate answered 100-continue itself; the body is already here
     )
 )
+# When a refusal carries no estimate of its own (Refused.retry_after_s, from the lane's drain
+# rate), these.
 RETRY_AFTER = {
     "queue_full": "1",
+    "queue_deadline": "1",
     "queue_timeout": "5",
     "paused": "10",
     "evicted": "1",
@@ -68,6 +71,7 @@ RETRY_AFTER = {
 STATUS = {
     "queue_full": 429,
     "queue_timeout": 503,
+    "queue_deadline": 429,
     "paused": 503,
     "prompt_too_long": 400,
     "max_tokens": 400,
@@ -143,9 +147,12 @@ class Proxy:
     def _refusal(self, lane: str, refused: Refused) -> web.Response:
         self.metrics.lanes[lane].rejected[refused.reason].inc()
         status = STATUS[refused.reason]
-        headers = (
-            {"Retry-After": RETRY_AFTER[refused.reason]} if refused.reason in RETRY_AFTER else None
+        after = (
+            str(refused.retry_after_s)
+            if refused.retry_after_s is not None
+            else RETRY_AFTER.get(refused.reason)
         )
+        headers = {"Retry-After": after} if after is not None else None
         kind = (
             "rate_limit_error"
             if status == 429
@@ -210,7 +217,7 @@ class Proxy:
                 return self._client_error(400, "invalid_body", str(exc), param=exc.field)
             ex.queueing()
             async with lane.slot(tokens, who) as ticket:
-                ex.admitted(ticket.queue_wait_s)
+                ex.admitted(ticket.queue_wait_s, ticket.first_token)
                 return await self._forward(request, ex, path, query, raw)
         except Refused as refused:
             lane.tenants.refused[(who.klass, refused.reason)] += 1

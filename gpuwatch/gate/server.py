@@ -49,6 +49,11 @@ def _limit_queue(lane: AdmissionLane) -> float:
     return lane.limits.max_queue
 
 
+def _wait_budget(lane: AdmissionLane) -> float:
+    budget = lane.wait_budget()
+    return float("nan") if budget is None else budget
+
+
 def _inflight_tokens(lane: AdmissionLane) -> float:
     return lane.inflight_tokens
 
@@ -74,14 +79,22 @@ class Gate:
         self.token = token.encode() if token else None
         limits = state.limits
         self.lanes = {
-            lane.name: AdmissionLane(lane.name, limits.lanes[lane.name], limits.paused)
+            lane.name: AdmissionLane(
+                lane.name, limits.lanes[lane.name], limits.paused, slo_ttft_s=config.slo_ttft_s
+            )
             for lane in config.lanes
         }
         self.metrics = GateMetrics(list(self.lanes))
         self.upstream = Upstream(upstream, on_retry=self.metrics.upstream_retries.inc)
         self.latency = {name: LaneLatency() for name in self.lanes}
         self.proxy = Proxy(config, self.lanes, self.metrics, self.upstream, self.latency)
-        self.upstream_metrics = UpstreamMetrics(upstream_metrics) if upstream_metrics else None
+        # Read as often as the controller decides (once a second of the upstream's time): a
+        # reading older than a decision would be judged again as if it were new.
+        self.upstream_metrics = (
+            UpstreamMetrics(upstream_metrics, interval_s=adaptive_pace)
+            if upstream_metrics
+            else None
+        )
         self.adaptive = AdaptiveLoop(
             state,
             self.lanes,
@@ -90,8 +103,9 @@ class Gate:
             self.upstream_metrics.latest if self.upstream_metrics else lambda: None,
             controller,
             pace=adaptive_pace,
+            kv_high=config.kv_usage_high,
         )
-        self.adaptive.apply(limits)  # an adaptive lane starts at its upper bound
+        self.adaptive.apply(limits)  # an adaptive lane starts at its lower bound
         self.admin = Admin(
             state, self.lanes, config.client_body_timeout_s, self.latency, config.fairness
         )
@@ -116,6 +130,7 @@ class Gate:
             lm.limit_inflight.set_function(partial(_limit_inflight, self.state, name))
             lm.effective_inflight.set_function(partial(_effective_inflight, lane))
             lm.limit_queue.set_function(partial(_limit_queue, lane))
+            lm.queue_wait_budget.set_function(partial(_wait_budget, lane))
             lm.inflight_tokens.set_function(partial(_inflight_tokens, lane))
             lm.limit_inflight_tokens.set_function(partial(_limit_inflight_tokens, self.state, name))
 

@@ -26,6 +26,8 @@ log = logging.getLogger("gpuwatch.gate")
 class UpstreamReading:
     kv_usage: float | None  # the fullest engine's KV cache usage, 0..1
     preemptions_total: float | None  # summed over engines (a counter)
+    waiting: float | None = None  # requests in the engines' own queues, summed
+    running: float | None = None  # requests the engines are batching, summed
 
 
 def reading_of(result: ScrapeResult) -> UpstreamReading | None:
@@ -33,7 +35,14 @@ def reading_of(result: ScrapeResult) -> UpstreamReading | None:
         return None
     kv = [e.kv_cache_usage for e in result.engines if e.kv_cache_usage is not None]
     pre = [e.preemptions_total for e in result.engines if e.preemptions_total is not None]
-    return UpstreamReading(max(kv) if kv else None, sum(pre) if pre else None)
+    waiting = [e.waiting for e in result.engines if e.waiting is not None]
+    running = [e.running for e in result.engines if e.running is not None]
+    return UpstreamReading(
+        max(kv) if kv else None,
+        sum(pre) if pre else None,
+        sum(waiting) if waiting else None,
+        sum(running) if running else None,
+    )
 
 
 class UpstreamMetrics:

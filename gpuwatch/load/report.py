@@ -107,12 +107,24 @@ def build(
             report[f"{stat}_{key}_ms"] = value * 1000 if value is not None else None
     if send_errors:
         report["send_error_p99_ms"] = percentile(send_errors, 99) * 1000
+    report["refusals"] = refusals(results)
     report["classes"] = [r.klass for r in results]
     report["tenants"] = [r.tenant for r in results]
     report["by_lane"] = split(results, lambda r: r.lane, spec.slo, duration)
     report["by_class"] = split(results, lambda r: r.klass, spec.slo, duration)
     report["by_tenant"] = split(results, lambda r: r.tenant, spec.slo, duration)
     return report
+
+
+def refusals(results: list[Result]) -> dict[str, Any]:
+    """How the refusals (429 / 503) came: how many, how fast (ms), and with Retry-After."""
+    times = [r.refused_s for r in results if r.refused_s is not None]
+    return {
+        "count": len(times),
+        "median_ms": statistics.median(times) * 1000 if times else None,
+        "p99_ms": percentile(times, 99) * 1000 if times else None,
+        "with_retry_after": sum(1 for r in results if r.retry_after is not None),
+    }
 
 
 SPLIT_FIGURES = ("ttft", "tpot", "e2el")
@@ -191,6 +203,13 @@ def render(report: dict[str, Any], out: IO[str]) -> None:
     if report["failures_by_status"]:
         by = ", ".join(f"{k}: {v}" for k, v in report["failures_by_status"].items())
         console.print(f"failures by status: {by}")
+    refused = report["refusals"]
+    if refused["count"]:
+        console.print(
+            f"refusals (429/503): {refused['count']}, answered in {refused['median_ms']:.1f} ms "
+            f"median, {refused['p99_ms']:.1f} ms p99; {refused['with_retry_after']} with "
+            "Retry-After"
+        )
     chart = ttft_chart(report)
     if chart:
         out.write(chart)

@@ -28,6 +28,8 @@ from gpuwatch.tokens import CHARS_PER_TOKEN, single_message_chars
 _WORDS = ("alpha", "bravo", "delta", "echo", "gamma", "kilo", "lima", "nova", "omega", "sierra")
 # (planned send time, lane, prompt tokens, output tokens)
 Shape = tuple[float, str, int, int]
+# Statuses that are a refusal to come back later (rate limited, overloaded), not a failure.
+REFUSALS = (429, 503)
 # Stop early when this many requests in a row failed to connect and none ever succeeded.
 _DEAD_AFTER = 3
 
@@ -54,6 +56,10 @@ class Result:
     itl: list[float] = field(default_factory=list)
     prompt_tokens: int = 0
     output_tokens: int = 0
+    # A 429 / 503: how long the refusal took to come, and the Retry-After it carried. A gate
+    # that holds the boring zone refuses at once and says when to come back.
+    refused_s: float | None = None
+    retry_after: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -187,6 +193,9 @@ class LoadRun:
             async with session.post(url, json=body, headers=headers) as resp:
                 if resp.status != 200:
                     r.status = resp.status
+                    if resp.status in REFUSALS:
+                        r.refused_s = time.perf_counter() - start
+                        r.retry_after = resp.headers.get("Retry-After")
                     await resp.read()
                     return
                 if not body.get("stream"):

@@ -50,11 +50,12 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
     tmp_path: Path,
 ) -> None:
     node, sim = await start_sim(PROFILE, time_scale=5.0, seed=4)
+    # Static at first: adaptive is switched on under load, and starts from what is in flight.
     config = adaptive_config(
         max_inflight=24,
         max_queue=2000,
         queue_timeout_s=120.0,
-        policy="adaptive",
+        max_queue_wait_s=120.0,  # this test is about the in-flight limit, not queue time
         target_ttft_p99_s=0.001,  # nothing meets this: every window is over target
         min_inflight=4,
         max_inflight_tokens=48_000,  # the effective budget moves with the count
@@ -80,7 +81,7 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
         tasks: set[asyncio.Task[None]] = set()
         while not stop.is_set():
             seen_effective.append(gate.lanes["chat"].limits.max_inflight)
-            if len(tasks) < 40:  # always more than the limit: a queue stays
+            while len(tasks) < 40:  # always more than the limit: a queue stays
                 task = asyncio.create_task(one())
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -89,9 +90,17 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
 
     try:
         async with aiohttp.ClientSession() as s:
-            before = await get(s, f"{served.url}/admin/limits")
-            assert before["effective"]["chat"]["max_inflight"] == 24  # starts at the top
             loader = asyncio.create_task(load(s))
+            await eventually(lambda: gate.lanes["chat"].inflight == 24, timeout=30)
+            async with s.patch(
+                f"{served.url}/admin/limits",
+                json={"lanes": {"chat": {"policy": "adaptive"}}},
+                headers={"If-Match": '"1"', "X-Gpuwatch-Actor": "bob"},
+            ) as r:
+                assert r.status == 200, await r.text()
+                switched = await r.json()
+            # Switched on at 24 in flight: it starts there, not at its floor nor its ceiling.
+            assert switched["effective"]["chat"]["max_inflight"] == 24
 
             async def two_cuts() -> list[dict[str, Any]]:
                 audit = (await get(s, f"{served.url}/admin/audit"))["entries"]
@@ -107,7 +116,7 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
             async with s.patch(
                 f"{served.url}/admin/limits",
                 json={"lanes": {"chat": {"min_inflight": 20}}},
-                headers={"If-Match": '"1"', "X-Gpuwatch-Actor": "alice"},
+                headers={"If-Match": '"2"', "X-Gpuwatch-Actor": "alice"},
             ) as r:
                 assert r.status == 200, await r.text()
                 raised = await r.json()
@@ -115,7 +124,7 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
             async with s.patch(
                 f"{served.url}/admin/limits",
                 json={"lanes": {"chat": {"max_queue": 10}}},
-                headers={"If-Match": '"1"'},
+                headers={"If-Match": '"2"'},
             ) as r:
                 assert r.status == 409
                 conflict = await r.json()
@@ -128,12 +137,12 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
     assert conflict["actor"] == "alice"
 
     for entry in cuts:
-        assert entry["version"] == 1  # the configured limits did not change
+        assert entry["version"] == 2  # the configured limits did not change
         assert entry["reason"].startswith("-") and "p99 TTFT" in entry["reason"]
         assert "> 0.00s" in entry["reason"]
         new = entry["change"]["lanes"]["chat"]["effective_max_inflight"]
         assert 4 <= new < entry["before"]["max_inflight"] <= 24
-    assert limits["version"] == 1 and limits["lanes"]["chat"]["max_inflight"] == 24
+    assert limits["version"] == 2 and limits["lanes"]["chat"]["max_inflight"] == 24
     assert limits["effective"]["chat"]["max_inflight"] < 24
     assert status["max_inflight"] == 24 and 4 <= status["effective_max_inflight"] < 24
     # 48,000 tokens for 24 in flight: 2,000 a slot, configured budget apart from effective.
@@ -147,7 +156,7 @@ async def test_a_tight_target_cuts_within_bounds_audited_apart_from_people(
     assert 'gpuwatch_gate_adaptive_decisions_total{direction="down",lane="chat"}' in metrics
     assert 'gpuwatch_gate_limit_max_inflight{lane="chat"} 24.0' in metrics
     # Raising the floor above the effective limit lifts it at once, and is a new version.
-    assert raised["version"] == 2 and raised["effective"]["chat"]["max_inflight"] >= 20
+    assert raised["version"] == 3 and raised["effective"]["chat"]["max_inflight"] >= 20
     assert statuses and all(code == 200 for code in statuses), set(statuses)
 
 
@@ -179,40 +188,62 @@ async def vllm_page() -> AsyncIterator[tuple[str, dict[str, Any]]]:
         await served.close()
 
 
+@contextlib.asynccontextmanager
+async def adaptive_at(url: str, upstream: CountingUpstream, n: int) -> AsyncIterator[None]:
+    """Hold ``n`` requests in flight at the upstream, then switch the chat lane to adaptive:
+    it starts from those ``n`` (issue 24: from what is in flight, not its ceiling). The held
+    requests are let go on the way out."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as s:
+        held = [asyncio.create_task(s.post(f"{url}/v1/chat/completions", json=body))
+                for _ in range(n)]  # fmt: skip
+        await upstream.wait_until(lambda: upstream.active == n, timeout=10)
+        async with s.patch(f"{url}/admin/limits",
+                           json={"lanes": {"chat": {"policy": "adaptive"}}}) as r:  # fmt: skip
+            assert r.status == 200, await r.text()
+            assert (await r.json())["effective"]["chat"]["max_inflight"] == n
+        try:
+            yield
+        finally:
+            for _ in range(n):
+                upstream.release.release()
+            for response in await asyncio.gather(*held):
+                response.release()
+
+
 async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None:
-    upstream = CountingUpstream(hold=False)
+    upstream = CountingUpstream()
     up_url = await upstream.start()
-    config = adaptive_config(
-        max_inflight=16, policy="adaptive", target_ttft_p99_s=5.0, min_inflight=2
-    )
+    config = adaptive_config(max_inflight=16, target_ttft_p99_s=5.0, min_inflight=2)
     async with vllm_page() as (metrics_url, page):
         gate, served = await start_gate(
             up_url, config, state_file=tmp_path / "s.json", upstream_metrics=metrics_url
         )
         try:
-            reading = await eventually(gate.upstream_metrics.latest, timeout=10)  # type: ignore[union-attr]
-            assert reading.kv_usage == 0.5 and reading.preemptions_total == 0.0
-            # The controller has seen the counter at 0 once: only what comes after counts.
-            await eventually(lambda: gate.adaptive.control["chat"].preemptions_seen == 0.0)
-            page["preemptions"] = 7.0
-            await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 12, timeout=10)
-            last = gate.adaptive.status("chat")["last_decision"]  # type: ignore[index]
-            assert last["reason"] == "-25%: 7 preemptions upstream"
+            async with adaptive_at(served.url, upstream, 16):
+                reading = await eventually(gate.upstream_metrics.latest, timeout=10)  # type: ignore[union-attr]
+                assert reading.kv_usage == 0.5 and reading.preemptions_total == 0.0
+                # The controller has seen the counter at 0 once: only what comes after counts.
+                await eventually(lambda: gate.adaptive.control["chat"].preemptions_seen == 0.0)
+                page["preemptions"] = 7.0
+                await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 12, timeout=10)
+                last = gate.adaptive.status("chat")["last_decision"]  # type: ignore[index]
+                assert last["reason"] == "-25%: 7 preemptions upstream"
 
-            # Paused: more preemptions, but the operator's pause wins; nothing moves.
-            async with (
-                aiohttp.ClientSession() as s,
-                s.patch(f"{served.url}/admin/limits", json={"paused": True}) as r,
-            ):
-                assert r.status == 200
-            page["preemptions"] = 20.0
-            await eventually(lambda: "paused" in gate.adaptive.control["chat"].controller.note)
-            assert gate.lanes["chat"].paused and gate.lanes["chat"].limits.max_inflight == 12
+                # Paused: more preemptions, but the operator's pause wins; nothing moves.
+                async with (
+                    aiohttp.ClientSession() as s,
+                    s.patch(f"{served.url}/admin/limits", json={"paused": True}) as r,
+                ):
+                    assert r.status == 200
+                page["preemptions"] = 20.0
+                await eventually(lambda: "paused" in gate.adaptive.control["chat"].controller.note)
+                assert gate.lanes["chat"].paused and gate.lanes["chat"].limits.max_inflight == 12
 
-            # A page no dialect reads: the reading goes, the lane stays as it is.
-            page["broken"] = True
-            await eventually(lambda: gate.upstream_metrics.latest() is None, timeout=10)  # type: ignore[union-attr]
-            assert gate.lanes["chat"].limits.max_inflight == 12
+                # A page no dialect reads: the reading goes, the lane stays as it is.
+                page["broken"] = True
+                await eventually(lambda: gate.upstream_metrics.latest() is None, timeout=10)  # type: ignore[union-attr]
+                assert gate.lanes["chat"].limits.max_inflight == 12
         finally:
             await served.close()
             await upstream.stop()
@@ -221,15 +252,15 @@ async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None
 async def test_preemptions_the_controller_could_not_answer_are_spent(tmp_path: Path) -> None:
     """Preemptions seen at the floor (no cut left) or while paused (the operator's pause wins)
     are not held against the lane later: lowering the floor or resuming cuts nothing by itself."""
-    upstream = CountingUpstream(hold=False)
+    upstream = CountingUpstream()
     up_url = await upstream.start()
-    config = adaptive_config(
-        max_inflight=3, policy="adaptive", target_ttft_p99_s=5.0, min_inflight=2
-    )
+    config = adaptive_config(max_inflight=3, target_ttft_p99_s=5.0, min_inflight=2)
     async with vllm_page() as (metrics_url, page), aiohttp.ClientSession() as s:
         gate, served = await start_gate(
             up_url, config, state_file=tmp_path / "s.json", upstream_metrics=metrics_url
         )
+        switched = adaptive_at(served.url, upstream, 3)
+        await switched.__aenter__()
         control = gate.adaptive.control["chat"]
 
         async def seen(total: float) -> None:
@@ -264,6 +295,7 @@ async def test_preemptions_the_controller_could_not_answer_are_spent(tmp_path: P
                 and control.last["reason"] == "-33%: 7 preemptions upstream"
             )
         finally:
+            await switched.__aexit__(None, None, None)
             await served.close()
             await upstream.stop()
 
@@ -304,6 +336,7 @@ def test_limits_cli_switches_a_lane_to_adaptive_and_shows_the_effective_limit(ga
     args = ["chat.policy=adaptive", "chat.target_ttft_p99_s=1.5", "chat.min_inflight=4"]
     out = gw("limits", "set", *args, *common)
     assert out.returncode == 0, out.stderr
-    assert "chat: adaptive, target p99 TTFT 1.5 s, in flight 4..16, effective 16" in out.stdout
+    # Switched on with nothing in flight: it starts at its floor and grows in slow start.
+    assert "chat: adaptive, target p99 TTFT 1.5 s, in flight 4..16, effective 4" in out.stdout
     out = gw("limits", "set", "chat.max_inflight=2", *common)  # under the floor: refused
     assert out.returncode == 1 and "must be >= min_inflight (4)" in out.stderr

@@ -23,9 +23,12 @@ async def test_a_recorded_audit_keeps_the_person_s_change_beside_the_controller_
     tmp_path: Path,
 ) -> None:
     node, sim = await start_sim(PROFILE, time_scale=5.0, seed=4)
+    # Static until alice switches it on under load (from what is in flight then); the queue
+    # has time (max_queue_wait_s) so that nothing is refused for the impossible target.
     config = adaptive_config(max_inflight=24, max_queue=2000, queue_timeout_s=120.0,
-                             policy="adaptive", target_ttft_p99_s=0.001, min_inflight=2)  # fmt: skip
-    _, served = await start_gate(sim.url, config, state_file=tmp_path / "s.json")
+                             max_queue_wait_s=120.0, target_ttft_p99_s=0.001,
+                             min_inflight=2)  # fmt: skip
+    gate_, served = await start_gate(sim.url, config, state_file=tmp_path / "s.json")
     body = {"model": node.model_name, "messages": [{"role": "user", "content": "x" * 1200}],
             "max_tokens": 32, "stream": True}  # fmt: skip
     stop = asyncio.Event()
@@ -37,7 +40,7 @@ async def test_a_recorded_audit_keeps_the_person_s_change_beside_the_controller_
 
         tasks: set[asyncio.Task[None]] = set()
         while not stop.is_set():
-            if len(tasks) < 40:  # more than the limit: a queue stays, the tail is over target
+            while len(tasks) < 40:  # more than the limit: a queue stays, the tail is over target
                 task = asyncio.create_task(one())
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -50,10 +53,12 @@ async def test_a_recorded_audit_keeps_the_person_s_change_beside_the_controller_
             aiohttp.ClientSession() as s,
             GateClient(served.url, None, Guard(read_only=True)) as gate,
         ):
-            async with s.patch(f"{served.url}/admin/limits", json={"lanes": {"chat": {"max_queue": 1000}}},
+            loader = asyncio.create_task(load(s))
+            await eventually(lambda: gate_.lanes["chat"].queue, timeout=30)
+            change = {"lanes": {"chat": {"max_queue": 1000, "policy": "adaptive"}}}
+            async with s.patch(f"{served.url}/admin/limits", json=change,
                                headers={"X-Gpuwatch-Actor": "alice"}) as r:  # fmt: skip
                 assert r.status == 200, await r.text()
-            loader = asyncio.create_task(load(s))
 
             async def controller_lines() -> list[dict[str, Any]]:
                 entries = await gate.audit(50)
@@ -72,4 +77,4 @@ async def test_a_recorded_audit_keeps_the_person_s_change_beside_the_controller_
         await sim.close()
     alice = [e for e in recorded if e["actor"] == "alice"]
     assert len(alice) == 1 and alice[0]["version"] == 2, recorded
-    assert alice[0]["change"] == {"lanes": {"chat": {"max_queue": 1000}}}
+    assert alice[0]["change"] == {"lanes": {"chat": {"max_queue": 1000, "policy": "adaptive"}}}

@@ -68,15 +68,18 @@ async def test_a_switches_adaptive_on_asks_first_and_u_undoes(stack) -> None:  #
 
 async def test_the_panel_shows_the_controllers_cut_and_why(stack) -> None:  # type: ignore[no-untyped-def]
     node, sim, gate, served, client = stack
-    await client.patch(
-        {"lanes": {"chat": {"policy": "adaptive", "target_ttft_p99_s": 0.001, "min_inflight": 2}}}
-    )
     spec = LoadSpec(url=served.url, rate=20.0, duration_s=30.0, prompt_tokens=Dist("fixed", 64),
-                    output_tokens=Dist("fixed", 16), seed=2)  # fmt: skip
+                    output_tokens=Dist("fixed", 256), seed=2)  # fmt: skip
     load = LoadRun(spec)
     task = asyncio.create_task(load.run())
     app = make_app(sim.url, served.url)
     try:
+        # Switched on with the lane full: the controller starts from the 16 in flight.
+        await eventually(lambda: gate.lanes["chat"].inflight == 16, timeout=20)
+        await client.patch(
+            {"lanes": {"chat": {"policy": "adaptive", "target_ttft_p99_s": 0.001,
+                                "min_inflight": 2}}}
+        )  # fmt: skip
         async with app.run_test(size=(160, 48)) as pilot:
             await ready(pilot, app)
             await eventually(

@@ -1,6 +1,7 @@
-"""The adaptive controller's decisions on synthetic windows: cut on a tail over target or on
-preemptions, add while under target with a queue, hold after a cut, at most once a second,
-never outside the bounds; and the measure it decides on."""
+"""The adaptive controller's decisions on synthetic windows: cut on a tail over target, and at
+once on the engine's own signals (its queue growing, KV at the high mark, preemptions); slow
+start until the first cut, then add while under target with a queue; hold after a TTFT cut, at
+most once a second, never outside the bounds; and the measure it decides on."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gpuwatch.gate.adaptive import (
     Aimd,
     Gradient,
     Measure,
+    engine_target,
     measure,
     tokens_for,
 )
@@ -33,13 +35,79 @@ def window(p99: float | None, queued: int = 0, samples: int = 20, **kw: float) -
 def test_over_target_cuts_a_quarter_and_says_why() -> None:
     d = Aimd().decide(10.0, LANE, 16, window(2.6))
     assert d is not None and d.direction == "down" and d.inflight == 12
-    assert d.reason == "-25%: p99 TTFT 2.6s > 2.0s"
+    assert d.reason == "-25%: p99 TTFT 2.6s > 1.0s"  # the engine's half of the 2 s target
 
 
-def test_under_target_with_a_queue_adds_one() -> None:
-    d = Aimd().decide(10.0, LANE, 8, window(1.2, queued=5))
-    assert d is not None and d.direction == "up" and d.inflight == 9
-    assert d.reason == "+1: p99 TTFT 1.2s <= 2.0s, 5 queued"
+def after_a_cut(at: float = 0.0) -> Aimd:
+    """A controller past its slow start: it cut once at ``at`` (preemptions), and its hold is
+    over by ``at + HOLD_S``."""
+    ctl = Aimd()
+    assert ctl.decide(at, LANE, 16, window(None, samples=0, preemptions=1)) is not None
+    return ctl
+
+
+def test_under_target_with_a_queue_adds_one_after_the_first_cut() -> None:
+    d = after_a_cut().decide(HOLD_S, LANE, 12, window(0.8, queued=5))
+    assert d is not None and d.direction == "up" and d.inflight == 13
+    assert d.reason == "+1: p99 TTFT 0.80s <= 1.0s, 5 queued"
+
+
+def test_demand_turned_away_is_demand_too() -> None:
+    # A queue short in time refuses rather than queues: no one waits, yet the limit binds.
+    d = after_a_cut().decide(HOLD_S, LANE, 12, window(0.8, turned_away=30))
+    assert d is not None and d.reason == "+1: p99 TTFT 0.80s <= 1.0s, 30 turned away"
+    ctl = after_a_cut()
+    assert ctl.decide(HOLD_S, LANE, 12, window(0.8)) is None and "not binding" in ctl.note
+
+
+def test_the_engine_holds_its_share_of_the_target_the_queue_the_rest() -> None:
+    assert engine_target(LANE) == 1.0
+    assert engine_target(replace(LANE, max_queue_wait_s=0.5)) == 1.5
+    assert engine_target(replace(LANE, max_queue_wait_s=30.0)) == pytest.approx(0.2)
+    assert engine_target(replace(LANE, target_ttft_p99_s=None)) is None
+
+
+def test_slow_start_doubles_until_the_first_cut_then_adds() -> None:
+    wide = replace(LANE, min_inflight=4, max_inflight=256)
+    ctl = Aimd()
+    limits = [4]
+    for t in range(1, 5):
+        d = ctl.decide(float(t), wide, limits[-1], window(0.5, queued=50))
+        assert d is not None and d.direction == "up"
+        limits.append(d.inflight)
+    # Doubling, or the additive step (252 // 32 = 7) where that is more.
+    assert limits == [4, 11, 22, 44, 88] and ctl.note == "slow start"
+    cut = ctl.decide(5.0, wide, 88, window(0.5, queued=50, preemptions=2))
+    assert cut is not None and cut.inflight == 66
+    d = ctl.decide(6.0, wide, 66, window(0.5, queued=50))
+    assert d is not None and d.inflight == 66 + 7 and ctl.note == "adding"
+
+
+def test_the_engines_queue_growing_cuts_at_once_to_what_it_batches() -> None:
+    # No TTFT sample yet (the overload's first second): the engine's own queue says it all.
+    ctl = Aimd()
+    d = ctl.decide(1.0, LANE, 16, window(None, queued=40, samples=0, engine_waiting=5))
+    assert d is not None and d.direction == "down" and d.inflight == 11
+    assert d.reason == "-31%: upstream queue growing to 5"
+    # Within the hold a TTFT cut would wait; the engine's signals do not (once a second).
+    assert ctl.decide(1.5, LANE, 11, window(None, samples=0, engine_waiting=9)) is None
+    d = ctl.decide(2.0, LANE, 11, window(None, samples=0, engine_waiting=9))
+    assert d is not None and d.inflight == 6  # at most half at once: 11 - 9 = 2 -> 5.5 -> 6
+    # A queue that shrinks is the last cut working: no cut, and no increase while it lasts.
+    assert ctl.decide(3.0, LANE, 6, window(0.3, queued=40, engine_waiting=4)) is None
+    assert ctl.note == "upstream queue 4: not adding"
+
+
+def test_a_request_waiting_a_step_upstream_is_no_sign() -> None:
+    d = Aimd().decide(1.0, LANE, 8, window(0.5, queued=3, engine_waiting=1))
+    assert d is not None and d.direction == "up"
+
+
+def test_kv_at_the_high_mark_cuts_at_once() -> None:
+    ctl = Aimd(kv_high=0.9)
+    d = ctl.decide(1.0, LANE, 10, window(None, queued=3, samples=0, kv_usage=0.92))
+    assert d is not None and d.inflight == 9 and "KV 92% >= 90%" in d.reason
+    assert Aimd().decide(1.0, LANE, 10, window(None, queued=3, samples=0, kv_usage=0.92)) is None
 
 
 def test_no_queue_no_increase() -> None:
@@ -58,10 +126,11 @@ def test_preemptions_cut_even_under_target() -> None:
     assert d is not None and d.inflight == 6 and "4 preemptions" in d.reason
 
 
-def test_full_kv_blocks_an_increase() -> None:
+def test_preemptions_cut_during_a_hold() -> None:
     ctl = Aimd()
-    assert ctl.decide(10.0, LANE, 8, window(0.5, queued=3, kv_usage=0.99)) is None
-    assert "KV 99%" in ctl.note
+    assert ctl.decide(10.0, LANE, 16, window(3.0)) is not None  # a TTFT cut: hold
+    d = ctl.decide(11.0, LANE, 12, window(3.0, preemptions=2))
+    assert d is not None and d.inflight == 9
 
 
 def test_never_below_the_floor_nor_above_the_ceiling() -> None:
@@ -163,7 +232,9 @@ def test_the_upstreams_page_in_its_own_dialect() -> None:
 
 def test_the_step_up_is_a_constant_share_of_the_bounds() -> None:
     wide = replace(LANE, min_inflight=4, max_inflight=260)  # span 256: +8 a decision
-    d = Aimd().decide(10.0, wide, 60, window(0.5, queued=3))
+    d = after_a_cut().decide(HOLD_S, wide, 60, window(0.5, queued=3))
     assert d is not None and d.inflight == 68 and d.reason.startswith("+8:")
-    d = Aimd().decide(10.0, wide, 257, window(0.5, queued=3))
+    d = after_a_cut().decide(HOLD_S, wide, 257, window(0.5, queued=3))
     assert d is not None and d.inflight == 260  # never over the ceiling
+    d = Aimd().decide(10.0, wide, 200, window(0.5, queued=3))
+    assert d is not None and d.inflight == 260  # slow start too

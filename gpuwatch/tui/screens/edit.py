@@ -19,6 +19,7 @@ FIELDS = (
     ("max_inflight", "max in flight", "0 admits nothing new"),
     ("max_queue", "max queued", ""),
     ("queue_timeout_s", "queue timeout (s)", ""),
+    ("max_queue_wait_s", "max queue wait (s)", "empty: the TTFT target less prefill"),
     ("max_prompt_tokens", "max prompt tokens", "empty: no cap"),
     ("max_output_tokens", "max output tokens", "empty: no cap"),
     ("max_inflight_tokens", "max tokens in flight", "empty: no budget"),
@@ -51,13 +52,18 @@ def _optional_int(text: str) -> bool:
     return text.strip() == "" or (text.strip().isdigit() and int(text) >= 1)
 
 
-def _optional_seconds(text: str) -> bool:
+def _optional_seconds(text: str, allow_zero: bool = False) -> bool:
     if text.strip() == "":
         return True
     try:
-        return 0 < float(text) <= 86_400
+        value = float(text)
     except ValueError:
         return False
+    return (value >= 0 if allow_zero else value > 0) and value <= 86_400
+
+
+def _optional_wait(text: str) -> bool:
+    return _optional_seconds(text, allow_zero=True)
 
 
 VALIDATORS: dict[str, list[Validator]] = {
@@ -68,6 +74,7 @@ VALIDATORS: dict[str, list[Validator]] = {
     "max_output_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     "max_inflight_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     "target_ttft_p99_s": [Function(_optional_seconds, "empty, or a number of seconds > 0")],
+    "max_queue_wait_s": [Function(_optional_wait, "empty, or a number of seconds >= 0")],
     "min_inflight": [Function(_optional_int, "a whole number >= 1")],
     "min_inflight_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     **{k: [Function(_optional_int, "empty, or a whole number >= 1")] for k in MEDIA_CAPS},
@@ -80,10 +87,13 @@ def parse_field(key: str, text: str) -> Any:
         text == ""
     ):
         return None
-    if key in ("target_ttft_p99_s", "min_inflight", "min_inflight_tokens") and text == "":
+    if (
+        key in ("target_ttft_p99_s", "max_queue_wait_s", "min_inflight", "min_inflight_tokens")
+        and text == ""
+    ):
         # (min_inflight is empty only from a gate without adaptive admission: left as it is)
         return None
-    if key in ("queue_timeout_s", "target_ttft_p99_s"):
+    if key in ("queue_timeout_s", "target_ttft_p99_s", "max_queue_wait_s"):
         return float(text)
     return int(text)
 

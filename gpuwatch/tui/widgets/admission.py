@@ -14,6 +14,7 @@ from gpuwatch.tui.widgets.tenants import tenant_lines
 SHORT = {
     "queue_full": "full",
     "queue_timeout": "timeout",
+    "queue_deadline": "deadline",
     "paused": "paused",
     "prompt_too_long": "prompt",
     "max_tokens": "max_tok",
@@ -47,6 +48,15 @@ def _budget(lane: dict[str, Any], live: dict[str, Any]) -> str:
     return f"{_tokens(live.get('inflight_tokens', 0))}/{_tokens(budget)}"
 
 
+def _wait(live: dict[str, Any]) -> str:
+    """``0.4/1.5s``: the oldest request's wait so far over the queue-wait budget in force,
+    ``-`` for a lane without a budget."""
+    budget = (live.get("queue_wait") or {}).get("budget_s")
+    if budget is None:
+        return "-"
+    return f"{live.get('oldest_queued_s', 0.0):.1f}/{budget:.1f}s"
+
+
 class AdmissionPanel(Panel):
     DEFAULT_CSS = "AdmissionPanel { height: auto; }"
 
@@ -78,10 +88,16 @@ class AdmissionPanel(Panel):
             lane.get("max_inflight_tokens") is not None for lane in limits["lanes"].values()
         )
         tokens_head = " " * 16 if budgets else ""
+        # The queue-wait column only when some lane has a budget (deadline.py).
+        waits = any(
+            (live.get("queue_wait") or {}).get("budget_s") is not None
+            for live in gate.lanes.values()
+        )
+        wait_head = f"  {'wait/max':>10}" if waits else ""
         out = [
             f"[b]admission[/] {escape(gate.url)} v{limits['version']}{paused}{state}",
-            f"[dim] {'lane':<9}{'in-flight':>9}  {'queued':>9}  {'out cap':>7}{tokens_head}"
-            f"  refused/s {gate.refusal_window}[/]",
+            f"[dim] {'lane':<9}{'in-flight':>9}  {'queued':>9}{wait_head}  {'out cap':>7}"
+            f"{tokens_head}  refused/s {gate.refusal_window}[/]",
         ]
         for name, lane in limits["lanes"].items():
             live = gate.lanes.get(name, {})
@@ -106,9 +122,10 @@ class AdmissionPanel(Panel):
             flight = f"{inflight}/{limit}"
             waiting = f"{queued}/{lane['max_queue']}"
             tokens = f"  {'tokens ' + _budget(lane, live):<14}" if budgets else ""
+            wait = f"  {_wait(live):>10}" if waits else ""
             out.append(
                 f" {label} [{inflight_color}]{flight:>9}[/]  [{queue_color}]{waiting:>9}[/]"
-                f"  {cap!s:>7}{tokens}  {shown}"
+                f"{wait}  {cap!s:>7}{tokens}  {shown}"
             )
             tenant = selected_tenant if name == selected else None
             out.extend(tenant_lines(live, tenant, compact))

@@ -14,7 +14,12 @@ from rich.markup import escape
 
 from gpuwatch.gate.classes import ANONYMOUS
 
-SHORT_REASON = {"queue_full": "full", "queue_timeout": "timeout", "evicted": "evicted"}
+SHORT_REASON = {
+    "queue_full": "full",
+    "queue_timeout": "timeout",
+    "queue_deadline": "deadline",
+    "evicted": "evicted",
+}
 
 
 def _count(inflight: int, queued: int) -> str:

@@ -1,0 +1,71 @@
+"""Queues bounded by time: a lane's queue-wait budget, and the estimate that refuses at once.
+
+A request that waits longer than its user's TTFT target has already failed, however well it
+is served afterwards; keeping it queued only delays the ones behind it. So each queued request
+gets a deadline, its arrival plus the lane's queue-wait budget:
+
+- ``max_queue_wait_s`` when the operator set one;
+- else the lane's TTFT target (``target_ttft_p99_s``, or the gate's ``[slo] ttft_p99_s``) less
+  the lane's recent time from admission to first token (``lanetimes.py``, its p99): what is
+  left of the target once the engine has done its part;
+- else none (``queue_timeout_s`` alone bounds the wait, as before).
+
+Why a deadline per request with an admission-time estimate, and not CoDel. CoDel's rule (drop
+at the head when the *minimum* sojourn time over an interval stays above a target) is made for
+packets: a drop is a signal to a TCP sender, any packet will do, and the standing queue it
+fights is measured, not predicted. Here every request carries its own promise (its TTFT), a
+refusal is an answer to a person that should come at once, not after a wasted wait, and the
+gate can predict a wait well: slots free at a rate it measures (Little's law on its own
+tickets). So: at arrival, estimate the wait (the requests that will be served before this one,
+over the drain rate) and refuse at once when it exceeds the budget (429 ``queue_deadline``,
+``Retry-After`` when the queue ahead will have drained enough); a request admitted to the queue
+is still shed at its deadline if the estimate was wrong (the same answer). This is the
+deadline-ordered rule of LLM flow-control designs (llm-d's, for one), with the queue's order left
+to the fair queue: priorities and tenants' turns decide who goes first, the deadline decides who
+goes at all.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuwatch.gate.limits import LaneLimits
+
+RETRY_AFTER_MAX_S = 60
+
+
+def source(limits: LaneLimits, slo_s: float | None) -> str | None:
+    """Where the budget comes from: ``max_queue_wait_s``, ``target_ttft_p99_s``, ``slo`` or
+    None (no budget)."""
+    if limits.max_queue_wait_s is not None:
+        return "max_queue_wait_s"
+    if limits.target_ttft_p99_s is not None:
+        return "target_ttft_p99_s"
+    return "slo" if slo_s is not None else None
+
+
+def budget(limits: LaneLimits, slo_s: float | None, prefill_s: float | None) -> float | None:
+    """The lane's queue-wait budget now, in seconds; None: no budget (queue_timeout_s alone)."""
+    where = source(limits, slo_s)
+    if where == "max_queue_wait_s":
+        return limits.max_queue_wait_s
+    target = limits.target_ttft_p99_s if where == "target_ttft_p99_s" else slo_s
+    if target is None:
+        return None
+    return max(0.0, target - (prefill_s or 0.0))
+
+
+def estimated_wait(ahead: int, drain_per_s: float | None) -> float | None:
+    """Seconds until a request with ``ahead`` requests to be served before it gets a slot."""
+    if drain_per_s is None or drain_per_s <= 0:
+        return None
+    return (ahead + 1) / drain_per_s
+
+
+def retry_after(ahead: int, drain_per_s: float | None, budget_s: float) -> int:
+    """Whole seconds until the queue ahead has drained enough for a request sent then to start
+    within the budget (at least 1: HTTP's Retry-After counts in seconds)."""
+    wait = estimated_wait(ahead, drain_per_s)
+    if wait is None:
+        return 1
+    return max(1, min(RETRY_AFTER_MAX_S, math.ceil(wait - budget_s)))
