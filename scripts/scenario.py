@@ -76,9 +76,8 @@ class FairChat:
             Path("demo gate.toml"), tomllib.loads(DEMO_GATE_TOML)["fairness"]
         )
         self.clock = SimClock()
-        self.gate: OfflineLane[str] = OfflineLane(
-            AdmissionLane("chat", LaneLimits(*limits, queue_timeout_s=20.0)), self.clock
-        )
+        lane = AdmissionLane("chat", LaneLimits(*limits, queue_timeout_s=20.0), clock=self.clock)
+        self.gate: OfflineLane[str] = OfflineLane(lane)
         self.lane = self.gate.lane
         self.rng = random.Random(seed + 3)  # apart, so the arrivals are the plain scenario's
         self.tenants = tenancy.weights()

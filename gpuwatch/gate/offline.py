@@ -2,18 +2,20 @@
 running: what ``gpuwatch plan sweep`` (plan/simulate.py) puts in front of the simulator's
 engine, so the plan's gate is the gate (admission.py), not a second model of it that drifts.
 
+The lane reads time only through its ``clock``, here a ``SimClock`` the caller sets.
 ``AdmissionLane.enter`` takes no time; a request that must wait gets a ``Waiter`` whose future
 is made on a loop that is never run here (futures are only set and read). What the proxy does
-around the lane is done here the way the proxy does it: a ticket released when the answer ends,
-refusals counted by class. The caller sets the clock and calls ``tick()`` as simulated time
-moves (at each arrival and each engine step), so waiters past their time are refused as the
-gate's timers would refuse them.
+around the lane is done here the way the proxy does it: the ticket told of the first token and
+released when the answer ends (the lane learns its prefill time and drain rate from them, for
+its queue-wait budget), refusals counted by class. The caller calls ``tick()`` as simulated
+time moves (at each arrival and each engine step), so waiters past their deadline are shed
+(``AdmissionLane.shed_overdue``) as the gate's timers would shed them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 from gpuwatch.gate.admission import AdmissionLane, Refused, Ticket, Waiter
@@ -37,9 +39,8 @@ class OfflineLane(Generic[K]):
     """One lane; requests are named by the caller's keys. Each call returns the keys admitted
     as a result (to start now), in order; refusals go to ``refused`` as (key, reason)."""
 
-    def __init__(self, lane: AdmissionLane, clock: Callable[[], float]) -> None:
+    def __init__(self, lane: AdmissionLane) -> None:
         self.lane = lane
-        self.clock = clock
         self._loop = asyncio.new_event_loop()  # never run: it only makes the waiters' futures
         self._waiting: dict[Waiter, K] = {}
         self._tickets: dict[K, Ticket] = {}
@@ -53,7 +54,7 @@ class OfflineLane(Generic[K]):
         who = who or Who()
         admitted = self.tick()
         try:
-            entered = self.lane.enter(tokens, who, self.clock(), self._loop)
+            entered = self.lane.enter(tokens, who, self.lane.clock(), self._loop)
         except Refused as refused:
             self._refused(key, who, refused.reason)
             return admitted
@@ -62,6 +63,12 @@ class OfflineLane(Generic[K]):
             return [*admitted, key]
         self._waiting[entered] = key
         return admitted + self._settled()  # an eviction may have refused a waiter
+
+    def first_token(self, key: K) -> None:
+        """``key``'s first token came out (the proxy's first body byte from upstream)."""
+        ticket = self._tickets.get(key)
+        if ticket is not None:
+            ticket.first_token()
 
     def finished(self, key: K) -> list[K]:
         """``key``'s answer ended: its slot goes back and the queue moves on."""
@@ -75,20 +82,14 @@ class OfflineLane(Generic[K]):
         return self._settled()
 
     def tick(self) -> list[K]:
-        """Refuse the waiters whose time in the queue is up, as of the clock."""
-        now = self.clock()
-        timeout = self.lane.limits.queue_timeout_s
-        overdue = [w for w in self._waiting if now - w.since >= timeout and not w.future.done()]
-        for waiter in overdue:
-            self.lane.queue.remove(waiter)
-            waiter.future.set_exception(
-                self.lane.refuse(
-                    "queue_timeout", f"waited {timeout:g} s in lane {self.lane.name!r}'s queue"
-                )
-            )
-        if overdue:
-            self.lane.pump()  # as the gate's timer does: the head may have left
+        """Shed the waiters whose deadline has passed on the clock (queue_timeout, or
+        queue_deadline past the lane's queue-wait budget)."""
+        self.lane.shed_overdue()
         return self._settled()
+
+    def next_deadline(self) -> float | None:
+        """When the first waiter still queued is shed if nothing admits it first."""
+        return min((w.deadline for w in self.lane.queue), default=None)
 
     @property
     def queued(self) -> int:
@@ -103,7 +104,7 @@ class OfflineLane(Generic[K]):
         for waiter in [w for w in self._waiting if w.future.done()]:
             key = self._waiting.pop(waiter)
             refused = waiter.future.exception()
-            if isinstance(refused, Refused):  # evicted, timed out, over a lowered budget
+            if isinstance(refused, Refused):  # evicted, shed, over a lowered budget
                 self._refused(key, waiter.who, refused.reason)
             else:
                 self._tickets[key] = waiter.future.result()

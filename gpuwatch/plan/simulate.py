@@ -60,6 +60,7 @@ class _Probe:
         seed: int,
         default_output_tokens: int,
         who: Who,
+        slo_ttft_s: float | None,
     ) -> None:
         self.engine = Engine(profile, seed=seed)
         self.max_len = profile.model.max_model_len
@@ -69,7 +70,8 @@ class _Probe:
         self.clock = SimClock()
         self.gate: OfflineLane[str] | None = None
         if limits is not None:
-            self.gate = OfflineLane(AdmissionLane("chat", limits), self.clock)
+            lane = AdmissionLane("chat", limits, slo_ttft_s=slo_ttft_s, clock=self.clock)
+            self.gate = OfflineLane(lane)
         self.tracked: dict[str, _Tracked] = {}
         self.gaps: list[float] = []
         self.last_finish = 0.0
@@ -125,6 +127,8 @@ class _Probe:
             if ev.kind == "token":
                 if tr.first is None:
                     tr.first = ev.time
+                    if self.gate is not None:
+                        self.gate.first_token(ev.request.rid)
                 if ev.gap is not None:
                     self.gaps.append(ev.gap)
                     tr.max_gap = max(tr.max_gap, ev.gap)
@@ -144,11 +148,15 @@ def run_probe(
     seed: int = 0,
     default_output_tokens: int = GateConfig.default_output_tokens,
     who: Who | None = None,
+    slo_ttft_s: float | None = GateConfig.slo_ttft_s,
 ) -> ProbeResult:
     """Simulate ``duration_s`` seconds of arrivals at ``rate`` through a chat lane with
-    ``limits`` (None: no gate) and judge them against ``target``."""
+    ``limits`` (None: no gate) and judge them against ``target``. ``default_output_tokens``
+    and ``slo_ttft_s`` are the gate's config (``default_output_tokens``, ``[slo]
+    ttft_p99_s``: a lane without a wait budget or target of its own derives its budget from
+    it); ``who`` is every request's tenant and class."""
     wall0 = time.perf_counter()
-    p = _Probe(profile, limits, seed, default_output_tokens, who or Who())
+    p = _Probe(profile, limits, seed, default_output_tokens, who or Who(), slo_ttft_s)
     engine, gate = p.engine, p.gate
     arrivals = deque(traffic.arrivals(rate, duration_s, seed))
     batches: list[int] = []
@@ -168,9 +176,9 @@ def run_probe(
                 # Nothing runs until the next arrival: time jumps to it.
                 engine.now = max(engine.now, arrivals[0].t)
                 arrive_until(engine.now)
-            elif gate is not None and gate.queued:
+            elif gate is not None and (shed := gate.next_deadline()) is not None:
                 # Waiters that nothing will admit (no slot will free): their time runs out.
-                p.clock.now = engine.now = engine.now + gate.lane.limits.queue_timeout_s
+                p.clock.now = engine.now = max(engine.now, shed)
                 p.settle(gate.tick())
             else:
                 break

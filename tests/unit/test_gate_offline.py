@@ -11,7 +11,7 @@ from gpuwatch.gate.offline import OfflineLane, SimClock
 
 def _lane(limits: LaneLimits) -> tuple[OfflineLane[str], SimClock]:
     clock = SimClock()
-    return OfflineLane(AdmissionLane("chat", limits), clock), clock
+    return OfflineLane(AdmissionLane("chat", limits, clock=clock)), clock
 
 
 def test_slots_then_the_queue_then_refusals_and_the_queue_moves_on_in_order() -> None:
@@ -63,4 +63,27 @@ def test_lowering_the_limits_holds_admissions_and_raising_them_admits_at_once() 
         "b",
         "c",
     ]
+    gate.close()
+
+
+def test_the_wait_budget_sheds_at_the_deadline_and_refuses_at_once_when_the_wait_is_long() -> None:
+    """The lane's clock is the simulation's: it learns its drain rate from the tickets the
+    driver releases, and estimates, sheds and refuses on simulated time."""
+    gate, clock = _lane(
+        LaneLimits(max_inflight=1, max_queue=10, queue_timeout_s=30.0, max_queue_wait_s=1.5)
+    )
+    # Three requests served one after the other, each holding the slot 1 s: drain 1/s.
+    for k in "abc":
+        assert gate.arrive(k) == [k]
+        gate.first_token(k)
+        clock.now += 1.0
+        assert gate.finished(k) == []
+    assert gate.lane.drain_per_s() is None  # nothing in flight: no rate to estimate with
+    assert gate.arrive("d") == ["d"]
+    assert gate.lane.drain_per_s() == 1.0
+    assert gate.arrive("e") == []  # one slot frees in about 1 s: within 1.5 s, it waits
+    assert gate.arrive("f") == [] and gate.refused == [("f", "queue_deadline")]  # about 2 s
+    clock.now += 1.5
+    assert gate.tick() == [] and gate.refused[-1] == ("e", "queue_deadline")  # shed on time
+    assert gate.lane.rejected_total == {"queue_deadline": 2}
     gate.close()

@@ -171,6 +171,24 @@ def test_the_token_budget_reserves_prompt_and_output_bound_as_the_proxy_does() -
     assert over.refused == over.arrived > 0
 
 
+def test_the_queue_wait_budget_sheds_what_cannot_start_in_time() -> None:
+    """The gate's queues bounded by time, simulated by the gate's own code: set as
+    max_queue_wait_s, or derived from the gate's [slo] less the lane's measured prefill."""
+    deep = LaneLimits(max_inflight=8, max_queue=1000, queue_timeout_s=30.0)
+    by_count = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, deep, seed=1)
+    assert "queue_deadline" not in by_count.refusals and by_count.ttft_p99_s is not None
+    assert by_count.ttft_p99_s > 5.0  # a deep queue: the wait is the TTFT
+    waited = replace(deep, max_queue_wait_s=0.5)
+    timed = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, waited, seed=1)
+    assert timed.refusals["queue_deadline"] > 0.5 * timed.arrived
+    assert timed.ttft_p99_s is not None and timed.ttft_p99_s < 1.5  # 0.5 s + the engine's part
+    derived = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, deep, seed=1, slo_ttft_s=2.0)
+    assert derived.refusals["queue_deadline"] > 0.5 * derived.arrived
+    assert derived.ttft_p99_s is not None and derived.ttft_p99_s < 2.5
+    assert derived.attainment is not None and by_count.attainment is not None
+    assert derived.attainment > by_count.attainment
+
+
 def test_a_probe_is_reproducible_for_a_seed_and_differs_with_another() -> None:
     a = run_probe(PROFILE, Traffic(), 5.0, 60.0, TARGET, seed=3)
     b = run_probe(PROFILE, Traffic(), 5.0, 60.0, TARGET, seed=3)
