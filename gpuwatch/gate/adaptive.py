@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from gpuwatch.gate.deadline import ENGINE_SHARE
 from gpuwatch.gate.latency import Record
 from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.series import sample_quantile
@@ -75,10 +76,8 @@ KV_CUT = 0.9  # ... by this much: the KV is full, not overflowing (that is preem
 # waits a step before it is scheduled, and a scrape catches some in that step.
 WAITING_SLACK = 1.0
 WAITING_CUT_MAX = 0.5  # a waiting-queue cut takes at most half the limit at once
-# The target is what users feel: queue wait and engine together. The engine's part (TTFT after
-# admission, what this controller steers) is a share of it; the rest is the queue's budget
-# (deadline.py), so that a request that waited its whole budget is still served in time.
-ENGINE_SHARE = 0.5
+# The engine's share of the target is deadline.ENGINE_SHARE: the rest is the queue's budget,
+# so that a request that waited its whole budget is still served in time.
 MIN_ENGINE_SHARE = 0.1  # with a fixed max_queue_wait_s as long as the target itself
 
 Direction = Literal["up", "down"]

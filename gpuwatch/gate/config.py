@@ -10,6 +10,7 @@ default_output_tokens = 512                 # output reserved from a token budge
 [slo]                                       # the objectives the gate holds (as the dashboard's)
 ttft_p99_s = 2.0                            # a lane without a target of its own derives its
                                             # queue-wait budget from this (deadline.py)
+lanes = ["chat"]                            # ... the lanes ttft_p99_s is for (the default)
 kv_usage_high = 0.95                        # an adaptive lane cuts when upstream KV is this full
 [lanes.chat]
 prefixes = ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
@@ -69,6 +70,9 @@ class GateConfig:
     # which an adaptive lane cuts (the dashboard's kv_usage_high).
     slo_ttft_s: float | None = None
     kv_usage_high: float = 0.95
+    # The lanes slo_ttft_s is for: those that stream tokens. An image or an embedding has no
+    # first token before its whole answer, so a TTFT budget would refuse all its queue.
+    slo_lanes: tuple[str, ...] = ("chat",)
 
 
 TIMEOUT_KEYS = ("client_header_timeout_s", "client_body_timeout_s", "client_send_timeout_s")
@@ -160,15 +164,17 @@ def _slo(path: Path, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: 'slo' must be a table ([slo])")
     out: dict[str, Any] = {}
-    for key, number in value.items():
+    for key, item in value.items():
         if key == "ttft_p99_s":
-            out["slo_ttft_s"] = _seconds(path, "slo.ttft_p99_s", number)
+            out["slo_ttft_s"] = _seconds(path, "slo.ttft_p99_s", item)
+        elif key == "lanes":
+            out["slo_lanes"] = _strings(path, "slo.lanes", item)
         elif key == "kv_usage_high":
-            if isinstance(number, bool) or not isinstance(number, (int, float)):
-                number = -1.0  # refused just below
-            if not 0 < number <= 1:
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                item = -1.0  # refused just below
+            if not 0 < item <= 1:
                 raise ConfigError(f"{path}: key 'slo.kv_usage_high' must be a share in (0, 1]")
-            out["kv_usage_high"] = float(number)
+            out["kv_usage_high"] = float(item)
         else:
             raise ConfigError(f"{path}: unknown key 'slo.{key}'")
     return out

@@ -5,9 +5,10 @@ is served afterwards; keeping it queued only delays the ones behind it. So each 
 gets a deadline, its arrival plus the lane's queue-wait budget:
 
 - ``max_queue_wait_s`` when the operator set one;
-- else the lane's TTFT target (``target_ttft_p99_s``, or the gate's ``[slo] ttft_p99_s``) less
-  the lane's recent time from admission to first token (``lanetimes.py``, its p99): what is
-  left of the target once the engine has done its part;
+- else the lane's TTFT target (``target_ttft_p99_s``, or the gate's ``[slo] ttft_p99_s`` on
+  the lanes it names) less the lane's recent time from admission to first token
+  (``lanetimes.py``, its p99): what is left of the target once the engine has done its part;
+  ``1 - ENGINE_SHARE`` of the target until that is measured;
 - else none (``queue_timeout_s`` alone bounds the wait, as before).
 
 Why a deadline per request with an admission-time estimate, and not CoDel. CoDel's rule (drop
@@ -32,6 +33,10 @@ import math
 from gpuwatch.gate.limits import LaneLimits
 
 RETRY_AFTER_MAX_S = 60
+# The target is what users feel: queue wait and engine together. The engine's part (TTFT after
+# admission, which the adaptive controller steers) is this share of it; the rest is the queue's.
+# Until the lane has measured its own prefill, the queue gets the rest of this split.
+ENGINE_SHARE = 0.5
 
 
 def source(limits: LaneLimits, slo_s: float | None) -> str | None:
@@ -52,7 +57,9 @@ def budget(limits: LaneLimits, slo_s: float | None, prefill_s: float | None) -> 
     target = limits.target_ttft_p99_s if where == "target_ttft_p99_s" else slo_s
     if target is None:
         return None
-    return max(0.0, target - (prefill_s or 0.0))
+    if prefill_s is None:
+        return target * (1 - ENGINE_SHARE)
+    return max(0.0, target - prefill_s)
 
 
 def estimated_wait(ahead: int, drain_per_s: float | None) -> float | None:

@@ -80,7 +80,10 @@ class Gate:
         limits = state.limits
         self.lanes = {
             lane.name: AdmissionLane(
-                lane.name, limits.lanes[lane.name], limits.paused, slo_ttft_s=config.slo_ttft_s
+                lane.name,
+                limits.lanes[lane.name],
+                limits.paused,
+                slo_ttft_s=config.slo_ttft_s if lane.name in config.slo_lanes else None,
             )
             for lane in config.lanes
         }

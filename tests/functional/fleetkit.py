@@ -39,7 +39,7 @@ class Fleet:
         return [(i["metric"], float(i["value"][1])) for i in r.json()["data"]["result"]]
 
 
-def _child(*args: str) -> tuple[subprocess.Popen[str], str]:
+def child(*args: str) -> tuple[subprocess.Popen[str], str]:
     """A gpuwatch child on a port it picks; its URL from the first line it prints."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuwatch", *args, "--listen", "127.0.0.1:0"],
@@ -130,13 +130,13 @@ def fleet(root: Path) -> Iterator[Fleet]:
     try:
         sims, gates = {}, {}
         for node, engines, model in (("a", 1, "m-one"), ("b", 2, "m-two"), ("c", 1, "m-one")):
-            proc, sims[node] = _child(
+            proc, sims[node] = child(
                 "sim", "--time-scale", "10", "--engines", str(engines), "--seed", str(len(sims)),
                 "--served-model-name", model,
             )  # fmt: skip
             procs.append(proc)
         for node in ("a", "b"):
-            proc, gates[node] = _child(
+            proc, gates[node] = child(
                 "gate", "--upstream", sims[node], "--state-file", str(root / f"gate-{node}.json")
             )
             procs.append(proc)

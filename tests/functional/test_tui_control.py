@@ -316,21 +316,39 @@ async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
                 "a whole number >= 0" in str(form.query_one("#max_inflight-error").render())
             ),
         )
+        # The form is taller than the screen: the button is brought into view, as a user
+        # scrolls to it (Enter in any field applies too).
+        form.query_one("#apply", Button).scroll_visible(animate=False)
+        await pilot.pause()
         await pilot.click("#apply")
         await pilot.pause()  # the click is handled: an invalid form does not dismiss
         assert isinstance(app.screen, EditLimits)  # invalid: nothing sent
         form.query_one("#max_inflight").value = "12"
         form.query_one("#max_output_tokens").value = "700"
+        form.query_one("#max_queue_wait_s").value = "-1"
+        await eventually(
+            pause=pilot.pause,
+            condition=lambda: (
+                "a number of seconds >= 0"
+                in str(form.query_one("#max_queue_wait_s-error").render())
+            ),
+        )
+        form.query_one("#max_queue_wait_s").value = "1.5"
+        form.query_one("#apply", Button).scroll_visible(animate=False)
+        await pilot.pause()
         await pilot.click("#apply")
         limits = await wait_version(pilot, client, 2)
-        assert (
-            limits["lanes"]["chat"]["max_inflight"] == 12
-            and limits["lanes"]["chat"]["max_output_tokens"] == 700
-        )
+        chat = limits["lanes"]["chat"]
+        assert chat["max_inflight"] == 12 and chat["max_output_tokens"] == 700
+        assert chat["max_queue_wait_s"] == 1.5
         [entry] = await client.audit(10)
         assert entry["change"] == {
-            "lanes": {"chat": {"max_inflight": 12, "max_output_tokens": 700}}
+            "lanes": {
+                "chat": {"max_inflight": 12, "max_output_tokens": 700, "max_queue_wait_s": 1.5}
+            }
         }
+        # The panel shows the budget in force: the one just set.
+        await eventually(pause=pilot.pause, condition=lambda: "/1.5s" in text(app, "#admission"))
 
 
 async def test_wrong_token_shows_the_401_reason(stack) -> None:

@@ -31,6 +31,12 @@ from gpuwatch.gate.config import load_gate_config
             "[lanes.chat]\nmax_inflight_tokens = 0\n",
             "key 'lanes.chat.max_inflight_tokens' must be >= 1",
         ),
+        ("slo = 2\n", "'slo' must be a table"),
+        ("[slo]\nttft_p99_s = 0\n", "key 'slo.ttft_p99_s' must be a number of seconds"),
+        ("[slo]\nkv_usage_high = 1.5\n", "key 'slo.kv_usage_high' must be a share in (0, 1]"),
+        ("[slo]\nkv_usage_high = true\n", "key 'slo.kv_usage_high' must be a share"),
+        ("[slo]\nitl = 1\n", "unknown key 'slo.itl'"),
+        ("[lanes.chat]\nmax_queue_wait_s = -1\n", "key 'lanes.chat.max_queue_wait_s' must be >= 0"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_file(tmp_path: Path, text: str, reason: str) -> None:
@@ -63,3 +69,16 @@ def test_token_budget_and_default_output(tmp_path: Path) -> None:
     assert lanes["chat"].limits.max_inflight_tokens == 96_000
     assert lanes["embed"].limits.max_inflight_tokens is None
     assert load_gate_config(None).default_output_tokens == 512
+
+
+def test_the_slo_the_gate_holds(tmp_path: Path) -> None:
+    path = tmp_path / "gate.toml"
+    path.write_text(
+        "[slo]\nttft_p99_s = 1.5\nkv_usage_high = 0.9\n[lanes.chat]\nmax_queue_wait_s = 0\n"
+    )
+    config = load_gate_config(path)
+    assert config.slo_ttft_s == 1.5 and config.kv_usage_high == 0.9
+    assert {lane.name: lane for lane in config.lanes}["chat"].limits.max_queue_wait_s == 0.0
+    plain = load_gate_config(None)
+    assert plain.slo_ttft_s is None and plain.kv_usage_high == 0.95
+    assert plain.slo_lanes == ("chat",)  # images and embeddings have no first token to bound

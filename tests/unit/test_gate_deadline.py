@@ -58,7 +58,7 @@ def test_the_budget_and_its_source() -> None:
     target = replace(plain, target_ttft_p99_s=1.5)
     assert deadline.budget(target, 2.0, 0.5) == pytest.approx(1.0)  # the lane's own target wins
     assert deadline.budget(target, 2.0, 3.0) == 0.0  # the engine alone takes it all: no queue
-    assert deadline.budget(target, None, None) == 1.5  # no prefill measured yet
+    assert deadline.budget(target, None, None) == 0.75  # not measured yet: the engine's share
     fixed = replace(target, max_queue_wait_s=0.25)
     assert deadline.budget(fixed, 2.0, 0.5) == 0.25 and deadline.source(fixed, 2.0) == (
         "max_queue_wait_s"

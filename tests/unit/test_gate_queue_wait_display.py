@@ -1,0 +1,42 @@
+"""The queue-wait budget where operators read and set it: the admission panel's column, the
+``e`` form's field (empty: derived), and ``gpuwatch limits``' table (``auto`` when derived)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwatch.cli.limits import print_limits
+from gpuwatch.tui.screens.edit import FIELDS, VALIDATORS, parse_field
+from gpuwatch.tui.widgets.admission import SHORT, _wait
+
+
+def test_the_panel_shows_the_oldest_wait_over_the_budget() -> None:
+    live = {"oldest_queued_s": 0.42, "queue_wait": {"budget_s": 1.5, "source": "slo"}}
+    assert _wait(live) == "0.4/1.5s"
+    assert _wait({"queue_wait": {"budget_s": None}}) == "-"
+    assert _wait({}) == "-"  # an older gate's status has no queue_wait
+    assert SHORT["queue_deadline"] == "deadline"
+
+
+def test_the_form_has_the_field_and_empty_means_derived() -> None:
+    assert "max_queue_wait_s" in [key for key, _, _ in FIELDS]
+    assert parse_field("max_queue_wait_s", "") is None
+    assert parse_field("max_queue_wait_s", " 1.5 ") == 1.5
+    assert parse_field("max_queue_wait_s", "0") == 0.0
+    check = VALIDATORS["max_queue_wait_s"][0]
+    assert check.validate("").is_valid and check.validate("0").is_valid
+    assert not check.validate("-1").is_valid and not check.validate("soon").is_valid
+
+
+def test_the_cli_table_has_the_column(capsys: pytest.CaptureFixture[str]) -> None:
+    lane = {
+        "max_inflight": 8, "max_queue": 4, "queue_timeout_s": 30.0, "max_prompt_tokens": None,
+        "max_output_tokens": 1024, "output_tokens_policy": "clamp",
+    }  # fmt: skip
+    print_limits(
+        {"version": 2, "paused": False,
+         "lanes": {"chat": {**lane, "max_queue_wait_s": 1.5}, "old": lane}}
+    )  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[4] == "wait"
+    assert out[2].split()[4] == "1.5" and out[3].split()[4] == "auto"
