@@ -64,6 +64,12 @@ class OfflineLane(Generic[K]):
         self._waiting[entered] = key
         return admitted + self._settled()  # an eviction may have refused a waiter
 
+    def refuse(self, key: K, reason: str, message: str, who: Who | None = None) -> None:
+        """``key`` refused before it reached the lane (a cap: ``caps.apply_text_caps``),
+        counted in the lane's refusals as the proxy counts it."""
+        self.lane.refuse(reason, message)
+        self._refused(key, who or Who(), reason)
+
     def first_token(self, key: K) -> None:
         """``key``'s first token came out (the proxy's first body byte from upstream)."""
         ticket = self._tickets.get(key)

@@ -45,7 +45,6 @@ CHAT_PATH = "/v1/chat/completions"  # what the load generator sends chat request
 class _Tracked:
     at_gate: float
     request: Request
-    tokens: int = 0  # reserved from the lane's token budget
     first: float | None = None
     max_gap: float = 0.0
     status: str = "ok"
@@ -102,22 +101,21 @@ class _Probe:
         body = {"max_tokens": a.output}
         tr = _Tracked(a.t, Request(rid, prompt, 1, a.t))
         self.tracked[rid] = tr
-        tokens = 0
-        if self.limits is not None:
-            try:
-                _, tokens = apply_text_caps(
-                    body, self.limits, "chat", CHAT_PATH, prompt, self.default_output_tokens, []
-                )
-            except CapRefused as exc:
-                tr.status = exc.reason
-                assert self.gate is not None
-                self.gate.lane.refuse(exc.reason, str(exc))
-                return
-        tr.request.max_output = max(1, min(body["max_tokens"], self.max_len - prompt))
-        if self.gate is None:
+        if self.gate is None or self.limits is None:
+            tr.request.max_output = max(1, min(a.output, self.max_len - prompt))
             self.start([rid])
-        else:
-            self.settle(self.gate.arrive(rid, tokens, self.who))
+            return
+        try:
+            # What the proxy does before the lane: the caps, and the tokens to reserve.
+            _, tokens = apply_text_caps(
+                body, self.limits, "chat", CHAT_PATH, prompt, self.default_output_tokens, []
+            )
+        except CapRefused as exc:
+            self.gate.refuse(rid, exc.reason, str(exc), self.who)
+            self.settle([])
+            return
+        tr.request.max_output = max(1, min(body["max_tokens"], self.max_len - prompt))
+        self.settle(self.gate.arrive(rid, tokens, self.who))
 
     def events(self, events: list[Event]) -> None:
         for ev in events:
