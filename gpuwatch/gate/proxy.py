@@ -36,6 +36,7 @@ from gpuwatch.gate.limits import MEDIA_CAPS, Lane
 from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, apply_media_caps, has_media_caps
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.paths import PathError, split_target
+from gpuwatch.gate.stallwatch import StreamTally
 from gpuwatch.gate.upstream import Upstream, UpstreamError
 from gpuwatch.gate.watchdog import SendWatchdog
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -67,6 +68,9 @@ RETRY_AFTER = {
     "paused": "10",
     "evicted": "1",
     "tenant_paused": "10",
+    # Unknown how long a stall lasts: come back soon, the gate admits again the second the
+    # upstream moves.
+    "upstream_stalled": "5",
 }
 STATUS = {
     "queue_full": 429,
@@ -79,6 +83,7 @@ STATUS = {
     **{cap: 400 for cap in MEDIA_CAPS},
     "evicted": 429,
     "tenant_paused": 503,
+    "upstream_stalled": 503,
 }
 # Bodies up to this size are read whole when the upstream declares their length: cheaper than
 # streaming a short JSON answer chunk by chunk.
@@ -125,6 +130,8 @@ class Proxy:
         self.latency = latency
         self._unreachable = _Throttled()
         self._broken = _Throttled()
+        # Streams being relayed and their chunks, for the stall watch (stallwatch.py).
+        self.streams = StreamTally()
         # Longest prefix first, so /v1/images/ wins over a shorter overlapping prefix.
         self._routes = sorted(
             ((p, lane.name) for lane in config.lanes for p in lane.prefixes),
@@ -383,9 +390,11 @@ class Proxy:
         ex: Exchange,
     ) -> web.StreamResponse:
         watchdog = SendWatchdog(request.transport, self.config.client_send_timeout_s)
+        self.streams.begin()
         try:
             return await self._pump(request, upstream, response, ex, watchdog)
         finally:
+            self.streams.end()
             watchdog.stop()
             if watchdog.fired:
                 log.info(
@@ -419,6 +428,7 @@ class Proxy:
                 return response
             if not chunk:
                 break
+            self.streams.chunk()
             if first:
                 ex.first_byte()
                 first = False
