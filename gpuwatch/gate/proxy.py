@@ -22,13 +22,10 @@ from aiohttp import web
 from gpuwatch.gate.admission import AdmissionLane, Refused
 from gpuwatch.gate.body import BodyRefused, read_body
 from gpuwatch.gate.caps import (
-    OUTPUT_KEYS,
     BodyError,
-    OverCap,
-    cap_output,
-    choices,
+    CapRefused,
+    apply_text_caps,
     estimate_prompt,
-    output_tokens,
     prompt_text,
 )
 from gpuwatch.gate.config import GateConfig
@@ -285,47 +282,13 @@ class Proxy:
         tokens = None
         if limits.max_prompt_tokens is not None or budget is not None:
             tokens = await self._prompt_tokens(name, body)
-        if (
-            limits.max_prompt_tokens is not None
-            and tokens is not None
-            and tokens > limits.max_prompt_tokens
-        ):
-            raise lane.refuse(
-                "prompt_too_long",
-                f"prompt is {tokens} tokens; lane {name!r} allows {limits.max_prompt_tokens}",
+        try:
+            capped, reserve = apply_text_caps(
+                body, limits, name, path, tokens, self.config.default_output_tokens, clamped
             )
-        cap = limits.max_output_tokens
-        if cap is not None:
-            default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
-            asked = {k: body[k] for k in OUTPUT_KEYS if k in body}
-            try:
-                capped = cap_output(
-                    body, cap, limits.output_tokens_policy == "reject", default_key, name
-                )
-            except OverCap as exc:
-                raise lane.refuse("max_tokens", str(exc)) from None
-            changed = changed or capped
-            if capped:
-                # As numbers: a bound sent as " 500" must not put its spaces in a header.
-                clamped.extend(
-                    f"{k} {output_tokens(k, asked.get(k)) or 'none'}->{body[k]}"
-                    for k in OUTPUT_KEYS
-                    if k in body and asked.get(k) != body[k]
-                )
-        reserve = 0
-        if budget is not None:
-            reserve = (tokens or 0) + self._output_bound(body, cap)
-        return (json.dumps(body).encode() if changed else raw), reserve
-
-    def _output_bound(self, body: dict[str, Any], cap: int | None) -> int:
-        """The most output tokens a (capped) body can generate, over all its answers: its own
-        bound (the largest of the names present), else the lane's cap, else the gate's
-        ``default_output_tokens``; a bound below 1 ("no bound" to some servers) counts as none.
-        """
-        bounds = [output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body]
-        given = [b for b in bounds if b is not None and b >= 1]
-        per_answer = max(given) if given else (cap or self.config.default_output_tokens)
-        return per_answer * choices(body)
+        except CapRefused as exc:
+            raise lane.refuse(exc.reason, str(exc)) from None
+        return (json.dumps(body).encode() if changed or capped else raw), reserve
 
     async def _prompt_tokens(self, name: str, body: dict[str, Any]) -> int | None:
         estimate = estimate_prompt(body)  # also the type check of every prompt field
