@@ -22,13 +22,10 @@ from aiohttp import web
 from gpuwatch.gate.admission import AdmissionLane, Refused
 from gpuwatch.gate.body import BodyRefused, read_body
 from gpuwatch.gate.caps import (
-    OUTPUT_KEYS,
     BodyError,
-    OverCap,
-    cap_output,
-    choices,
+    CapRefused,
+    apply_text_caps,
     estimate_prompt,
-    output_tokens,
     prompt_text,
 )
 from gpuwatch.gate.config import GateConfig
@@ -39,6 +36,7 @@ from gpuwatch.gate.limits import MEDIA_CAPS, Lane
 from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, apply_media_caps, has_media_caps
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.paths import PathError, split_target
+from gpuwatch.gate.stallwatch import StreamTally
 from gpuwatch.gate.upstream import Upstream, UpstreamError
 from gpuwatch.gate.watchdog import SendWatchdog
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -70,6 +68,9 @@ RETRY_AFTER = {
     "paused": "10",
     "evicted": "1",
     "tenant_paused": "10",
+    # Unknown how long a stall lasts: come back soon, the gate admits again the second the
+    # upstream moves.
+    "upstream_stalled": "5",
 }
 STATUS = {
     "queue_full": 429,
@@ -82,6 +83,7 @@ STATUS = {
     **{cap: 400 for cap in MEDIA_CAPS},
     "evicted": 429,
     "tenant_paused": 503,
+    "upstream_stalled": 503,
 }
 # Bodies up to this size are read whole when the upstream declares their length: cheaper than
 # streaming a short JSON answer chunk by chunk.
@@ -128,6 +130,8 @@ class Proxy:
         self.latency = latency
         self._unreachable = _Throttled()
         self._broken = _Throttled()
+        # Streams being relayed and their chunks, for the stall watch (stallwatch.py).
+        self.streams = StreamTally()
         # Longest prefix first, so /v1/images/ wins over a shorter overlapping prefix.
         self._routes = sorted(
             ((p, lane.name) for lane in config.lanes for p in lane.prefixes),
@@ -278,47 +282,13 @@ class Proxy:
         tokens = None
         if limits.max_prompt_tokens is not None or budget is not None:
             tokens = await self._prompt_tokens(name, body)
-        if (
-            limits.max_prompt_tokens is not None
-            and tokens is not None
-            and tokens > limits.max_prompt_tokens
-        ):
-            raise lane.refuse(
-                "prompt_too_long",
-                f"prompt is {tokens} tokens; lane {name!r} allows {limits.max_prompt_tokens}",
+        try:
+            capped, reserve = apply_text_caps(
+                body, limits, name, path, tokens, self.config.default_output_tokens, clamped
             )
-        cap = limits.max_output_tokens
-        if cap is not None:
-            default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
-            asked = {k: body[k] for k in OUTPUT_KEYS if k in body}
-            try:
-                capped = cap_output(
-                    body, cap, limits.output_tokens_policy == "reject", default_key, name
-                )
-            except OverCap as exc:
-                raise lane.refuse("max_tokens", str(exc)) from None
-            changed = changed or capped
-            if capped:
-                # As numbers: a bound sent as " 500" must not put its spaces in a header.
-                clamped.extend(
-                    f"{k} {output_tokens(k, asked.get(k)) or 'none'}->{body[k]}"
-                    for k in OUTPUT_KEYS
-                    if k in body and asked.get(k) != body[k]
-                )
-        reserve = 0
-        if budget is not None:
-            reserve = (tokens or 0) + self._output_bound(body, cap)
-        return (json.dumps(body).encode() if changed else raw), reserve
-
-    def _output_bound(self, body: dict[str, Any], cap: int | None) -> int:
-        """The most output tokens a (capped) body can generate, over all its answers: its own
-        bound (the largest of the names present), else the lane's cap, else the gate's
-        ``default_output_tokens``; a bound below 1 ("no bound" to some servers) counts as none.
-        """
-        bounds = [output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body]
-        given = [b for b in bounds if b is not None and b >= 1]
-        per_answer = max(given) if given else (cap or self.config.default_output_tokens)
-        return per_answer * choices(body)
+        except CapRefused as exc:
+            raise lane.refuse(exc.reason, str(exc)) from None
+        return (json.dumps(body).encode() if changed or capped else raw), reserve
 
     async def _prompt_tokens(self, name: str, body: dict[str, Any]) -> int | None:
         estimate = estimate_prompt(body)  # also the type check of every prompt field
@@ -420,9 +390,11 @@ class Proxy:
         ex: Exchange,
     ) -> web.StreamResponse:
         watchdog = SendWatchdog(request.transport, self.config.client_send_timeout_s)
+        self.streams.begin()
         try:
             return await self._pump(request, upstream, response, ex, watchdog)
         finally:
+            self.streams.end()
             watchdog.stop()
             if watchdog.fired:
                 log.info(
@@ -456,6 +428,7 @@ class Proxy:
                 return response
             if not chunk:
                 break
+            self.streams.chunk()
             if first:
                 ex.first_byte()
                 first = False

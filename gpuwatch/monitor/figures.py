@@ -52,6 +52,9 @@ class EngineFigures:
     gen_tps: float | None
     window_s: float
     rate_window_s: float
+    # How long the engine has been STALLED (gpuwatch/stall.py): requests in it, and no
+    # progress for longer than stall_after_s; None when it is not.
+    stalled_s: float | None = None
 
     @property
     def window(self) -> str:
@@ -89,11 +92,16 @@ class EngineFigures:
             f"preemptions_per_min_{w}": self.preemptions_per_min,
             f"prompt_tps_{r}": self.prompt_tps,
             f"gen_tps_{r}": self.gen_tps,
+            "stalled_for_s": None if self.stalled_s is None else round(self.stalled_s, 1),
         }
 
 
-def engine_figures(endpoint: Endpoint, view: EngineView) -> EngineFigures:
+def engine_figures(endpoint: Endpoint, view: EngineView, now: float | None = None) -> EngineFigures:
+    """``now`` (the monitor's clock): how long a stall has lasted up to it; by default up to
+    the engine's last reading. An endpoint that no longer answers is DOWN or STALE, and what
+    its engine does now is unknown: not shown as stalled."""
     s, h = view.snap, view.history
+    stalled = view.stall.stalled_for(now) if endpoint.status.state == "UP" else None
     hit = h.prefix_hit_rate()
     return EngineFigures(
         source=endpoint.url,
@@ -115,6 +123,7 @@ def engine_figures(endpoint: Endpoint, view: EngineView) -> EngineFigures:
         gen_tps=h.rate("generation_tokens_total"),
         window_s=h.window_s,
         rate_window_s=RECENT_RATE_WINDOW_S,
+        stalled_s=stalled,
     )
 
 

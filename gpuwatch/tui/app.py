@@ -29,7 +29,7 @@ from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import QUEUE_STEP, Steering
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.monitor.figures import ttft_breakdown
-from gpuwatch.monitor.state import Monitor
+from gpuwatch.monitor.state import Monitor, short_url
 from gpuwatch.series import RECENT_RATE_WINDOW_S, window_label
 from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.tui.control import CONTROL_ACTIONS, DashboardControl
@@ -40,7 +40,7 @@ from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
 from gpuwatch.tui.widgets.adaptive import AdaptivePanel
 from gpuwatch.tui.widgets.admission import AdmissionPanel
 from gpuwatch.tui.widgets.chart import Chart, Line
-from gpuwatch.tui.widgets.engines import EnginePanel, short_url
+from gpuwatch.tui.widgets.engines import EnginePanel
 from gpuwatch.tui.widgets.events import EventsPanel
 from gpuwatch.tui.widgets.gpus import GpuPanel
 from gpuwatch.tui.widgets.header import HeaderBar
@@ -344,7 +344,7 @@ class GpuwatchApp(App[None]):
         self._painted_version = m.version
         dash.query_one(GpuPanel).render_gpus(m.gpus, compact=narrow or short)
         dash.query_one(EnginePanel).render_engines(
-            list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint
+            list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint, at
         )
         dash.query_one(AdmissionPanel).render_gate(
             m.gate,

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from gpuwatch.fmt import NA, num, pct, seconds
+from gpuwatch.fmt import NA, duration, num, pct, seconds
 from gpuwatch.monitor.figures import EngineFigures, engine_figures
-from gpuwatch.monitor.state import Endpoint
+from gpuwatch.monitor.state import Endpoint, short_url
 from gpuwatch.tui.widgets.bars import gauge, level_color
 from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
 
 STATE_COLOR = {"UP": "$ok", "DOWN": "$bad", "STALE": "$warn", "WAITING": "$foreground"}
-
-
-def short_url(url: str) -> str:
-    return url.split("://", 1)[-1].removesuffix("/metrics")
 
 
 def kv_text(f: EngineFigures) -> str:
@@ -74,12 +70,24 @@ def engine_segments(f: EngineFigures, ttft_slo: float | None) -> list[str]:
     ]
 
 
+def stall_badge(f: EngineFigures) -> str:
+    """`` STALLED 23s`` on a stalled engine's line (gpuwatch/stall.py), else nothing."""
+    if f.stalled_s is None:
+        return ""
+    return f" [b reverse $bad] STALLED {duration(f.stalled_s)} [/]"
+
+
 class EnginePanel(Panel):
     DEFAULT_CSS = "EnginePanel { height: auto; }"
 
     def render_engines(
-        self, endpoints: list[Endpoint], ttft_slo: float | None, hint: str | None
+        self,
+        endpoints: list[Endpoint],
+        ttft_slo: float | None,
+        hint: str | None,
+        now: float | None = None,
     ) -> None:
+        """``now``: the instant shown (the monitor's clock), up to which a stall is counted."""
         if not endpoints:
             self.show(f"[$warn]{escape(hint or 'no endpoints')}[/]")
             return
@@ -96,10 +104,11 @@ class EnginePanel(Panel):
                 continue
             for view in ep.engines.values():
                 model = escape((view.snap.model or "").rsplit("/", 1)[-1])
+                figures = engine_figures(ep, view, now)
                 out.append(
                     f"[{color}]●[/] [b]{view.snap.dialect}[/] {model} "
                     f"[dim]@ {escape(short_url(ep.url))}[/]"
-                    f" [{color}]{ep.status.state}[/]{reason}"
+                    f" [{color}]{ep.status.state}[/]{reason}{stall_badge(figures)}"
                 )
-                out.extend(flow(engine_segments(engine_figures(ep, view), ttft_slo), width))
+                out.extend(flow(engine_segments(figures, ttft_slo), width))
         self.show("\n".join(out))
