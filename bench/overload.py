@@ -58,13 +58,13 @@ from typing import Any
 import httpx
 import psutil
 
-from gpuwatch.gate.limits import LANE_KEYS
+from gpuwatch.gate.limits import LANE_KEYS, LaneLimits
 from gpuwatch.load.runner import REFUSALS, LoadRun, Result, Shape
 from gpuwatch.load.spec import LoadSpec, Pattern
 from gpuwatch.plan.planner import sweep_sim
 from gpuwatch.plan.probe import Target
 from gpuwatch.plan.recommend import Recommendation
-from gpuwatch.plan.simulate import GateLimits, run_probe
+from gpuwatch.plan.simulate import run_probe
 from gpuwatch.plan.traffic import DEFAULT_BURSTINESS, Traffic
 from gpuwatch.series import sample_quantile
 from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
@@ -152,12 +152,13 @@ def arrivals(knee: float, level: float, seconds: float, scale: float, seed: int)
 
 def predict(lane: dict[str, Any], knee: float, level: float, seconds: float,
             seed: int) -> dict[str, Any] | None:  # fmt: skip
-    """What the planner's own simulation (the engine and a model of a static lane, in simulated
-    time: no processes, no clock) gives for a static lane on the same arrivals; None for an
-    adaptive one. The measured row should come near it on a machine with CPU to spare."""
+    """What ``gpuwatch plan``'s simulation (the engine with the gate's own admission lane in
+    front, in simulated time: no processes, no wall clock) gives for a static lane on the same
+    arrivals; None for an adaptive one (its controller is not in that simulation). The measured
+    row should come near it on a machine with CPU to spare."""
     if lane.get("policy", "static") != "static":
         return None
-    limits = GateLimits(lane["max_inflight"], lane["max_queue"], lane["queue_timeout_s"])
+    limits = LaneLimits(**{k: v for k, v in lane.items() if v is not None})
     probe = run_probe(get_profile(DEFAULT_PROFILE), BURSTY, base_rate(knee, level), seconds,
                       Target(SLO_S), limits, seed=seed)  # fmt: skip
     return {"good_share_of_knee": probe.good / seconds / knee, "p99_ttft_s": probe.ttft_p99_s}
