@@ -35,6 +35,15 @@ the knee's, p99 TTFT of the admitted requests within the target (2 s), refusals 
   <= 2 s, per simulated second of the window) and its share of the knee's; p99 TTFT of the
   answered; refusals (429 / 503) and their share; the median client-side latency of a refusal;
   other failures; the simulator's preemptions (``vllm:num_preemptions_total``) over the run.
+- Is the row the machine's or the admission's? Every time here is the wall clock x the scale,
+  so any lateness of the simulator, the gate or this client on a busy machine counts scale
+  times over. Two checks per row: ``gpu busy``, the simulated GPU's utilization under load
+  (under overload the engine always has work, so less than 90% is marked ``!``: the
+  simulator fell behind and skipped ahead, or the gate left it idle), and for a static lane
+  ``predicted``, what ``gpuwatch plan``'s simulation (the engine and the gate's own lane in
+  simulated time, no processes) gives on the same arrivals. A measured row far below its
+  prediction measured the machine; a lower ``--time-scale`` or a quieter machine brings it
+  back.
 """
 
 from __future__ import annotations
