@@ -78,13 +78,14 @@ class DashboardOptions:
 
 
 def ttft_lines(m: Monitor, pts: Callable[[str], list[Any]], start: float) -> list[Line]:
-    """The TTFT chart's lines. With a gate: what the badge judges, the users' exact p99 at the
-    gate (the worst lane, queue wait included), and the engine's p99 beside it, so a queue
-    at the gate shows as the gap between the two. Without one: the engine's p50 and p99."""
+    """The TTFT chart's lines. With a gate (the chart titled ``TTFT p99``): what the badge
+    judges, the users' exact p99 at the gate (the worst lane, queue wait included), and the
+    engine's p99 beside it, so a queue at the gate shows as the gap between the two. Without
+    one: the engine's p50 and p99."""
     if m.gate is not None:
         return [
-            Line("users p99", m.gate.ttft_p99.points(since=start), "accent"),
-            Line("engine p99", pts("ttft_p99"), "ttft"),
+            Line("users", m.gate.ttft_p99.points(since=start), "accent", on_top=True),
+            Line("engine", pts("ttft_p99"), "ttft"),
         ]
     return [Line("p50", pts("ttft_p50"), "ttft"), Line("p99", pts("ttft_p99"), "accent")]
 
@@ -147,7 +148,9 @@ class Dashboard(Screen[None]):
                 window = window_label(cast("GpuwatchApp", self.app).monitor.window_s)
                 rates = window_label(RECENT_RATE_WINDOW_S)
                 yield Chart("requests", id="chart-requests", classes="chart")
-                yield Chart(f"TTFT {window}", fmt=seconds, id="chart-ttft", classes="chart")
+                # With a gate it draws p99s only (users' and engine's): the title says so.
+                ttft = "TTFT p99" if cast("GpuwatchApp", self.app).monitor.gate else "TTFT"
+                yield Chart(f"{ttft} {window}", fmt=seconds, id="chart-ttft", classes="chart")
                 yield Chart(f"KV · goodput {window}", fmt=pct, id="chart-kv", classes="chart")
                 yield Chart(f"tokens/s {rates}", id="chart-tokens", classes="chart")
         yield EventsPanel(id="events", classes="box")

@@ -119,9 +119,38 @@ async def test_every_place_prints_one_user_ttft_p99(watched: Monitor) -> None:
     # the users panel: the lane's row and the breakdown's head
     assert f"{shown:>7}" in tails and shown in head
     # the TTFT chart's users line ends at it
-    assert users_line.label == "users p99" and users_line.points[-1].v == exact
+    assert users_line.label == "users" and users_line.points[-1].v == exact
     # the histogram's estimate is a different number; it is no longer printed as this one,
     # and where the gate has no exact record the line says whose number it shows
     assert histogram is not None and histogram != exact
     alone = " ".join(engine_segments(engine_figures(ep, view), 2.0))
     assert "(histogram)" in alone and seconds(histogram) in alone
+
+
+def test_the_ttft_chart_draws_what_the_badge_judges() -> None:
+    """Issue 26, item 7: in an overload the badge judged the users' p99 at the gate while the
+    TTFT chart drew the engine's p50 / p99 under the SLO line. With a gate it draws the users'
+    exact p99 (queue wait included) and the engine's p99 beside it; without one, as before."""
+    from scripts import scenario
+
+    sc = scenario.build(seconds=150, spike_at=110)
+    m = sc.monitor
+    assert m.verdict.level == "OVERLOADED"
+    series = m.serving_engines()[0].history.series
+
+    def pts(name: str) -> list[Any]:
+        return series[name].points()
+
+    users, engine = ttft_lines(m, pts, 0.0)
+    assert (users.label, engine.label) == ("users", "engine") and users.on_top
+    judged = users_now(m)
+    assert judged is not None and users.points[-1].v == judged.ttft_p99
+    assert engine.points[-1].v == series["ttft_p99"].points()[-1].v
+    # the gap between the two is the wait at the gate: the users' line is over the SLO, and
+    # over the engine's
+    slo = m.health.slo["ttft_p99_s"]
+    assert slo is not None and users.points[-1].v > slo
+    assert users.points[-1].v > engine.points[-1].v
+    # no gate watched: the engine's p50 and p99, as before
+    m.gate = None
+    assert [line.label for line in ttft_lines(m, pts, 0.0)] == ["p50", "p99"]
