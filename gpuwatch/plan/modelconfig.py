@@ -300,6 +300,25 @@ def _estimate_params(
     return linear, embeddings, layers * other_per_layer + hidden  # + the final norm
 
 
+_ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention"})
+
+
+def _refuse_stateful_layers(cfg: dict[str, Any]) -> None:
+    """Hybrid models (Qwen3-Next's linear attention, Mamba layers) keep a fixed state per
+    sequence on some layers, not KV per token: the formula would be wrong, so say so, and
+    where the true figure is found."""
+    types = cfg.get("layer_types")
+    if not isinstance(types, list):
+        return
+    other = sorted({str(t) for t in types} - _ATTENTION_LAYERS)
+    if other:
+        raise ConfigError(
+            f"config.json: layer_types has {', '.join(other)} layers (a hybrid model): their "
+            "per-sequence state is not KV per token and is not modelled; vLLM logs the real "
+            "figure at start-up ('GPU KV cache size: N tokens')"
+        )
+
+
 def _mla(cfg: dict[str, Any], notes: list[str]) -> tuple[int | None, int]:
     if cfg.get("kv_lora_rank") is None:
         return None, 0
@@ -323,6 +342,7 @@ def shape_from_config(
     notes: list[str] = []
     layers = _int(cfg, "num_hidden_layers", "the number of layers")
     heads = _int(cfg, "num_attention_heads", "the number of attention heads")
+    _refuse_stateful_layers(cfg)
     rank, rope = _mla(cfg, notes)
     kv_heads = _optional_int(cfg, "num_key_value_heads")
     if kv_heads is None:

@@ -471,6 +471,10 @@ def test_bad_configs_are_one_line(tmp_path: Path) -> None:
         shape_from_config({**LLAMA3_8B, "torch_dtype": "int3"})
     with pytest.raises(ConfigError, match="num_key_value_heads must be a positive integer"):
         shape_from_config({**LLAMA3_8B, "num_key_value_heads": "8"})
+    # Qwen3-Next-like: linear-attention layers hold a state per sequence, not KV per token
+    hybrid = {**QWEN3_30B_A3B, "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+    with pytest.raises(ConfigError, match=r"layer_types has linear_attention layers.*GPU KV"):
+        shape_from_config({**hybrid, "num_hidden_layers": 4})
     with pytest.raises(ConfigError, match="missing qk_rope_head_dim"):
         shape_from_config({**LLAMA3_8B, "kv_lora_rank": 512})  # MLA without its RoPE width
     with pytest.raises(ConfigError, match="not a JSON object"):
