@@ -20,7 +20,13 @@ from gpuwatch.config import ScrapeSettings
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.fmt import duration, num, pct, seconds
-from gpuwatch.monitor.figures import EngineFigures, engine_figures, ttft_breakdown
+from gpuwatch.monitor.figures import (
+    EngineFigures,
+    all_figures,
+    ttft_breakdown,
+    users_json,
+    users_now,
+)
 from gpuwatch.monitor.health import badge_text
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.sources.nvml import NvmlReader
@@ -43,18 +49,14 @@ class WatchOptions:
 
 def frame(monitor: Monitor) -> dict[str, Any]:
     """One interval's state: the badge, each engine's figures, the GPUs, the gate's lanes."""
-    now = monitor.clock()
-    engines = [
-        engine_figures(ep, view, now).to_json()
-        for ep in monitor.endpoints.values()
-        for view in ep.engines.values()
-    ]
+    engines = [f.to_json() for f in all_figures(monitor)]
     down = [
         {"source": ep.url, "state": ep.status.state, "reason": ep.status.reason}
         for ep in monitor.endpoints.values()
         if ep.status.state != "UP"
     ]
     breakdown = ttft_breakdown(monitor)
+    users = users_now(monitor)
     gate = monitor.gate
     lanes = None
     if gate is not None and gate.limits is not None:
@@ -91,6 +93,7 @@ def frame(monitor: Monitor) -> dict[str, Any]:
         "time": monitor.wall(),
         "health": {"level": monitor.verdict.level, "reason": monitor.verdict.reason},
         "ttft_breakdown": breakdown.to_json() if breakdown else None,
+        "users": users_json(users) if users is not None else None,
         "engines": engines,
         "unavailable": down,
         "gate": None if gate is None else {"url": gate.url, "state": gate.status.state,
@@ -154,12 +157,7 @@ class Watch:
         if self.options.as_json:
             self.out.write(json.dumps(frame(m), allow_nan=False) + "\n")
         else:
-            now = m.clock()
-            figures = [
-                engine_figures(ep, view, now)
-                for ep in m.endpoints.values()
-                for view in ep.engines.values()
-            ]
+            figures = all_figures(m)
             if self.lines % HEADER_EVERY == 0:
                 self.out.write(header(figures[0] if figures else None) + "\n")
             for f in figures:

@@ -22,6 +22,7 @@ from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness, parse_fairness
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, Record
 from gpuwatch.gate.limits import LaneLimits
+from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.offline import OfflineLane, SimClock
 from gpuwatch.gate.tenantstatus import lane_status
 from gpuwatch.load.spec import Dist, Tenancy
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 SIM_URL = "http://127.0.0.1:8000/metrics"
 GATE_URL = "http://127.0.0.1:9000"
+GATE_METRICS_URL = f"{GATE_URL}/metrics"
 WALL_START = 1_796_000_000.0  # a fixed wall clock for the pictures
 
 
@@ -181,6 +183,7 @@ def build(
     tenancy: Tenancy | None = None,
     classes: dict[str, float] | None = None,
     on_monitor: Callable[[Monitor], object] | None = None,
+    gate_page: bool = False,
 ) -> Scenario:
     """Run the engine for ``seconds`` of simulated time and scrape it once a second.
 
@@ -191,6 +194,8 @@ def build(
     ``tenancy``: chat comes from tenants, each request of one of ``classes`` (by weight), and
     the chat lane is the real gate's admission with the demo's ``[fairness]`` (``FairChat``).
     ``on_monitor`` is given the monitor before the first reading (a recorder attaches there).
+    ``gate_page``: the gate's own ``/metrics`` is scraped too (the real ``GateMetrics``, fed
+    what the gate would observe), as a node watched with ``--metrics GATE/metrics`` has it.
 
     ``images_at``: the node also serves SDXL images (the simulator's ``--workloads image``, so
     vLLM has a smaller share of the GPU) and ``images`` requests of ``image_size`` arrive then,
@@ -210,9 +215,13 @@ def build(
     recorder = EngineRecorder(metrics, 0, engine, 1.0)
     virtual = [VirtualGpu(profile, i, seed) for i in range(gpus)]
     clock = SimClock()
+    urls = [SIM_URL, GATE_METRICS_URL] if gate_page else [SIM_URL]
     monitor = Monitor(
-        [SIM_URL], 1.0, slo, admin_url=GATE_URL, clock=clock, wall=lambda: WALL_START + clock.now
+        urls, 1.0, slo, admin_url=GATE_URL, clock=clock, wall=lambda: WALL_START + clock.now
     )
+    gate_metrics = GateMetrics(["chat", "embed", "image", "default"]) if gate_page else None
+    chat_metrics = gate_metrics.lanes["chat"] if gate_metrics else None
+    counted: dict[str, int] = {}  # refusals already in the gate page's counters
     if on_monitor is not None:
         on_monitor(monitor)
     rng = random.Random(seed)
@@ -295,11 +304,16 @@ def build(
                     continue
                 if event.kind == "token" and event.gap is None:  # the first token
                     record.ttft_s = event.time - at_gate
+                    if chat_metrics is not None:
+                        chat_metrics.ttft.observe(record.ttft_s)
+                        chat_metrics.queue_wait.observe(record.queue_wait_s or 0.0)
                 elif event.kind == "token" and event.gap is not None:
                     users.itl.add((event.gap,))
                     record.max_itl_s = max(record.max_itl_s or 0.0, event.gap)
                 if event.kind == "finished":
                     record.e2e_s = engine.now - at_gate
+                    if chat_metrics is not None:
+                        chat_metrics.duration.observe(record.e2e_s)
                     del records[event.request.rid]
                     for admitted in fair.finished(event.request.rid) if fair else []:
                         _admit(engine, admitted, records)
@@ -310,6 +324,14 @@ def build(
             monitor.apply_scrape(map_page(SIM_URL, generate_latest(metrics.registry).decode()))
             monitor.apply_gpus(nvml.read())
             inflight = len(engine.running) + len(engine.waiting)
+            if gate_metrics is not None and chat_metrics is not None:
+                chat_metrics.inflight.set(inflight)
+                chat_metrics.queued.set(len(fair.lane.queue) if fair else len(gate_queue))
+                for reason, n in (dict(fair.lane.rejected_total) if fair else rejected).items():
+                    chat_metrics.rejected[reason].inc(n - counted.get(reason, 0))
+                    counted[reason] = n
+                page = generate_latest(gate_metrics.registry).decode()
+                monitor.apply_scrape(map_page(GATE_METRICS_URL, page))
             limits, status = gate_state(
                 inflight,
                 max_inflight,

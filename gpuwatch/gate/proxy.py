@@ -88,6 +88,7 @@ STATUS = {
 # Bodies up to this size are read whole when the upstream declares their length: cheaper than
 # streaming a short JSON answer chunk by chunk.
 _WHOLE_BODY_MAX = 256 * 1024
+_DONE = b"data: [DONE]"  # an OpenAI-style stream's last event
 _TOKENIZE_ANSWER_MAX = 4 * 1024 * 1024
 # What the media caps clamped, from the check to the answer's headers.
 _CLAMPED = web.RequestKey("gpuwatch_clamped", str)
@@ -374,12 +375,14 @@ class Proxy:
             ex.outcome("abandoned")
             # The client left while a write was under way (headers, a chunk, the last chunk):
             # a failed write to the client, not an upstream problem.
-            self.metrics.streams_broken.labels("client").inc()
+            if not ex.answered:
+                self.metrics.streams_broken.labels("client").inc()
             log.debug("client left mid-stream")
             return response
         except asyncio.CancelledError:
             # The other way a client leaves mid-stream: its disconnect cancelled the handler.
-            self.metrics.streams_broken.labels("client").inc()
+            if not ex.answered:
+                self.metrics.streams_broken.labels("client").inc()
             raise
 
     async def _stream(
@@ -411,6 +414,7 @@ class Proxy:
         watchdog: SendWatchdog,
     ) -> web.StreamResponse:
         first = True
+        tail = b""  # the last bytes written, for a [DONE] split across two chunks
         while True:
             # Reading from the upstream and writing to the client fail for different reasons
             # and mean different things; each gets its own handler and its own count.
@@ -427,6 +431,7 @@ class Proxy:
                     request.transport.close()
                 return response
             if not chunk:
+                ex.answered_whole()  # the upstream's last chunk, every byte written
                 break
             self.streams.chunk()
             if first:
@@ -437,5 +442,8 @@ class Proxy:
             watchdog.writing()
             await response.write(chunk)
             watchdog.written()
+            if _DONE in tail + chunk:
+                ex.answered_whole()
+            tail = (tail + chunk)[-len(_DONE) :]
         await response.write_eof()
         return response

@@ -98,6 +98,10 @@ class UsersView:
     tails: dict[str, dict[str, Any]]  # lane -> {requests, ttft, queue_wait, e2e, itl}
     ttft_p99: float | None
     worst_lane: str | None
+    # lane -> {ended, good, slow, refused, failed, ratio}: each lane's own goodput
+    lane_goodput: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # lanes whose answers come in one piece while another streams: shown, not judged
+    unjudged: frozenset[str] = frozenset()
 
     @property
     def goodput(self) -> float | None:
@@ -128,6 +132,8 @@ class GateView:
     goodput: RingSeries = field(default_factory=RingSeries)
     # The worst lane's exact queue-wait p99, to tell how much it grew.
     queue_p99: RingSeries = field(default_factory=RingSeries)
+    # The worst lane's exact TTFT p99 (queue wait included): the users' line of the TTFT chart.
+    ttft_p99: RingSeries = field(default_factory=RingSeries)
     lower_seen: int | None = None  # an older version a poll answered, not yet believed
 
     def users(self, window: str = "1m") -> UsersView | None:
@@ -166,7 +172,16 @@ class GateView:
             if t["ttft"].get("p99") and n not in whole
         ]
         worst = max(ranked, default=None)
-        return UsersView(window, totals, tails, worst[0] if worst else None, worst and worst[1])
+        per_lane = {name: data.get("goodput", {}).get(window) or {} for name, data in lanes.items()}
+        return UsersView(
+            window,
+            totals,
+            tails,
+            worst[0] if worst else None,
+            worst and worst[1],
+            per_lane,
+            frozenset(whole),
+        )
 
     @property
     def refusal_window(self) -> str:
@@ -352,13 +367,15 @@ class Monitor:
                     )
                     counter.update(now, total)
             gate.queued.append(now, queued)
-            users = gate.users()
+            users = gate.users(window_label(self.window_s))
             if users is not None and users.goodput is not None:
                 gate.goodput.append(now, users.goodput)
             if users is not None and users.worst_lane is not None:
                 queue_p99 = users.tails[users.worst_lane]["queue_wait"].get("p99")
                 if queue_p99 is not None:
                     gate.queue_p99.append(now, queue_p99)
+                if users.ttft_p99 is not None:
+                    gate.ttft_p99.append(now, users.ttft_p99)
         self.version += 1
 
     def _accept_limits(self, gate: GateView, limits: dict[str, Any], current: bool) -> None:

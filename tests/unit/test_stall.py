@@ -217,7 +217,7 @@ def test_the_dashboard_says_stalled_at_once_with_an_event_and_moving_again() -> 
     [view] = m.endpoints[URL].engines.values()
     clock.t = 9.0
     m.apply_scrape(engine_page(20))
-    assert engine_figures(m.endpoints[URL], view, 9.5).stalled_s == 8.5
+    assert engine_figures(m.endpoints[URL], view, now=9.5).stalled_s == 8.5
     clock.t = 10.0
     m.apply_scrape(engine_page(21))
     verdict = m.evaluate()
