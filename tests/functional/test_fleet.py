@@ -211,6 +211,20 @@ async def test_a_prometheus_answering_garbage_is_one_line(body: str) -> None:
     assert reading.rows == []
 
 
+async def test_a_prometheus_answering_deep_json_is_said_to_be_too_deep() -> None:
+    """Regression: reported as "nesting deeper than 0" (the source skips the depth walk, so
+    only the decoder's own recursion limit refuses it)."""
+
+    async def deep(_: web.Request) -> web.Response:
+        return web.Response(text="[" * 100_000 + "]" * 100_000, content_type="application/json")
+
+    with ThreadedServer({"/api/v1/{tail:.*}": deep}) as server:
+        async with PrometheusSource(server.url("")) as source:
+            reading = await source.read_fleet()
+    assert reading.error is not None and "nesting too deep to decode" in reading.error
+    assert "than 0" not in reading.error
+
+
 def fleet_app(rig: Fleet, **kw: object) -> FleetApp:
     settings = config.load(rig.config)
     source = PrometheusSource(rig.prometheus)
