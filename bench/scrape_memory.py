@@ -124,6 +124,7 @@ def run_case(tree: Path, url: str, polls: int) -> dict:
         [sys.executable, "-c", CHILD, url, str(polls)],
         env=env,
         capture_output=True,
+        cwd=tree,  # `python -m`/`-c` put the working folder first on sys.path
         text=True,
         check=False,
         timeout=600,

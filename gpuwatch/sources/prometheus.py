@@ -231,9 +231,9 @@ class PrometheusSource:
             )
             out.append(
                 TargetHealth(
-                    str(labels.get("instance", "?")),
-                    str(labels.get("job", "")),
-                    str(target.get("health", "unknown")),
+                    clip(str(labels.get("instance", "?")), 80),
+                    clip(str(labels.get("job", "")), 80),
+                    clip(str(target.get("health", "unknown")), 20),
                     clip(str(target.get("lastError") or ""), 160),
                 )
             )
