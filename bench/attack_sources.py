@@ -16,18 +16,17 @@ CRASHED: the program ended with a traceback).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from aiohttp import web
+from appthread import serve_in_thread
 from baseline import REPO, checkout
 
 EVIL = "\x1b]0;PWNED\x07\x1b[2J\x1b[31mFAKE\u202egnp.exe\x1b[0m"
@@ -99,7 +98,6 @@ async def prom_other(request: web.Request) -> web.Response:
 
 @contextlib.contextmanager
 def server() -> Iterator[str]:
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/sim/gpu", sim_gpu)
@@ -108,18 +106,8 @@ def server() -> Iterator[str]:
     app.router.add_get("/api/v1/targets", prom_targets)
     app.router.add_get("/api/v1/alerts", prom_alerts)
     app.router.add_get("/api/v1/{tail:.*}", prom_other)
-    runner = web.AppRunner(app, access_log=None)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = runner.addresses[0][1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
+    with serve_in_thread(app) as url:
+        yield url
 
 
 def controls(text: str) -> int:
@@ -183,34 +171,30 @@ asyncio.run(main())
 """
 
 
-def run_cli(tree: Path, args: list[str]) -> str:
-    env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "200", "NO_COLOR": "1"}
+def run(tree: Path, argv: list[str], **env: str) -> tuple[int, str, str]:
+    """``python argv...`` on the tree under test: exit status, stdout, stderr."""
     out = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", *args],
-        env=env,
-        capture_output=True,
-        cwd=tree,  # `python -m`/`-c` put the working folder first on sys.path
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return out.stdout + out.stderr
-
-
-def run_tui(tree: Path, url: str, which: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run(
-        [sys.executable, "-c", TUI_CHILD, url, which],
-        env=env,
+        [sys.executable, *argv],
+        env={**os.environ, "PYTHONPATH": str(tree), **env},
         capture_output=True,
         cwd=tree,  # `python -m`/`-c` put the working folder first on sys.path
         text=True,
         timeout=180,
         check=False,
     )
-    if out.returncode != 0:
-        return "CRASHED " + out.stderr[-300:]
-    text: str = eval(out.stdout.strip().splitlines()[-1])
+    return out.returncode, out.stdout, out.stderr
+
+
+def run_cli(tree: Path, args: list[str]) -> str:
+    _, out, err = run(tree, ["-m", "gpuwatch", *args], COLUMNS="200", NO_COLOR="1")
+    return out + err
+
+
+def run_tui(tree: Path, url: str, which: str) -> str:
+    code, out, err = run(tree, ["-c", TUI_CHILD, url, which])
+    if code != 0:
+        return "CRASHED " + err[-300:]
+    text: str = eval(out.strip().splitlines()[-1])
     return text
 
 

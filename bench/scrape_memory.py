@@ -15,18 +15,17 @@ inflates past the limit.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import subprocess
 import sys
-import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from aiohttp import web
+from appthread import serve_in_thread
 from baseline import REPO, checkout
 
 MiB = 1024 * 1024
@@ -71,21 +70,10 @@ class Pages:
 
 @contextlib.contextmanager
 def server() -> Iterator[str]:
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_get("/{name}", Pages().handle)
-    runner = web.AppRunner(app, access_log=None)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = runner.addresses[0][1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
+    with serve_in_thread(app) as url:
+        yield url
 
 
 CHILD = r"""

@@ -122,35 +122,27 @@ async def test_a_torn_audit_line_is_cut_off_and_the_gate_comes_up_after_a_patch(
     ("invalid JSON; fix or remove it"): the gate stayed down until someone edited it by hand."""
     path = tmp_path / "state.json"
     audit = tmp_path / "state.json.audit.jsonl"
-    _, served = await start_gate(UP, CONFIG, state_file=path)
-    try:
-        async with (
-            aiohttp.ClientSession() as s,
-            s.patch(
-                f"{served.url}/admin/limits",
-                json={"paused": True},
-                headers={"X-Gpuwatch-Actor": "a"},
-            ) as resp,
-        ):
-            assert resp.status == 200
-    finally:
-        await served.close()
+
+    async def start_and_patch(paused: bool, actor: str, before: bytes | None = None) -> None:
+        _, served = await start_gate(UP, CONFIG, state_file=path)
+        try:
+            if before is not None:
+                assert audit.read_bytes() == before  # cut off at start-up, durably
+            headers = {"X-Gpuwatch-Actor": actor}
+            async with (
+                aiohttp.ClientSession() as s,
+                s.patch(
+                    f"{served.url}/admin/limits", json={"paused": paused}, headers=headers
+                ) as r,
+            ):
+                assert r.status == 200
+        finally:
+            await served.close()
+
+    await start_and_patch(True, "a")
     whole = audit.read_bytes()
     audit.write_bytes(whole + b'{"time": 17000, "actor": "b", "ver')  # the crash, mid-write
-    gate, served = await start_gate(UP, CONFIG, state_file=path)
-    try:
-        assert audit.read_bytes() == whole  # cut off at start-up, durably
-        async with (
-            aiohttp.ClientSession() as s,
-            s.patch(
-                f"{served.url}/admin/limits",
-                json={"paused": False},
-                headers={"X-Gpuwatch-Actor": "c"},
-            ) as resp,
-        ):
-            assert resp.status == 200
-    finally:
-        await served.close()
+    await start_and_patch(False, "c", before=whole)
     dropped = [r.getMessage() for r in caplog.records if "incomplete last line" in r.getMessage()]
     assert dropped == [
         f"audit log {audit}: dropped an incomplete last line (34 bytes) a crash left"
