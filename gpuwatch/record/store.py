@@ -135,10 +135,13 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
         db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
         return db
     except sqlite3.Error as exc:
-        if not _read_only(exc):
+        wal = path.with_name(path.name + "-wal").exists()
+        # With a -wal file beside it SQLite says "unable to open" rather than "read-only".
+        cantopen = getattr(exc, "sqlite_errorname", "") == "SQLITE_CANTOPEN"
+        if not (_read_only(exc) or (cantopen and wal and not os.access(path.parent, os.W_OK))):
             return db  # the checks that follow say what is wrong with it
         db.close()
-        if path.with_name(path.name + "-wal").exists():
+        if wal:
             raise RecordingError(
                 f"{path}: in a read-only folder, with a write-ahead log beside it that SQLite "
                 "cannot read there: copy the recording and its -wal file to a writable folder"

@@ -267,7 +267,10 @@ def test_a_recording_in_a_read_only_folder_is_read_and_said_read_only(
     folder.mkdir()
     path = folder / "rec.db"
     db = sqlite3.connect(killed)
-    db.execute("VACUUM INTO ?", (str(path),))  # a closed recording: no -wal beside it
+    db.execute("VACUUM INTO ?", (str(path),))
+    db.close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode = WAL")  # as a recorder leaves it, closed: no -wal beside it
     db.close()
     path.chmod(0o644)
     folder.chmod(0o555)
@@ -284,6 +287,22 @@ def test_a_recording_in_a_read_only_folder_is_read_and_said_read_only(
     assert write.returncode == 2 and write.stderr.count("\n") == 1, write.stderr
     assert "read-only" in write.stderr and "damaged" not in write.stderr
     assert sorted(f.name for f in folder.iterdir()) == ["rec.db"]  # nothing written beside it
+    # A write-ahead log beside it may hold rows SQLite cannot read there: said, not guessed at.
+    wal = path.with_name("rec.db-wal")
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA wal_autocheckpoint = 0")
+    db.execute("INSERT INTO meta VALUES ('note', '1')")
+    log = wal.read_bytes()  # what a recorder still writing leaves beside the file
+    db.close()  # (folds the log in and removes it)
+    wal.write_bytes(log)
+    folder.chmod(0o555)
+    try:
+        proc = subprocess.run([*prefix, *GW, "replay", str(path), "--report", str(report)],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        folder.chmod(0o755)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "read-only folder, with a write-ahead log beside it" in proc.stderr
 
 
 def test_dashboard_and_demo_refuse_a_file_they_cannot_record_to(tmp_path: Path) -> None:
