@@ -8,18 +8,15 @@ Rich adds no styling of its own there) is searched for control characters other 
 The two TUIs (dashboard, fleet screen) are run headless (Textual's ``run_test``) and every line
 every widget draws is searched the same way.
 
-Run: python bench/attack_sources.py [--baseline 8ebca5e] [--skip-before]
+Run: python bench/attack_sources.py [--baseline 8ebca5e] [--skip-before] [--show]
 Prints one line per (surface, side): how many control characters reached the output (or
 CRASHED: the program ended with a traceback).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +24,7 @@ from pathlib import Path
 
 from aiohttp import web
 from appthread import serve_in_thread
-from baseline import REPO, checkout
+from baseline import run_on, trees
 
 EVIL = "\x1b]0;PWNED\x07\x1b[2J\x1b[31mFAKE\u202egnp.exe\x1b[0m"
 
@@ -172,16 +169,7 @@ asyncio.run(main())
 
 
 def run(tree: Path, argv: list[str], **env: str) -> tuple[int, str, str]:
-    """``python argv...`` on the tree under test: exit status, stdout, stderr."""
-    out = subprocess.run(
-        [sys.executable, *argv],
-        env={**os.environ, "PYTHONPATH": str(tree), **env},
-        capture_output=True,
-        cwd=tree,  # `python -m`/`-c` put the working folder first on sys.path
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    out = run_on(tree, argv, **env)
     return out.returncode, out.stdout, out.stderr
 
 
@@ -199,14 +187,11 @@ def run_tui(tree: Path, url: str, which: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--baseline", default="8ebca5e")
-    parser.add_argument("--skip-before", action="store_true")
-    parser.add_argument("--show", action="store_true", help="print each output (escaped)")
-    args = parser.parse_args()
+    show = "--show" in sys.argv
+    if show:
+        sys.argv.remove("--show")
     with contextlib.ExitStack() as stack:
-        trees = {} if args.skip_before else {"before": stack.enter_context(checkout(args.baseline))}
-        trees["after"] = REPO
+        sides = trees(stack, __doc__.split("\n\n")[0])
         url = stack.enter_context(server())
         print("control characters reaching the output (0 = clean)")
         surfaces: list[tuple[str, object]] = [(k, v) for k, v in cli_cases(url).items()]
@@ -215,14 +200,14 @@ def main() -> None:
             ("fleet TUI (drawn lines)", "fleet"),
         ]
         for title, what in surfaces:
-            for side, tree in trees.items():
+            for side, tree in sides.items():
                 if isinstance(what, list):
                     text = run_cli(tree, what)
                 else:
                     text = run_tui(tree, url, str(what))
                 said = "CRASHED" if text.startswith("CRASHED") else f"{controls(text):5}"
                 print(f"{title:32} {side:6} {said}", flush=True)
-                if args.show:
+                if show:
                     print(json.dumps(text)[:2000])
 
 

@@ -14,19 +14,15 @@ inflates past the limit.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from aiohttp import web
 from appthread import serve_in_thread
-from baseline import REPO, checkout
+from baseline import run_on, trees
 
 MiB = 1024 * 1024
 FAMILY = "vllm:num_requests_running"
@@ -107,16 +103,7 @@ TITLES = {
 
 
 def run_case(tree: Path, url: str, polls: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, url, str(polls)],
-        env=env,
-        capture_output=True,
-        cwd=tree,  # `python -m`/`-c` put the working folder first on sys.path
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    out = run_on(tree, ["-c", CHILD, url, str(polls)])
     if out.returncode != 0:
         return {"peak_mib": float("nan"), "said": f"crashed: {out.stderr.strip()[-100:]}"}
     result: dict = json.loads(out.stdout.strip().splitlines()[-1])
@@ -124,17 +111,12 @@ def run_case(tree: Path, url: str, polls: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--baseline", default="8ebca5e")
-    parser.add_argument("--skip-before", action="store_true")
-    args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        trees = {} if args.skip_before else {"before": stack.enter_context(checkout(args.baseline))}
-        trees["after"] = REPO
+        sides = trees(stack, __doc__.split("\n\n")[0])
         url = stack.enter_context(server())
-        print(f"peak RSS above the imports, MiB (before = {args.baseline}, after = this checkout)")
+        print("peak RSS above the imports, MiB (before = the baseline, after = this checkout)")
         for name, polls in CASES:
-            for side, tree in trees.items():
+            for side, tree in sides.items():
                 r = run_case(tree, f"{url}/{name}", polls)
                 print(f"{TITLES[name]:40} {side:6} {r['peak_mib']:8.1f}  {r['said']}", flush=True)
 
