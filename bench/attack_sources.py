@@ -1,7 +1,8 @@
 """Hostile strings from sources, before (a baseline commit) and after (this checkout): does any
 control character or escape sequence reach the terminal?
 
-A local /metrics page, a fake GPU source (/sim/gpu) and a Prometheus API answer with labels,
+A local /metrics page, a fake GPU source (/sim/gpu), a Prometheus API and a fake gate's admin
+API answer with labels,
 names and process names holding terminal escapes (a window title, a screen clear, a colour, a
 bidi override). Each command runs as a real process on the tree under test; its output (pipes:
 Rich adds no styling of its own there) is searched for control characters other than a newline.
@@ -89,6 +90,15 @@ async def prom_alerts(_: web.Request) -> web.Response:
     return web.json_response({"status": "success", "data": {"alerts": [alert]}})
 
 
+async def gate_limits(request: web.Request) -> web.Response:
+    if request.method == "PATCH":
+        return web.json_response({"error": {"message": EVIL}}, status=400)
+    lane = {"max_inflight": 4, "max_queue": 8, "queue_timeout_s": 30.0,
+            "max_prompt_tokens": None, "max_output_tokens": None, "output_tokens_policy": EVIL}  # fmt: skip
+    return web.json_response({"version": 1, "paused": False, "lanes": {EVIL: lane},
+                              "tenants": {EVIL: {}}})  # fmt: skip
+
+
 async def prom_other(request: web.Request) -> web.Response:
     return web.json_response({"status": "error", "error": EVIL})
 
@@ -103,6 +113,7 @@ def server() -> Iterator[str]:
     app.router.add_get("/api/v1/targets", prom_targets)
     app.router.add_get("/api/v1/alerts", prom_alerts)
     app.router.add_get("/api/v1/{tail:.*}", prom_other)
+    app.router.add_route("*", "/admin/limits", gate_limits)
     with serve_in_thread(app) as url:
         yield url
 
@@ -131,6 +142,8 @@ def cli_cases(url: str) -> dict[str, list[str]]:
             "0.3",
         ],
         "watch --prometheus --count 1": ["watch", "--prometheus", url, "--count", "1"],
+        "limits --admin (a fake gate)": ["limits", "--admin", url],
+        "limits set (refused by it)": ["limits", "set", "chat.max_inflight=2", "--admin", url],
     }
 
 

@@ -68,11 +68,21 @@ async def alerts(_: web.Request) -> web.Response:
     return web.json_response({"status": "success", "data": {"alerts": []}})
 
 
+async def gate_limits(request: web.Request) -> web.Response:
+    """Whatever answers at an --admin URL: lanes, tenants and refusals named with escapes."""
+    if request.method == "PATCH":
+        return web.json_response({"error": {"message": EVIL}}, status=400)
+    lane = {"max_inflight": 4, "max_queue": 8, "queue_timeout_s": 30.0, "max_prompt_tokens": None,
+            "max_output_tokens": None, "output_tokens_policy": EVIL}  # fmt: skip
+    body = {"version": 1, "paused": False, "lanes": {EVIL: lane}, "tenants": {EVIL: {}}}
+    return web.json_response(body)
+
+
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
     routes = {"/metrics": metrics, "/sim/gpu": sim_gpu, "/api/v1/query": query,
               "/api/v1/label/__name__/values": names, "/api/v1/targets": targets,
-              "/api/v1/alerts": alerts}  # fmt: skip
+              "/api/v1/alerts": alerts, "/admin/limits": gate_limits}  # fmt: skip
     with ThreadedServer(routes) as server:
         yield server.url("")
 
@@ -90,8 +100,17 @@ def gw(*args: str) -> str:
         ["watch", "--prometheus", "{url}", "--count", "1"],
         ["watch", "--metrics", "{url}/metrics", "--no-gpu", "--count", "1", "--interval", "0.2"],
         ["snapshot", "--metrics", "{url}/metrics", "--fake-gpu-from", "{url}/sim/gpu"],
+        ["limits", "--admin", "{url}"],
+        ["limits", "set", "chat.max_inflight=2", "--admin", "{url}"],
     ],
-    ids=["snapshot-prometheus", "watch-prometheus", "watch-metrics", "snapshot-metrics"],
+    ids=[
+        "snapshot-prometheus",
+        "watch-prometheus",
+        "watch-metrics",
+        "snapshot-metrics",
+        "limits",
+        "limits-refused",
+    ],
 )
 def test_the_cli_prints_hostile_labels_visibly_and_drives_nothing(
     url: str, args: list[str]
