@@ -471,6 +471,17 @@ async def test_fleet_screen_survives_a_dead_prometheus() -> None:
             assert len(errors) == 1, "the same failure is one line, not one a second"
 
 
+async def test_a_reading_that_ends_as_the_app_exits_paints_nothing() -> None:
+    """Regression: under load a poll finished after the app's screens were gone, and painting
+    it raised ScreenStackError from the worker: a traceback on exit (seen by
+    bench/attack_sources.py with both cores busy)."""
+    with refusing_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        app = FleetApp(FleetOptions(url, PrometheusSource(url)))
+        app.paint_fleet()  # no screen on the stack, as at exit
+        await app.source.close()
+
+
 def test_every_dialect_s_generated_query_is_valid_promql(rig: Fleet) -> None:
     """Prometheus itself parses the query of every signal for every stack the table knows."""
     for signal in (*promql.SIGNALS, *promql.CHART_SIGNALS):
