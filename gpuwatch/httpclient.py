@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import sys
+import zlib
+from collections.abc import Iterator
 
 import httpx
+
+from gpuwatch.fmt import clip
 
 try:
     import sniffio  # noqa: F401
@@ -29,27 +33,103 @@ def async_client(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )
     # trust_env=False: a proxy set for the shell must not sit between us and a local server.
+    # Only the codings ``read_bounded`` inflates under a cap are asked for (httpx would add br
+    # or zstd whenever their packages happen to be installed).
+    headers = {"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})}
     return httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, trust_env=False)
 
 
-class BodyTooLarge(Exception):
-    """The answer's body is over the caller's limit (declared or as read)."""
+class BodyRefused(Exception):
+    """An answer's body not read: over the caller's limit, or in a form that cannot be bounded."""
+
+
+class BodyTooLarge(BodyRefused):
+    """The answer's body is over the caller's limit (declared, as sent, or as decoded)."""
+
+
+ACCEPT_ENCODING = "gzip, deflate"
+_MAX_CODINGS = 2  # "gzip, gzip" is legal; ten stacked codings are an attack
+_PIECE = 64 * 1024  # the most one inflate step may produce: the cap is checked between steps
+
+
+class _Inflater:
+    """One content coding, undone a bounded piece at a time."""
+
+    def __init__(self, coding: str) -> None:
+        self.coding = coding
+        # gzip has its header; "deflate" is meant to be zlib-wrapped but some servers send it
+        # raw: try zlib first and fall back, as browsers (and httpx) do.
+        wbits = zlib.MAX_WBITS | 16 if coding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        self._unzip = zlib.decompressobj(wbits)
+        self._started = False
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """What ``data`` inflates to, in pieces of at most ``_PIECE`` bytes, produced only as
+        they are asked for: a bomb is never inflated further than the reader reads."""
+        try:
+            out = self._unzip.decompress(data, _PIECE)
+        except zlib.error:
+            if self._started or self.coding != "deflate":
+                raise
+            self._unzip = zlib.decompressobj(-zlib.MAX_WBITS)
+            out = self._unzip.decompress(data, _PIECE)
+        self._started = True
+        yield out
+        # A full piece may leave output pending inside zlib even when all input was taken.
+        while self._unzip.unconsumed_tail or len(out) == _PIECE:
+            out = self._unzip.decompress(self._unzip.unconsumed_tail, _PIECE)
+            yield out
+
+
+def _codings(response: httpx.Response) -> list[_Inflater]:
+    """The inflaters for the answer's Content-Encoding, in the order to apply them."""
+    header = response.headers.get("content-encoding", "")
+    codings = [c.strip().lower() for c in header.split(",") if c.strip()]
+    codings = [c for c in codings if c != "identity"]
+    if len(codings) > _MAX_CODINGS:
+        raise BodyRefused(f"Content-Encoding with {len(codings)} codings: {clip(header, 60)}")
+    for coding in codings:
+        if coding not in ("gzip", "x-gzip", "deflate"):
+            raise BodyRefused(f"unsupported Content-Encoding {clip(coding, 40)!r}")
+    return [_Inflater(c) for c in reversed(codings)]  # the last one applied is undone first
+
+
+def _inflate(stages: list[_Inflater], data: bytes) -> Iterator[bytes]:
+    if not stages:
+        yield data
+        return
+    for piece in stages[0].feed(data):
+        if piece:
+            yield from _inflate(stages[1:], piece)
 
 
 async def read_bounded(response: httpx.Response, max_bytes: int) -> bytes:
     """The body of a streamed ``response``, refused past ``max_bytes`` as it arrives: a
     declared length over the limit before a byte is read, an endless body at the limit (never
-    held whole, as ``response.content`` would)."""
+    held whole, as ``response.content`` would). A compressed body is inflated here, piece by
+    piece, and refused as soon as what it inflates to passes ``max_bytes``: a 1 MB gzip bomb
+    costs at most the limit, never the gigabyte it would become."""
     declared = response.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise BodyTooLarge(f"body of {int(declared)} bytes exceeds the {mib_limit(max_bytes)}")
+    stages = _codings(response)
     chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > max_bytes:
-            raise BodyTooLarge(body_too_big(max_bytes))
-        chunks.append(chunk)
+    size = sent = 0
+    try:
+        async for raw in response.aiter_raw():
+            sent += len(raw)  # a stream that inflates to nothing is still bounded
+            if sent > max_bytes:
+                raise BodyTooLarge(body_too_big(max_bytes))
+            for chunk in _inflate(stages, raw):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise BodyTooLarge(body_too_big(max_bytes, inflated=bool(stages)))
+                chunks.append(chunk)
+    except zlib.error as exc:
+        coding = clip(response.headers.get("content-encoding", ""), 40)
+        raise BodyRefused(
+            f"body does not inflate as its Content-Encoding {coding}: {exc}"
+        ) from None
     return b"".join(chunks)
 
 
@@ -57,5 +137,5 @@ def mib_limit(n: int) -> str:
     return f"{n / 1048576:g} MiB limit"
 
 
-def body_too_big(max_bytes: int) -> str:
-    return f"body exceeds the {mib_limit(max_bytes)}"
+def body_too_big(max_bytes: int, inflated: bool = False) -> str:
+    return f"body {'inflates past' if inflated else 'exceeds'} the {mib_limit(max_bytes)}"

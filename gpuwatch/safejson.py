@@ -109,7 +109,10 @@ def loads_bounded(
         where = f"line {exc.lineno} column {exc.colno}"
         raise JSONError(f"invalid JSON: {exc.msg} at {where}") from None
     except RecursionError:
-        raise JSONError(f"nesting deeper than {max_depth}") from None
+        # With the walk skipped (max_depth=0) the decoder's recursion limit is the only bound:
+        # say so, not "deeper than 0".
+        too_deep = f"nesting deeper than {max_depth}" if max_depth else "nesting too deep to decode"
+        raise JSONError(too_deep) from None
     except ValueError as exc:  # int() and float() limits the hooks did not catch first
         raise JSONError(f"invalid JSON: {str(exc)[:80]}") from None
     if max_depth and depth(value) > max_depth:

@@ -351,7 +351,7 @@ def render_text(snap: Snapshot, out: IO[str]) -> None:
             itl = latency_summary(e.histograms["itl"]) if "itl" in e.histograms else {}
             table.add_row(
                 safe(result.source, 80),
-                e.dialect,
+                safe(e.dialect, 24),
                 safe(e.model or NA, 60),
                 num(e.running),
                 num(e.waiting),

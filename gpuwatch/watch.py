@@ -19,7 +19,7 @@ from gpuwatch import polling
 from gpuwatch.config import ScrapeSettings
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
-from gpuwatch.fmt import duration, num, pct, seconds
+from gpuwatch.fmt import clip, duration, num, pct, seconds
 from gpuwatch.monitor.figures import (
     EngineFigures,
     all_figures,
@@ -124,9 +124,10 @@ def header(f: EngineFigures | None) -> str:
 
 
 def row(f: EngineFigures, health: str) -> str:
-    name = f"{f.dialect}/{(f.model or '-').rsplit('/', 1)[-1]}"
+    # The model is a label of the page: cleaned of control characters before it is printed.
+    name = clip(f"{f.dialect}/{(f.model or '-').rsplit('/', 1)[-1]}", 28)
     values = (
-        name[:28],
+        name,
         f.state if f.stalled_s is None else f"STALLED {duration(f.stalled_s)}",
         num(f.running),
         num(f.waiting),
@@ -164,7 +165,8 @@ class Watch:
                 self.out.write(row(f, badge_text(m.verdict)) + "\n")
             for ep in m.endpoints.values():
                 if not ep.engines:
-                    self.out.write(f"{ep.url} {ep.status.state} {ep.status.reason or ''}\n")
+                    reason = clip(ep.status.reason or "")
+                    self.out.write(f"{clip(ep.url)} {ep.status.state} {reason}\n")
             self.lines += 1
         self.out.flush()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuwatch.admintoken import read_token
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, TOKEN_HELP, fail, positive_int
+from gpuwatch.fmt import clip
 
 PROG = "gpuwatch limits"
 
@@ -121,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(value: Any, none: str = "-") -> str:
-    return none if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    # What the gate answered is printed clean: a name or a value may hold an escape sequence.
+    return none if value is None else f"{value:g}" if isinstance(value, float) else clip(value, 60)
 
 
 def print_limits(limits: dict[str, Any]) -> None:
@@ -134,27 +136,28 @@ def print_limits(limits: dict[str, Any]) -> None:
     )
     for name, lane in limits["lanes"].items():
         print(
-            f"{name:<10}{lane['max_inflight']:>9}{lane['max_queue']:>7}"
+            f"{_show(name):<10}{_show(lane['max_inflight']):>9}{_show(lane['max_queue']):>7}"
             f"{_show(lane['queue_timeout_s']):>9}"
             f"{_show(lane.get('max_queue_wait_s'), 'auto'):>7}"
             f"{_show(lane['max_prompt_tokens']):>8}{_show(lane['max_output_tokens']):>8}"
             f"{_show(lane.get('max_inflight_tokens')):>10}"
-            f"  {lane['output_tokens_policy']}"
+            f"  {_show(lane['output_tokens_policy'])}"
         )
         media = {k: lane.get(k) for k in MEDIA_CAPS if lane.get(k) is not None}
         if media:
-            caps = "  ".join(f"{k} {v}" for k, v in media.items())
-            print(f"{'':<10}{caps}  ({lane.get('media_policy', 'clamp')})")
+            caps = "  ".join(f"{k} {_show(v)}" for k, v in media.items())
+            print(f"{'':<10}{caps}  ({_show(lane.get('media_policy', 'clamp'))})")
     for tenant, t in (limits.get("tenants") or {}).items():
         shown = ["paused"] if t.get("paused") else []
         if t.get("max_inflight") is not None:
-            shown.append(f"max_inflight {t['max_inflight']}")
-        print(f"tenant {tenant}: {', '.join(shown) or 'no limits'}")
+            shown.append(f"max_inflight {_show(t['max_inflight'])}")
+        print(f"tenant {_show(tenant)}: {', '.join(shown) or 'no limits'}")
     effective = limits.get("effective", {})
     for name, lane in limits["lanes"].items():
         if lane.get("policy") == "adaptive":
-            now = effective.get(name, {}).get("max_inflight", "?")
+            now = _show(effective.get(name, {}).get("max_inflight", "?"))
+            bounds = f"{_show(lane.get('min_inflight'))}..{_show(lane['max_inflight'])}"
             print(
-                f"{name}: adaptive, target p99 TTFT {_show(lane.get('target_ttft_p99_s'))} s, "
-                f"in flight {lane.get('min_inflight')}..{lane['max_inflight']}, effective {now}"
+                f"{_show(name)}: adaptive, target p99 TTFT {_show(lane.get('target_ttft_p99_s'))} "
+                f"s, in flight {bounds}, effective {now}"
             )

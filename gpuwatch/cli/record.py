@@ -71,6 +71,14 @@ def register(sub: Any) -> None:
     add_judging_args(p)
     add_source_args(p, "a gpuwatch gate: its limits, status and audit trail are recorded")
     add_recording_args(p, "--out")
+    p.add_argument(
+        "--snapshot-to",
+        type=Path,
+        metavar="COPY",
+        help="copy the recording --out names (a recorder may be writing it) to the new file "
+        "COPY, consistent as of now, and exit: a plain cp of a live recording misses the rows "
+        "still in its -wal file",
+    )
     p.add_argument("--duration", type=positive_float, metavar="S", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
@@ -80,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     from gpuwatch.record.service import RecordOptions, record
     from gpuwatch.record.store import RecordingError
 
+    if args.snapshot_to is not None:
+        return _snapshot(args.out, args.snapshot_to)
     try:
         settings, token = source_settings(args)
     except ValueError as exc:
@@ -104,3 +114,14 @@ def run(args: argparse.Namespace) -> int:
     except RecordingError as exc:
         return fail("gpuwatch record", str(exc), EXIT_USAGE)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _snapshot(src: Path, dst: Path) -> int:
+    from gpuwatch.record.store import RecordingError, snapshot
+
+    try:
+        rows = snapshot(src, dst)
+    except RecordingError as exc:
+        return fail("gpuwatch record", str(exc), EXIT_USAGE)
+    print(f"{dst}: {rows} rows, {dst.stat().st_size} bytes: a consistent copy of {src}")
+    return EXIT_OK

@@ -64,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
         if args.report is not None:
             from gpuwatch.record import report
 
-            report.write(report.build(args.file, start, end), args.report)
-            print(f"{args.report}: incident report")
+            incident = report.build(args.file, start, end)
+            report.write(incident, args.report)
+            skipped = f" ({incident.bad_rows} damaged row(s) skipped)" if incident.bad_rows else ""
+            print(f"{args.report}: incident report{skipped}")
     except (RecordingError, OSError) as exc:
         return fail(prog, str(exc), EXIT_USAGE)
     return EXIT_OK

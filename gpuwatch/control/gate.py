@@ -15,6 +15,7 @@ import httpx
 
 from gpuwatch.admintoken import token_problem
 from gpuwatch.control.guard import Guard
+from gpuwatch.fmt import clip
 from gpuwatch.gate.audit import check_entry
 from gpuwatch.httpclient import async_client
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -113,7 +114,8 @@ class GateClient:
         if response.status_code >= 400:
             error = body.get("error") if isinstance(body, dict) else None
             message = error.get("message") if isinstance(error, dict) else None
-            text = f"HTTP {response.status_code}: {message or response.text[:200]}"
+            # The gate's words (or whatever answers at that URL): one clean line, bounded.
+            text = clip(f"HTTP {response.status_code}: {message or response.text[:400]}", 300)
             if response.status_code == 409:
                 raise GateConflict.from_body(text, body)
             raise GateError(response.status_code, text, body)

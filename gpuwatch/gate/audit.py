@@ -4,6 +4,10 @@ Appending a line costs the same at entry 10 and entry 100,000 (the limits file, 
 on every change, no longer carries the trail). The file is rotated by size: past ``max_bytes``
 it becomes ``<name>.1`` (replacing the previous one) and a new file starts. The newest
 ``KEEP`` entries are also held in memory, newest first, for the admin API.
+
+A crash (kill -9, power loss) mid-append can leave an incomplete last line. Start-up cuts it off
+(and says how many bytes it dropped): left in place, the next append would join it, and that
+joined line, no longer the last, would refuse the whole file at the start after.
 """
 
 from __future__ import annotations
@@ -77,9 +81,7 @@ class AuditLog:
         lines = data.split(b"\n")
         torn = lines.pop()  # after the last newline: empty, or a line a crash cut short
         if torn:
-            log.warning(
-                "audit log %s: ignoring an incomplete last line (%d bytes)", path, len(torn)
-            )
+            self._drop_torn_tail(path, len(data) - len(torn), len(torn))
         out = []
         for n, line in enumerate(lines, 1):
             try:
@@ -92,6 +94,27 @@ class AuditLog:
             out.append(entry)
         return out
 
+    def _drop_torn_tail(self, path: Path, keep: int, dropped: int) -> None:
+        try:
+            with open(path, "r+b") as fh:
+                fh.truncate(keep)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            # A file that cannot be cut cannot be appended to either: a change fails with its
+            # own clear error, and reading what is whole goes on.
+            log.warning(
+                "audit log %s: ignoring an incomplete last line (%d bytes) a crash left; "
+                "cannot cut it off: %s",
+                path,
+                dropped,
+                exc.strerror or exc,
+            )
+            return
+        log.warning(
+            "audit log %s: dropped an incomplete last line (%d bytes) a crash left", path, dropped
+        )
+
     def append(self, entry: dict[str, Any]) -> None:
         """Write one entry durably (fsync); rotate first when the file is full."""
         line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
@@ -103,6 +126,7 @@ class AuditLog:
         if size and size + len(line) > self.max_bytes:
             os.replace(self.path, self.rotated)
             _fsync_dir(self.path.parent)
+            size = 0  # a new file: its name is made durable below
         with open(self.path, "ab") as fh:
             fh.write(line)
             fh.flush()

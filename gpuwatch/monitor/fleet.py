@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpuwatch.fmt import num, pct, seconds
+from gpuwatch.fmt import clip, num, pct, seconds
 from gpuwatch.monitor.health import (
     DEFAULT_SLO,
     LEVELS,
@@ -199,10 +199,11 @@ def table_lines(state: FleetState, rows: list[FleetRow]) -> list[str]:
     body = [
         [
             badge_text(state.verdict(r)),
-            r.instance,
-            r.node,
-            r.model or "-",
-            r.dialect,
+            # Prometheus labels: never printed raw (an escape sequence would drive the terminal).
+            clip(r.instance, 80),
+            clip(r.node, 60),
+            clip(r.model or "-", 80),
+            clip(r.dialect, 24),
             *(c.fmt(r.values.get(c.key)) if c.key in r.values else "-" for c in COLUMNS),
         ]
         for r in rows

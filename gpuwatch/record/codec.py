@@ -29,6 +29,14 @@ from gpuwatch.sources.scrape import RECORDED_FOR_GATE, prefilter
 
 # A row larger than this once decompressed is not one we wrote (a 256-engine page is ~2 MB).
 MAX_ROW_BYTES = 32 * 1024 * 1024
+# The clocks a recorder can have written: a wall clock up to the end of year 9999 (what date
+# functions format), a monotonic one within +-31,700 years. Anything else is a damaged row.
+MAX_WALL = 253402300799
+MAX_MONO = 1e12
+
+
+def plausible_wall(t: object) -> bool:
+    return isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= MAX_WALL
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,8 @@ def decode_payload(kind: str, data: Any) -> Any:
         if kind == "gate":
             return (data["limits"], data["status"], data["error"], bool(data["current"]))
         if kind == "event":
+            if not plausible_wall(data["t"]):
+                raise ValueError(f"an event at {str(data['t'])[:40]} is at no date")
             return Event(float(data["t"]), data["level"], str(data["text"]))
         if kind in ("stale", "evaluate"):
             return None

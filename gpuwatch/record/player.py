@@ -74,7 +74,7 @@ class Player:
         try:
             self.meta = _checked_meta(store.read_meta(self.db), path)
             for row_id, mono, wall in self.db.execute(
-                "SELECT id, mono, wall FROM rows ORDER BY id"
+                f"SELECT id, mono, wall FROM rows WHERE {store.CLOCKS_OK} ORDER BY id"
             ):
                 self.ids.append(row_id)
                 self.monos.append(mono)
@@ -86,7 +86,10 @@ class Player:
             if isinstance(exc, store.RecordingError):
                 raise
             raise store.RecordingError(f"{path}: damaged recording ({exc})") from exc
-        self.bad_rows = 0
+        # Rows at impossible clocks are never played (a wall clock of 1e308 names no date):
+        # counted with the rows that fail to decode.
+        query = f"SELECT COUNT(*) FROM rows WHERE NOT ({store.CLOCKS_OK})"
+        self.bad_rows = int(self.db.execute(query).fetchone()[0])
         self.dictionaries = store.dictionaries(self.db)
         self.caches: dict[str, ParseCache] = {}
         max_engines = self.meta.get("max_engines")
@@ -182,13 +185,14 @@ class Player:
                 self.monitor.recorded_event(Event(mk.wall, mk.level, mk.text))
 
     def _apply_until(self, target: int) -> None:
-        last_cp = max(self.checkpoints, default=-1)
-        cp_mono = self.monos[last_cp] if last_cp >= 0 else -1e300
+        # A checkpoint at ``pos`` p was taken after row p - 1 (p can be the row count).
+        last_cp = max(self.checkpoints, default=0)
+        cp_mono = self.monos[last_cp - 1] if last_cp > 0 else -1e300
         while self.pos < target:
             hi = min(target, self.pos + _BATCH)
             rows = self._rows(
                 f"SELECT id, mono, wall, kind, source, {store.DATA} FROM rows "
-                "WHERE id >= ? AND id <= ? ORDER BY id",
+                f"WHERE id >= ? AND id <= ? AND {store.CLOCKS_OK} ORDER BY id",
                 self.ids[self.pos],
                 self.ids[hi - 1],
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -62,16 +63,25 @@ class Recorder:
         self.shift = 0.0
         self.rows_written = 0
         self.stopped: str | None = None  # why recording stopped, once it has
+        self._lock: int | None = None  # the file's writer lock, held while recording
 
     def attach(self, monitor: Monitor, **meta: Any) -> Recorder:
         """Start recording ``monitor``; RecordingError (one line) for a file that is not ours.
-        ``meta`` adds to what the file says about itself (the host, the title)."""
+        ``meta`` adds to what the file says about itself (the host, the title); a file
+        another recorder is writing to is refused the same way."""
+        self._lock = store.lock_for_writing(self.path)
         try:
             self.db = store.create(self.path, {**monitor_meta(monitor), **meta})
             last = self.db.execute("SELECT mono, wall FROM rows ORDER BY id DESC LIMIT 1")
             row = last.fetchone()
             self.dictionaries = store.dictionaries(self.db)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, store.RecordingError) as exc:
+            if self.db is not None:
+                self.db.close()
+                self.db = None
+            self._unlock()
+            if isinstance(exc, store.RecordingError):
+                raise
             raise store.RecordingError(f"{self.path}: cannot record: {exc}") from exc
         if row is not None and row[0] > monitor.clock():
             self.shift = row[0] + max(0.0, monitor.wall() - row[1]) - monitor.clock()
@@ -157,6 +167,7 @@ class Recorder:
             except sqlite3.Error:
                 pass
             self.db = None
+        self._unlock()
         if self.monitor is not None:
             self.monitor.event("bad", f"recording to {self.path} stopped: {self.stopped}")
 
@@ -170,6 +181,13 @@ class Recorder:
                 self.monitor.tap = None
             self.db.close()
             self.db = None
+        self._unlock()
+
+    def _unlock(self) -> None:
+        """Let another recorder have the file (after the last commit and the close)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     async def run(self, admin_url: str | None = None, token: str | None = None) -> None:
         """Commit every ``flush_s``; prune every minute; with a gate, its audit trail every

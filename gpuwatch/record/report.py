@@ -36,6 +36,7 @@ class Incident:
     # Sampled every SAMPLE_EVERY_S: wall -> figure name -> value.
     samples: list[tuple[float, dict[str, float | None]]] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    bad_rows: int = 0  # rows skipped: impossible clocks, or contents that do not decode
 
 
 def _sample(player: Player) -> dict[str, float | None]:
@@ -91,6 +92,7 @@ def build(path: Path, start: float | None = None, end: float | None = None) -> I
                 next_sample = wall + SAMPLE_EVERY_S
         inc.events = [(mk.wall, mk.level, mk.text) for mk in player.marks if lo <= mk.wall <= hi]
         inc.changes = store.audit_entries(player.db, lo, hi)
+        inc.bad_rows = player.bad_rows
         return inc
     finally:
         player.close()

@@ -7,11 +7,23 @@ source, which the later ones are compressed against), and ``meta`` (what was rec
 sources, the SLO, the interval).
 Rows are written a second's worth per transaction; WAL with ``synchronous=NORMAL`` means a
 killed process loses at most the transaction it was in, and never corrupts what was committed.
+
+One writer per file: a recorder holds an exclusive ``flock`` on the file (``lock_for_writing``)
+for as long as it records; a second one is refused in one line. Two writers each chose their
+compression dictionaries in memory and stored them with INSERT OR IGNORE, so one's rows could be
+compressed against a dictionary the file does not hold. Readers need no lock (WAL).
+
+Committed rows may still sit in the write-ahead log (``<file>-wal``) while a recorder runs: a
+``cp`` of the file alone misses them. ``snapshot`` copies a recording, live or not, through
+SQLite's backup API: one consistent instant, in a single self-contained file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import sqlite3
 import time
 import zlib
@@ -47,6 +59,11 @@ CREATE TABLE dicts (key TEXT PRIMARY KEY, data BLOB NOT NULL);
 # compressed, else NULL (the row then fails to decode, one by one), so a forged row of a
 # gigabyte is never fetched into memory.
 DATA = f"CASE WHEN length(data) <= {codec.MAX_ROW_BYTES} THEN data END"
+# Rows whose clocks no recorder can have written (a wall clock of 1e308 overflows every date
+# function): left out of what a player reads, and counted as bad rows.
+CLOCKS_OK = (
+    f"wall BETWEEN 0 AND {codec.MAX_WALL} AND mono BETWEEN {-codec.MAX_MONO} AND {codec.MAX_MONO}"
+)
 
 
 class RecordingError(Exception):
@@ -86,15 +103,73 @@ def set_meta(db: sqlite3.Connection, meta: dict[str, Any]) -> None:
     )
 
 
+def lock_for_writing(path: Path) -> int:
+    """An exclusive lock on the recording at ``path`` (created empty if missing), held while
+    the returned descriptor is open; RecordingError when another process holds it. A ``flock``,
+    not SQLite's own (``fcntl``) locks: those are per process and dropped when any descriptor of
+    the file closes, and SQLite opens and closes its files as it likes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot record: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RecordingError(
+            f"{path}: another gpuwatch is recording into it (one recorder per file): stop "
+            "that one, or record into another file"
+        ) from None
+    except OSError as exc:  # a file system without flock: say so rather than risk two writers
+        os.close(fd)
+        raise RecordingError(f"{path}: cannot lock it: {exc.strerror or exc}") from exc
+    return fd
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection. In a folder this user cannot write to, SQLite cannot create the
+    ``-shm`` file a WAL database is read through; with no ``-wal`` beside it every committed row
+    is in the file and no recorder can be running there, so it is read as immutable."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.Error as exc:
+        wal = path.with_name(path.name + "-wal").exists()
+        # With a -wal file beside it SQLite says "unable to open" rather than "read-only".
+        cantopen = getattr(exc, "sqlite_errorname", "") == "SQLITE_CANTOPEN"
+        if not (_read_only(exc) or (cantopen and wal and not os.access(path.parent, os.W_OK))):
+            return db  # the checks that follow say what is wrong with it
+        db.close()
+        if wal:
+            raise RecordingError(
+                f"{path}: in a read-only folder, with a write-ahead log beside it that SQLite "
+                "cannot read there: copy the recording and its -wal file to a writable folder"
+            ) from None
+    return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, isolation_level=None)
+
+
+def _read_only(exc: sqlite3.Error) -> bool:
+    return str(getattr(exc, "sqlite_errorname", "")).startswith("SQLITE_READONLY")
+
+
+def _read_only_reason(path: Path, exc: sqlite3.Error, writable: bool) -> str:
+    folder = getattr(exc, "sqlite_errorname", "") == "SQLITE_READONLY_DIRECTORY"
+    what = "its folder" if folder else "the file"
+    doing = "cannot record into it" if writable else "cannot read it"
+    return f"{path}: read-only ({what} cannot be written to), {doing}"
+
+
 def open_recording(path: Path, writable: bool = False) -> sqlite3.Connection:
     """Open and check a recording: ours, not newer than this gpuwatch, and intact."""
     if not path.is_file():
         raise RecordingError(f"{path}: no such file")
     try:
-        if writable:
-            db = sqlite3.connect(path, isolation_level=None)
-        else:
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+        db = (
+            _connect_read_only(path)
+            if not writable
+            else sqlite3.connect(path, isolation_level=None)
+        )
     except sqlite3.Error as exc:
         raise RecordingError(f"{path}: cannot open: {exc}") from exc
     try:
@@ -120,6 +195,8 @@ def open_recording(path: Path, writable: bool = False) -> sqlite3.Connection:
             db.execute("PRAGMA synchronous = NORMAL")
     except sqlite3.DatabaseError as exc:
         db.close()
+        if _read_only(exc):  # not damaged: a file or a folder this user cannot write to
+            raise RecordingError(_read_only_reason(path, exc, writable)) from exc
         reason = "not a gpuwatch recording" if "not a database" in str(exc) else "damaged"
         raise RecordingError(f"{path}: {reason} ({exc})") from exc
     except RecordingError:
@@ -212,7 +289,7 @@ def audit_entries(
             entry = loads_bounded(text)
         except (TypeError, JSONError):
             continue
-        if isinstance(entry, dict):
+        if isinstance(entry, dict) and codec.plausible_wall(entry.get("time")):
             out.append(entry)
     return out
 
@@ -243,3 +320,34 @@ def prune(db: sqlite3.Connection, now: float, keep_s: float | None, max_bytes: i
     if dropped:
         db.execute("PRAGMA incremental_vacuum")
     return dropped
+
+
+def snapshot(src: Path, dst: Path) -> int:
+    """A consistent copy of the recording ``src`` (a recorder may be writing to it) as the new
+    file ``dst``: SQLite's backup API copies every page, the write-ahead log's included, as of
+    one instant, and the copy is one file (rollback journal, no ``-wal`` to carry along).
+    Returns the rows copied. RecordingError for bad input."""
+    if dst.exists():
+        raise RecordingError(f"{dst}: exists; --snapshot-to writes a new file")
+    db = open_recording(src)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    try:
+        out = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.backup(out)  # all pages in one step: one read transaction, one instant
+            out.execute("PRAGMA journal_mode = DELETE")
+            rows = out.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
+        finally:
+            out.close()
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        if dst.exists():
+            raise RecordingError(f"{dst}: exists; --snapshot-to writes a new file")
+        os.replace(tmp, dst)
+    except sqlite3.Error as exc:
+        raise RecordingError(f"{dst}: cannot write the copy: {exc}") from exc
+    finally:
+        db.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return int(rows)

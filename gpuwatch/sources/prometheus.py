@@ -21,7 +21,7 @@ import httpx
 
 from gpuwatch.admintoken import read_token
 from gpuwatch.fmt import clip
-from gpuwatch.httpclient import BodyTooLarge, async_client, read_bounded
+from gpuwatch.httpclient import BodyRefused, async_client, read_bounded
 from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.sources import promql
 from gpuwatch.sources.dialects import Dialect
@@ -167,7 +167,7 @@ class PrometheusSource:
             raise PrometheusError(
                 f"Prometheus {self.base}{path}: timed out after {self.timeout_s:g} s"
             ) from None
-        except BodyTooLarge as exc:
+        except BodyRefused as exc:
             raise PrometheusError(f"Prometheus {self.base}{path}: {exc}") from None
         try:
             # No depth walk: answers are a few levels deep but thousands of nodes wide, read
@@ -231,9 +231,9 @@ class PrometheusSource:
             )
             out.append(
                 TargetHealth(
-                    str(labels.get("instance", "?")),
-                    str(labels.get("job", "")),
-                    str(target.get("health", "unknown")),
+                    clip(str(labels.get("instance", "?")), 80),
+                    clip(str(labels.get("job", "")), 80),
+                    clip(str(target.get("health", "unknown")), 20),
                     clip(str(target.get("lastError") or ""), 160),
                 )
             )

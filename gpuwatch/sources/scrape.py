@@ -20,7 +20,7 @@ from prometheus_client.samples import Sample
 from gpuwatch.fmt import clip
 from gpuwatch.httpclient import (
     DEFAULT_TIMEOUT_S,
-    BodyTooLarge,
+    BodyRefused,
     read_bounded,
 )
 from gpuwatch.model import ScrapeResult
@@ -77,11 +77,18 @@ def _line_name(line: str) -> str | None:
 
 
 # A model label inside a sample line's label set. Quotes inside a label value are always
-# escaped, so an unescaped `"` right after `=` starts this label's value, not another's.
+# escaped, so an unescaped `"` right after `=` starts this label's value, not another's. The
+# value is matched as runs of plain characters between escapes: ``(?:[^"\\]|\\.)*`` kept a
+# backtracking frame per character (~140 bytes each, 600 MiB for a 4 MiB label); a run of one
+# character class keeps none, and only escapes still cost a frame (bounded by MAX_LINE_CHARS).
 _MODEL_LABEL_RES = tuple(
-    re.compile(r"[{,]\s*" + re.escape(key) + r'\s*=\s*"((?:[^"\\\n]|\\.)*)"')
+    re.compile(r"[{,]\s*" + re.escape(key) + r'\s*=\s*"([^"\\\n]*(?:\\.[^"\\\n]*)*)"')
     for key in MODEL_LABELS
 )
+# Longer lines of a wanted family are dropped before any regex or parser sees them, and said
+# once per page: a real exporter's longest lines (histogram buckets with a handful of labels,
+# a LoRA adapter list) are a few KB; 4 MiB of one label is a broken exporter or an attack.
+MAX_LINE_CHARS = 64 * 1024
 
 
 def _model_label(line: str) -> str | None:
@@ -101,6 +108,8 @@ class Prefiltered:
     # Distinct model label values among the wanted samples, and how many of them were kept.
     models_seen: int = 0
     models_kept: int = 0
+    # Lines of wanted families dropped for being longer than MAX_LINE_CHARS.
+    long_lines: int = 0
 
 
 _UNSEEN = "\x00unseen"  # compared by identity: no label read from a page is this object
@@ -121,17 +130,24 @@ def prefilter(
     models: dict[str, int] = {}
     known = cache.model_labels if cache is not None and max_models is not None else None
     seen: dict[str, str | None] = {}
+    long_lines = 0
     for line in text.split("\n"):
         if not line:
             continue
         if line[0] == "#":
             if _line_name(line) in wanted:
+                if len(line) > MAX_LINE_CHARS:
+                    long_lines += 1
+                    continue
                 keep.append(line)
             continue
         name = line.partition("{")[0]
         if " " in name or "\t" in name:
             name = _line_name(line)  # type: ignore[assignment]
         if name not in wanted:
+            continue
+        if len(line) > MAX_LINE_CHARS:
+            long_lines += 1
             continue
         if max_models is not None:
             if known is None:
@@ -152,7 +168,15 @@ def prefilter(
     if known is not None and cache is not None:
         cache.model_labels = seen
     keep.append("")
-    return Prefiltered("\n".join(keep), len(models), min(len(models), max_models or 0))
+    kept = min(len(models), max_models or 0)
+    return Prefiltered("\n".join(keep), len(models), kept, long_lines)
+
+
+def long_lines_dropped(count: int) -> str:
+    return (
+        f"{count} line(s) over {MAX_LINE_CHARS // 1024} KiB dropped unread "
+        "(a label that long is a broken exporter)"
+    )
 
 
 # The parse cache for live polling.
@@ -447,10 +471,13 @@ def map_page(
     index = index_samples(s for fam in families for s in fam.samples)
     mapped = map_samples(source, index)
     engines, warnings = mapped.engines, mapped.warnings
+    if kept.long_lines:
+        warnings.insert(0, long_lines_dropped(kept.long_lines))
     if not engines:
         shown = ", ".join(clip(name, 60) for name in family_names(text)) or "empty page"
+        dropped = f"; {long_lines_dropped(kept.long_lines)}" if kept.long_lines else ""
         return ScrapeResult(
-            source, error=clip(f"no known serving metrics (first families: {shown})")
+            source, error=clip(f"no known serving metrics (first families: {shown}){dropped}")
         )
     if kept.models_seen > kept.models_kept:
         warnings.insert(0, _too_many(kept.models_seen, max_engines))
@@ -467,7 +494,7 @@ async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MA
             if response.status_code != 200:
                 raise ScrapeError(f"HTTP {response.status_code} {response.reason_phrase}".strip())
             body = await read_bounded(response, max_bytes)
-    except BodyTooLarge as exc:
+    except BodyRefused as exc:
         raise ScrapeError(str(exc)) from None
     except httpx.ConnectTimeout as exc:
         raise ScrapeError(f"connect timed out ({_host(url)})", unreachable=True) from exc

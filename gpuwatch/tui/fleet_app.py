@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from textual.app import ScreenStackError
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import Screen
@@ -166,7 +167,10 @@ class FleetApp(GpuwatchApp):
             self.run_worker(self._poll(), group="fleet", name="prometheus", exclusive=True)
 
     def paint_fleet(self) -> None:
-        screen = self.screen
+        try:
+            screen = self.screen
+        except ScreenStackError:
+            return  # the app is exiting, its screens gone, while a reading was under way
         if isinstance(screen, FleetScreen) and screen.is_mounted:
             try:
                 screen.paint()

@@ -57,3 +57,20 @@ def content(markup: str) -> Content:
         return Content.from_markup(markup)
     text = parts[0] + "".join(d + p for d, p in zip(digits, parts[1:], strict=True))
     return Content(text, list(parsed.spans), strip_control_codes=False)
+
+
+def escape(text: object) -> str:
+    """``text`` from a source (a label, a name, an error) as Textual markup that shows it as
+    it is, and nothing more: control characters (an escape sequence that retitles the window or
+    clears the screen, a bidi override) written out visibly (``\\x1b``), every ``[`` escaped.
+
+    ``rich.markup.escape`` is not enough for Textual's parser: it leaves ``[2J`` alone (not
+    tag-like to Rich), and Textual's parser then reads a later ``[/]`` as closing nothing: a
+    MarkupError that ended the dashboard. A backslash at the very end would escape the tag
+    that follows the text, so it gets a space after it.
+    """
+    raw = str(text)
+    if not raw.isprintable():
+        raw = "".join(c if c.isprintable() or c == "\n" else repr(c)[1:-1] for c in raw)
+    out = raw.replace("[", "\\[")
+    return out + " " if out.endswith("\\") else out

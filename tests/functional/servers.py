@@ -29,7 +29,7 @@ class ThreadedServer:
         asyncio.set_event_loop(self._loop)
         app = web.Application()
         for path, handler in self.routes.items():
-            app.router.add_get(path, handler)
+            app.router.add_route("*", path, handler)  # GET mostly; PATCH for a fake gate
         self._runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5
         )

@@ -215,6 +215,20 @@ async def test_a_prometheus_answering_garbage_is_one_line(body: str) -> None:
     assert reading.rows == []
 
 
+async def test_a_prometheus_answering_deep_json_is_said_to_be_too_deep() -> None:
+    """Regression: reported as "nesting deeper than 0" (the source skips the depth walk, so
+    only the decoder's own recursion limit refuses it)."""
+
+    async def deep(_: web.Request) -> web.Response:
+        return web.Response(text="[" * 100_000 + "]" * 100_000, content_type="application/json")
+
+    with ThreadedServer({"/api/v1/{tail:.*}": deep}) as server:
+        async with PrometheusSource(server.url("")) as source:
+            reading = await source.read_fleet()
+    assert reading.error is not None and "nesting too deep to decode" in reading.error
+    assert "than 0" not in reading.error
+
+
 def fleet_app(rig: Fleet, **kw: object) -> FleetApp:
     settings = config.load(rig.config)
     source = PrometheusSource(rig.prometheus)
@@ -459,6 +473,17 @@ async def test_fleet_screen_survives_a_dead_prometheus() -> None:
             assert app.is_running
             errors = [e for e in app.state.events if "unreachable" in e.text]
             assert len(errors) == 1, "the same failure is one line, not one a second"
+
+
+async def test_a_reading_that_ends_as_the_app_exits_paints_nothing() -> None:
+    """Regression: under load a poll finished after the app's screens were gone, and painting
+    it raised ScreenStackError from the worker: a traceback on exit (seen by
+    bench/attack_sources.py with both cores busy)."""
+    with refusing_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        app = FleetApp(FleetOptions(url, PrometheusSource(url)))
+        app.paint_fleet()  # no screen on the stack, as at exit
+        await app.source.close()
 
 
 def test_every_dialect_s_generated_query_is_valid_promql(rig: Fleet) -> None:

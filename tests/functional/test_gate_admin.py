@@ -114,6 +114,45 @@ async def test_audit_is_an_append_only_log_and_the_state_file_stays_small(tmp_pa
     assert gate.state.audit[0]["actor"] == "op39" and len(gate.state.audit) == 40
 
 
+async def test_a_torn_audit_line_is_cut_off_and_the_gate_comes_up_after_a_patch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: start-up skipped a torn last line (a kill -9 mid-append) but left it in the
+    file; the next PATCH appended right after it, and the start after that refused the file
+    ("invalid JSON; fix or remove it"): the gate stayed down until someone edited it by hand."""
+    path = tmp_path / "state.json"
+    audit = tmp_path / "state.json.audit.jsonl"
+
+    async def start_and_patch(paused: bool, actor: str, before: bytes | None = None) -> None:
+        _, served = await start_gate(UP, CONFIG, state_file=path)
+        try:
+            if before is not None:
+                assert audit.read_bytes() == before  # cut off at start-up, durably
+            headers = {"X-Gpuwatch-Actor": actor}
+            async with (
+                aiohttp.ClientSession() as s,
+                s.patch(
+                    f"{served.url}/admin/limits", json={"paused": paused}, headers=headers
+                ) as r,
+            ):
+                assert r.status == 200
+        finally:
+            await served.close()
+
+    await start_and_patch(True, "a")
+    whole = audit.read_bytes()
+    audit.write_bytes(whole + b'{"time": 17000, "actor": "b", "ver')  # the crash, mid-write
+    await start_and_patch(False, "c", before=whole)
+    dropped = [r.getMessage() for r in caplog.records if "incomplete last line" in r.getMessage()]
+    assert dropped == [
+        f"audit log {audit}: dropped an incomplete last line (34 bytes) a crash left"
+    ]
+    gate, served = await start_gate(UP, CONFIG, state_file=path)  # the start that used to fail
+    await served.close()
+    assert [e["actor"] for e in gate.state.audit] == ["c", "a"]
+    assert gate.state.limits.paused is False
+
+
 async def test_a_schema_1_state_file_is_migrated(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     limits = {"version": 3, "paused": False, "lanes": {"chat": {"max_inflight": 5}}}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -197,6 +198,113 @@ def test_sigterm_commits_and_closes_the_file(sim_url: str, tmp_path: Path) -> No
     player.close()
 
 
+def test_a_second_recorder_on_a_file_is_refused_and_the_first_loses_no_row(
+    sim_url: str, tmp_path: Path
+) -> None:
+    """Regression: two recorders on one file chose compression dictionaries each in memory and
+    stored them with INSERT OR IGNORE: 1-7 of ~206 rows could not be decoded (or the second was
+    refused as "not a gpuwatch recording"). One writer per file, the second told why."""
+    path = tmp_path / "one.db"
+    proc = subprocess.Popen(record_args(sim_url, path), stderr=subprocess.PIPE, text=True)
+    try:
+        eventually_sync(lambda: committed_rows(path) >= 20, 60, message="rows never committed")
+        second = gw(*record_args(sim_url, path, "--duration", "2")[3:])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+    assert "another gpuwatch is recording into it" in second.stderr and str(path) in second.stderr
+    assert proc.returncode == 0 and err == ""
+    player = Player(path)
+    player.seek(player.end)
+    assert player.bad_rows == 0
+    player.close()
+    # Once the first has stopped, the file is free: the next recorder appends to it.
+    again = gw(*record_args(sim_url, path, "--duration", "1")[3:])
+    assert again.returncode == 0, again.stderr
+
+
+def test_snapshot_to_copies_a_live_recording_whole_into_one_file(
+    sim_url: str, tmp_path: Path
+) -> None:
+    """Regression: the README said to cp a live recording; its rows were still in the -wal
+    file, so the copy held none. --snapshot-to copies through SQLite's backup API."""
+    live, copy = tmp_path / "live.db", tmp_path / "copy.db"
+    proc = subprocess.Popen(record_args(sim_url, live), stderr=subprocess.PIPE, text=True)
+    try:
+        eventually_sync(lambda: committed_rows(live) >= 40, 60, message="rows never committed")
+        out = gw("record", "--out", str(live), "--snapshot-to", str(copy))
+        refused = gw("record", "--out", str(live), "--snapshot-to", str(copy))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"{copy}: ") and "a consistent copy of" in out.stdout
+    assert not copy.with_name("copy.db-wal").exists()  # one file, to attach or move
+    player = Player(copy)
+    player.seek(player.end)
+    assert len(player.ids) >= 40 and player.bad_rows == 0 and player.monitor.serving_engines()
+    player.close()
+    assert refused.returncode == 2 and "exists" in refused.stderr
+
+
+def _read_only_prefix() -> list[str]:
+    """How to run a command for which a folder of mode 555 is read-only: as is, unless we are
+    root, who writes anywhere; then without the capabilities that let root do so."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: no way to make a folder read-only")
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
+
+
+def test_a_recording_in_a_read_only_folder_is_read_and_said_read_only(
+    killed: Path, tmp_path: Path
+) -> None:
+    """Regression: replaying (or appending to) a recording in a read-only folder said the file
+    was "damaged": SQLite could not create the -shm file it reads a WAL database through."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "rec.db"
+    db = sqlite3.connect(killed)
+    db.execute("VACUUM INTO ?", (str(path),))
+    db.close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode = WAL")  # as a recorder leaves it, closed: no -wal beside it
+    db.close()
+    path.chmod(0o644)
+    folder.chmod(0o555)
+    prefix = _read_only_prefix()
+    try:
+        report = tmp_path / "r.md"
+        read = subprocess.run([*prefix, *GW, "replay", str(path), "--report", str(report)],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        write = subprocess.run([*prefix, *record_args("http://127.0.0.1:9", path, "--no-gpu",
+                                "--duration", "1")], capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        folder.chmod(0o755)
+    assert read.returncode == 0 and report.exists(), read.stderr
+    assert write.returncode == 2 and write.stderr.count("\n") == 1, write.stderr
+    assert "read-only" in write.stderr and "damaged" not in write.stderr
+    assert sorted(f.name for f in folder.iterdir()) == ["rec.db"]  # nothing written beside it
+    # A write-ahead log beside it may hold rows SQLite cannot read there: said, not guessed at.
+    wal = path.with_name("rec.db-wal")
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA wal_autocheckpoint = 0")
+    db.execute("INSERT INTO meta VALUES ('note', '1')")
+    log = wal.read_bytes()  # what a recorder still writing leaves beside the file
+    db.close()  # (folds the log in and removes it)
+    wal.write_bytes(log)
+    folder.chmod(0o555)
+    try:
+        proc = subprocess.run([*prefix, *GW, "replay", str(path), "--report", str(report)],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        folder.chmod(0o755)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "read-only folder, with a write-ahead log beside it" in proc.stderr
+
+
 def test_dashboard_and_demo_refuse_a_file_they_cannot_record_to(tmp_path: Path) -> None:
     """``--record`` is checked before any screen (or child process) starts."""
     notes = tmp_path / "notes.db"
@@ -263,6 +371,20 @@ def test_hostile_recordings_are_bounded_and_one_line(tmp_path: Path) -> None:
     out = tmp_path / "out.db"
     proc = gw("replay", str(audit), "--export", str(out))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_row_at_wall_clock_1e308_is_skipped_and_said_not_a_traceback(tmp_path: Path) -> None:
+    """Regression: ``replay --report`` printed an OverflowError traceback (the row made the
+    recording's end 1e308, and its time of day was formatted)."""
+    path = tmp_path / "far.db"
+    db = _hostile_recording(path)
+    store.insert_rows(db, [(3.0, 1e308, "evaluate", None, None)])
+    db.close()
+    report = tmp_path / "far.md"
+    proc = gw("replay", str(path), "--report", str(report))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout == f"{report}: incident report (1 damaged row(s) skipped)\n"
+    assert "## Timeline" in report.read_text()
 
 
 def test_a_forged_row_of_256_mib_is_never_read_into_memory(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import time
+import zlib
 
 import pytest
 from aiohttp import web
@@ -103,7 +105,52 @@ async def long_reason(_: web.Request) -> web.Response:
 
 
 async def long_garbage(_: web.Request) -> web.Response:
-    return web.Response(text='vllm:num_requests_running{model_name="' + "z" * 100_000 + "\n")
+    # Long enough to need clipping, short enough (under MAX_LINE_CHARS) to reach the parser.
+    return web.Response(text='vllm:num_requests_running{model_name="' + "z" * 50_000 + "\n")
+
+
+async def long_label(_: web.Request) -> web.Response:
+    line = 'vllm:num_requests_running{model_name="' + "m" * (4 * 1024 * 1024) + '"} 7\n'
+    return web.Response(text=GOOD + line)
+
+
+def _gzip_stream(size: int, wrap: int = zlib.MAX_WBITS | 16) -> bytes:
+    """``size`` newlines (a valid, empty page) compressed, built without holding them."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, wrap)
+    mib = b"\n" * (1024 * 1024)
+    return b"".join([*(packer.compress(mib) for _ in range(size // len(mib))), packer.flush()])
+
+
+BOMB = _gzip_stream(64 * 1024 * 1024)  # 62 KiB that inflate to 64 MiB
+
+
+def _encoded(body: bytes, coding: str) -> web.Response:
+    return web.Response(body=body, headers={"Content-Encoding": coding})
+
+
+async def gzip_bomb(_: web.Request) -> web.Response:
+    return _encoded(BOMB, "gzip")
+
+
+async def double_gzip_bomb(_: web.Request) -> web.Response:
+    return _encoded(gzip.compress(BOMB), "gzip, gzip")
+
+
+async def gzip_good(_: web.Request) -> web.Response:
+    return _encoded(gzip.compress(GOOD.encode()), "gzip")
+
+
+async def deflate_raw(_: web.Request) -> web.Response:
+    packer = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)  # what some servers send
+    return _encoded(packer.compress(GOOD.encode()) + packer.flush(), "deflate")
+
+
+async def gzip_corrupt(_: web.Request) -> web.Response:
+    return _encoded(b"\x1f\x8b" + b"not gzip at all" * 10, "gzip")
+
+
+async def brotli(_: web.Request) -> web.Response:
+    return _encoded(b"\x0b\x02\x80hello\x03", "br")
 
 
 ROUTES = {
@@ -121,6 +168,13 @@ ROUTES = {
     "/huge-name": huge_name,
     "/long-reason": long_reason,
     "/long-garbage": long_garbage,
+    "/long-label": long_label,
+    "/gzip-bomb": gzip_bomb,
+    "/double-gzip-bomb": double_gzip_bomb,
+    "/gzip-good": gzip_good,
+    "/deflate-raw": deflate_raw,
+    "/gzip-corrupt": gzip_corrupt,
+    "/br": brotli,
 }
 
 
@@ -139,6 +193,13 @@ EXPECTED_ERRORS = {
     "/huge-declared": "bytes exceeds the 16 MiB limit",
     "/slow": "timed out",
     "/trickle": "timed out after 1.5 s",
+    # Refused while inflating, the moment the decoded body passes the limit (before: inflated
+    # whole chunks, 175-304 MiB for a 1 MB bomb, then "exceeds"; the memory is in
+    # bench/scrape_memory.py).
+    "/gzip-bomb": "body inflates past the 16 MiB limit",
+    "/double-gzip-bomb": "body inflates past the 16 MiB limit",
+    "/gzip-corrupt": "body does not inflate as its Content-Encoding gzip",
+    "/br": "unsupported Content-Encoding 'br'",
 }
 
 
@@ -214,3 +275,24 @@ async def test_foreign_text_in_an_error_is_one_bounded_line(server, path: str, s
         result = await scrape(client, server.url(path))
     assert result.error is not None and result.error.startswith(start), result.error
     assert len(result.error) <= LINE_LIMIT and "..." in result.error
+
+
+@pytest.mark.parametrize("path", ["/gzip-good", "/deflate-raw"])
+async def test_a_compressed_page_is_read_like_a_plain_one(server, path: str) -> None:
+    async with async_client() as client:
+        result = await scrape(client, server.url(path))
+    assert result.error is None and result.engines[0].generation_tokens_total == 600
+
+
+async def test_a_4_mib_label_is_dropped_unread_with_one_line_and_the_rest_reports(server) -> None:
+    """Regression: the model-label regex kept ~140 bytes a character: one 4 MiB label took a
+    scrape to 600 MiB (15 MiB: 2.1 GiB), and the label became an engine named by it. The
+    line is dropped before any regex or parser reads it (peak memory: bench/scrape_memory.py)."""
+    async with async_client() as client:
+        result = await scrape(client, server.url("/long-label"))
+    assert result.error is None
+    assert [e.model for e in result.engines] == ["Qwen/Qwen3-0.6B"]
+    assert all(e.running != 7 for e in result.engines)
+    assert result.warnings[0] == (
+        "1 line(s) over 64 KiB dropped unread (a label that long is a broken exporter)"
+    )

@@ -33,6 +33,7 @@ def test_a_torn_last_line_is_skipped_and_a_bad_line_elsewhere_refused(tmp_path: 
     log = AuditLog(path)
     log.load()
     assert [e["actor"] for e in log.recent] == ["op1"]
+    assert path.read_text() == json.dumps(entry(1)) + "\n"  # cut off: the next append is whole
     path.write_text('{"time": 1}\n' + json.dumps(entry(2)) + "\n")
     with pytest.raises(AuditError, match=rf"audit log {path} line 1: 'actor' must be a string"):
         AuditLog(path).load()

@@ -59,3 +59,21 @@ def test_digits_in_tags_are_never_stood_in_for() -> None:
     assert _same(
         content(line.replace("4112", "4113")), Content.from_markup(line.replace("4112", "4113"))
     )
+
+
+FOREIGN = st.text(alphabet=" [ ] \\ / $ @ # a b 2 J \x1b \x07 \u202e \n", max_size=16)
+
+
+@settings(max_examples=400, deadline=None)
+@given(FOREIGN)
+def test_escaped_foreign_text_shows_as_itself_between_tags_and_drives_nothing(text: str) -> None:
+    """Regression: rich's escape left ``[2J`` (part of every CSI sequence) alone, and Textual's
+    parser then read the next ``[/]`` as closing nothing: a MarkupError ended the dashboard.
+    Control characters went to the terminal as they were."""
+    escaped = markup.escape(text)
+    parsed = Content.from_markup(f"[b]x[/]{escaped}[$ok]y[/]")
+    assert parsed.plain.startswith("x") and parsed.plain.endswith("y")
+    shown = parsed.plain[1:-1].rstrip(" ") if text.endswith("\\") else parsed.plain[1:-1]
+    visible = "".join(c if c.isprintable() or c == "\n" else repr(c)[1:-1] for c in text)
+    assert shown == visible
+    assert all(c.isprintable() or c == "\n" for c in parsed.plain)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.sources.scrape import WANTED, map_page, parse_families, prefilter
+from gpuwatch.sources.scrape import (
+    MAX_LINE_CHARS,
+    WANTED,
+    _model_label,
+    map_page,
+    parse_families,
+    prefilter,
+)
 from tests.conftest import FIXTURES, fixture_text
 
 NAMES = sorted(p.name for p in FIXTURES.glob("*.prom"))
@@ -74,3 +81,20 @@ def test_model_label_is_read_like_the_dialects_read_it() -> None:
 def test_without_a_cap_nothing_is_dropped() -> None:
     text = fixture_text("vllm-4.prom")
     assert prefilter(text).text == prefilter(text, max_models=10**6).text
+
+
+def test_a_line_over_the_limit_is_dropped_and_counted_a_line_at_it_is_kept() -> None:
+    head = 'vllm:num_requests_running{model_name="'
+    at = head + "a" * (MAX_LINE_CHARS - len(head) - 4) + '"} 1'
+    over = head + "b" * (MAX_LINE_CHARS - len(head) - 3) + '"} 2'
+    help_over = "# HELP vllm:num_requests_running " + "h" * MAX_LINE_CHARS
+    assert len(at) == MAX_LINE_CHARS and len(over) == MAX_LINE_CHARS + 1
+    kept = prefilter("\n".join([help_over, at, over, "other_family " + "x" * MAX_LINE_CHARS]))
+    assert kept.text == at + "\n" and kept.long_lines == 2  # other families are not counted
+    assert prefilter(at + "\n" + over, max_models=8).models_seen == 1
+
+
+def test_the_model_label_reads_escapes_and_stops_at_the_first_unescaped_quote() -> None:
+    assert _model_label('x{model_name="a\\"b\\\\",c="d"} 1') == 'a\\"b\\\\'
+    assert _model_label('x{model_name="unterminated} 1') is None
+    assert _model_label('x{model="m" , model_name = "n"} 1') == "n"

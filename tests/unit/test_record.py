@@ -189,6 +189,68 @@ def test_a_row_with_the_wrong_insides_is_skipped_and_a_bad_meta_refused(tmp_path
         Player(path)
 
 
+def test_rows_events_and_audit_at_impossible_clocks_are_skipped_not_crashed_on(
+    tmp_path: Path,
+) -> None:
+    """Regression: a row at wall clock 1e308 made the player's end 1e308, and every date
+    written from it an OverflowError (``replay --report`` printed a traceback)."""
+    path = tmp_path / "r.db"
+    recording(path, 3, 1_000_000.0)
+    db = store.open_recording(path, writable=True)
+    event = codec.pack({"t": 1e308, "level": "info", "text": "from the far future"})
+    store.insert_rows(db, [(3.0, 1e308, "evaluate", None, None), (1e300, 1_000_004.0, "stale",
+                           None, None), (4.0, 1_000_004.0, "event", None, event)])  # fmt: skip
+    entry = {"version": 9, "time": 1e308, "actor": "x", "change": {}}
+    db.execute("INSERT INTO audit VALUES (9, 1000000.5, ?)", (codec.to_json(entry).decode(),))
+    db.close()
+    p = Player(path)
+    assert p.end == 1_000_004.0 and p.bad_rows == 2
+    p.seek(p.end)
+    assert p.bad_rows == 3 and [e.text[-1] for e in p.monitor.events] == ["0", "1", "2"]
+    assert all(mk.wall < 2e6 for mk in p.marks)
+    assert store.audit_entries(p.db) == []
+    p.close()
+
+
+def test_a_one_row_recording_plays_and_seeks_again(tmp_path: Path) -> None:
+    """The checkpoint after the last row is at the row count: seeking again read past the end
+    (IndexError) once a skipped row left a recording of one."""
+    path = tmp_path / "r.db"
+    recording(path, 1, 1_000_000.0)
+    p = Player(path)
+    p.seek(p.end)
+    p.seek(p.start)
+    assert len(p.monitor.events) == 1
+    p.close()
+
+
+def test_one_recorder_per_file_and_the_file_is_free_again_once_it_closes(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    first = Recorder(path).attach(Monitor([], wall=lambda: 1_000_000.0))
+    with pytest.raises(store.RecordingError, match="another gpuwatch is recording into it"):
+        Recorder(path).attach(Monitor([], wall=lambda: 1_000_000.0))
+    first.close()
+    Recorder(path).attach(Monitor([], wall=lambda: 1_000_000.0)).close()
+
+
+def test_a_snapshot_is_one_file_with_every_committed_row(tmp_path: Path) -> None:
+    path, copy = tmp_path / "live.db", tmp_path / "copy.db"
+    m = Monitor([], wall=lambda: 1_000_000.0)
+    recorder = Recorder(path).attach(m)  # still open: its rows sit in the -wal file
+    for i in range(50):
+        recorder.reading("event", float(i), 1_000_000.0 + i, Event(1e6 + i, "info", f"e{i}"))
+    assert recorder.flush() and path.with_name("live.db-wal").stat().st_size > 0
+    assert store.snapshot(path, copy) == 50
+    recorder.close()
+    assert not copy.with_name("copy.db-wal").exists()
+    p = Player(copy)
+    p.seek(p.end)
+    assert len(p.ids) == 50 and p.bad_rows == 0 and p.monitor.events[-1].text == "e49"
+    p.close()
+    with pytest.raises(store.RecordingError, match="exists"):
+        store.snapshot(path, copy)
+
+
 def test_a_cold_jump_knows_the_limits_and_events_recorded_long_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

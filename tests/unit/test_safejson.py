@@ -68,6 +68,13 @@ def test_depth_limit_is_exact_and_brackets_inside_strings_do_not_count() -> None
     assert loads_bounded(json.dumps(['\\"[[[']), max_depth=1) == ['\\"[[[']
 
 
+def test_without_the_depth_walk_a_pathological_depth_is_too_deep_not_deeper_than_0() -> None:
+    with pytest.raises(JSONError, match=r"^nesting too deep to decode$"):
+        loads_bounded("[" * 100_000 + "]" * 100_000, max_depth=0)
+    with pytest.raises(JSONError, match=r"^nesting deeper than 32$"):
+        loads_bounded("[" * 100_000 + "]" * 100_000)
+
+
 def test_max_bytes() -> None:
     assert loads_bounded(b"[1]", max_bytes=3) == [1]
     with pytest.raises(JSONError, match="over the limit"):

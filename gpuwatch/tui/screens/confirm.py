@@ -3,12 +3,13 @@ Focus starts on Cancel, so an Enter pressed by habit changes nothing."""
 
 from __future__ import annotations
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+from gpuwatch.tui.markup import escape
 
 
 class ConfirmationModal(ModalScreen[bool]):

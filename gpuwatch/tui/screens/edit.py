@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -14,6 +13,7 @@ from textual.validation import Function, Integer, Number, ValidationResult, Vali
 from textual.widgets import Button, Input, Label, Select, Static
 
 from gpuwatch.gate.limits import ADMISSION_POLICIES, MEDIA_CAPS, POLICIES
+from gpuwatch.tui.markup import escape
 
 FIELDS = (
     ("max_inflight", "max in flight", "0 admits nothing new"),

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -26,6 +25,7 @@ from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.monitor.fleet import COLUMNS, SORT_KEYS
 from gpuwatch.monitor.state import EventLevel
 from gpuwatch.sources.promql import WINDOW
+from gpuwatch.tui.markup import escape
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
 from gpuwatch.tui.screens.results import ResultsScreen

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from gpuwatch.fmt import NA, gib, pct, unit
+from gpuwatch.fmt import NA, clip, gib, pct, unit
 from gpuwatch.model import GpuReading
 
 if TYPE_CHECKING:
@@ -62,15 +61,18 @@ class GpuScreen(Screen[None]):
         gpus.clear()
         procs.clear()
         if reading is None or reading.error:
-            gpus.add_row("-", Text(reading.error or "" if reading else "reading…"), *[""] * 11)
+            error = clip(reading.error or "") if reading else "reading…"
+            gpus.add_row("-", Text(error), *[""] * 11)
             return
         for g in reading.gpus:
             if g.error:
-                gpus.add_row(str(g.index), g.name or NA, Text(g.error, style="red"), *[""] * 10)
+                gpus.add_row(
+                    str(g.index), _cell(g.name), Text(clip(g.error), style="red"), *[""] * 10
+                )
                 continue
             gpus.add_row(
                 str(g.index),
-                g.name or NA,
+                _cell(g.name),
                 f"{gib(g.memory_used_bytes)} / {gib(g.memory_total_bytes)}",
                 gib(g.memory_reserved_bytes),
                 pct(g.utilization_gpu),
@@ -80,18 +82,25 @@ class GpuScreen(Screen[None]):
                 unit(g.clock_sm_mhz, " MHz"),
                 unit(g.clock_mem_mhz, " MHz"),
                 unit(g.fan_percent, "%"),
-                ", ".join(g.throttle_reasons or []) or "-",
-                g.uuid or NA,
+                _cell(", ".join(g.throttle_reasons or []) or "-"),
+                _cell(g.uuid),
             )
             for p in g.processes:
                 procs.add_row(
                     str(g.index),
                     str(p.pid),
-                    p.user or NA,
-                    p.name or NA,
+                    _cell(p.user),
+                    _cell(p.name),
                     gib(p.used_memory_bytes),
                     unit(p.cpu_percent, "%"),
                     gib(p.rss_bytes),
                     str(p.threads or NA),
-                    escape((p.cmdline or NA)[:200]),
+                    _cell(p.cmdline, 200),
                 )
+
+
+def _cell(text: str | None, limit: int = 60) -> Text:
+    """A name from the GPU source or the process table (a process names itself) as a plain
+    cell: a DataTable reads a str cell as markup, and an escape sequence would reach the
+    terminal."""
+    return Text(clip(text or NA, limit))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -14,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Static
 
 from gpuwatch.plan.planner import Plan
+from gpuwatch.tui.markup import escape
 
 
 def _show(value: Any) -> str:

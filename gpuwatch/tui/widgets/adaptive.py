@@ -8,10 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.markup import escape
-
 from gpuwatch.fmt import clip
 from gpuwatch.monitor.state import GateView
+from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
 
 BARS = "▁▂▃▄▅▆▇█"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
-
 from gpuwatch.gate.limits import REASONS
 from gpuwatch.monitor.state import GateView
+from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.panel import Panel
 from gpuwatch.tui.widgets.tenants import tenant_lines
 

@@ -4,11 +4,10 @@ token rates, TTFT and ITL."""
 
 from __future__ import annotations
 
-from rich.markup import escape
-
 from gpuwatch.fmt import NA, duration, num, pct, seconds
 from gpuwatch.monitor.figures import EngineFigures, engine_figures
 from gpuwatch.monitor.state import Endpoint, UsersView, short_url
+from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.bars import gauge, level_color
 from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from rich.markup import escape
-
 from gpuwatch.monitor.state import Event
+from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.panel import Panel
 
 COLORS = {"info": "$foreground", "ok": "$ok", "warn": "$warn", "bad": "$bad"}

@@ -195,5 +195,6 @@ def _cells(r: FleetRow, level: str, marked: bool) -> tuple[str, ...]:
         "-" if c.key.startswith("gate_") and r.gate is None else c.fmt(r.values.get(c.key))
         for c in COLUMNS
     )
-    names = (clip(r.node, 24), clip(r.instance, 40), clip(r.model or "-", 40), r.dialect)
+    # Every one a Prometheus label: cleaned of control characters like the rest.
+    names = (clip(r.node, 24), clip(r.instance, 40), clip(r.model or "-", 40), clip(r.dialect, 24))
     return ("*" if marked else " ", level, *names, *values)

@@ -3,10 +3,9 @@ power / limit and temperature. One line per GPU when there are more than 4 or li
 
 from __future__ import annotations
 
-from rich.markup import escape
-
 from gpuwatch.fmt import NA, gib, pct, unit
 from gpuwatch.model import GpuReading, GpuSample
+from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.bars import gauge, level_color, stacked
 from gpuwatch.tui.widgets.panel import Panel, flow
 
@@ -22,9 +21,14 @@ def _vram(g: GpuSample, width: int) -> str:
 
 
 def gpu_line(g: GpuSample, bar: int, compact: bool, width: int = 80) -> str:
-    name = escape((g.name or NA).replace("NVIDIA ", "").replace("GeForce ", ""))
+    raw = (g.name or NA).replace("NVIDIA ", "").replace("GeForce ", "")
+
+    def name(n: int) -> str:
+        # Cut the name, then escape it: a cut through an escape would leave half of one.
+        return escape(raw[:n]) + " " * max(0, n - len(raw))
+
     if g.error:
-        return f"[b]{g.index}[/] {name[:18]:<18} [$bad]{escape(g.error)}[/]"
+        return f"[b]{g.index}[/] {name(18)} [$bad]{escape(g.error)}[/]"
     used = g.memory_used_bytes
     total = g.memory_total_bytes
     proc = sum(p.used_memory_bytes or 0 for p in g.processes)
@@ -36,7 +40,7 @@ def gpu_line(g: GpuSample, bar: int, compact: bool, width: int = 80) -> str:
     power = f"{unit(g.power_w, 'W')}/{unit(g.power_limit_w, 'W')}"
     if compact:
         return (
-            f"[b]{g.index}[/] {name[:12]:<12} {_vram(g, bar)} {mem:>11} "
+            f"[b]{g.index}[/] {name(12)} {_vram(g, bar)} {mem:>11} "
             f"[{util_color}]{pct(g.utilization_gpu):>4}[/] {power:>9} "
             f"[{temp_color}]{unit(g.temperature_c, '°C'):>5}[/]"
         )
@@ -51,7 +55,7 @@ def gpu_line(g: GpuSample, bar: int, compact: bool, width: int = 80) -> str:
         segments.append(f"[$warn]throttle {','.join(throttle)}[/]")
     head = flow(
         [
-            f"[b]{g.index}[/] {name[:16]:<16} VRAM {_vram(g, bar)} {mem:>11}",
+            f"[b]{g.index}[/] {name(16)} VRAM {_vram(g, bar)} {mem:>11}",
             f"[$kv]serving {gib(proc)}[/]",
         ],
         width,

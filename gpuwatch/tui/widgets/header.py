@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import time
 
-from rich.markup import escape
-
 from gpuwatch.monitor.health import Verdict, badge_text
+from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.panel import Panel
 
 BADGE = {"NO DATA": "$foreground", "OK": "$ok", "TIGHT": "$warn", "OVERLOADED": "$bad"}

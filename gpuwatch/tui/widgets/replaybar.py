@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import time
 
-from rich.markup import escape
-
+from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.panel import Panel
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
-
 from gpuwatch.gate.classes import ANONYMOUS
+from gpuwatch.tui.markup import escape
 
 SHORT_REASON = {
     "queue_full": "full",

@@ -6,12 +6,11 @@ It fills the left column under the admission panel; at 80x24 the first lines are
 
 from __future__ import annotations
 
-from rich.markup import escape
-
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.monitor.figures import TtftBreakdown
 from gpuwatch.monitor.health import SIGNALS, badness
 from gpuwatch.monitor.state import UsersView
+from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.bars import level_color
 from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
 
