@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
@@ -17,8 +18,8 @@ from gpuwatch.plan import planner, report
 from gpuwatch.plan.probe import Outcome, ProbeResult, Target, summarize
 from gpuwatch.plan.recommend import recommend
 from gpuwatch.plan.simulate import run_probe
-from gpuwatch.plan.stats import judge, min_requests, wilson
-from gpuwatch.plan.sweep import Search, SearchSettings
+from gpuwatch.plan.stats import judge, judge_sequences, min_requests, t975, wilson
+from gpuwatch.plan.sweep import Search, SearchSettings, sequence_seed
 from gpuwatch.plan.traffic import Recording, Traffic
 from gpuwatch.sim.profiles import get_profile
 
@@ -76,7 +77,7 @@ def _fake(capacity: float, undecided_below_s: float = 0.0, calls: list | None = 
     """A prober whose probes pass iff rate <= capacity; undecided while shorter than
     ``undecided_below_s``."""
 
-    def prober(rate: float, duration: float) -> ProbeResult:
+    def prober(rate: float, duration: float, sequence: int = 0) -> ProbeResult:
         if calls is not None:
             calls.append((rate, duration))
         passed = None if duration < undecided_below_s else rate <= capacity
@@ -123,6 +124,111 @@ def test_an_undecided_probe_at_the_cap_is_judged_by_its_estimate() -> None:
 def test_no_knee_when_nothing_passes() -> None:
     search = Search(TARGET, SearchSettings(start_rate=1.0, min_rate=0.1))
     assert search.run(_fake(0.01)) is None
+
+
+# -- several arrival sequences per rate ---------------------------------------------------------
+
+
+def test_student_t_quantiles() -> None:
+    assert t975(1) == 12.706 and t975(9) == 2.262 and t975(30) == 2.042
+    assert t975(40) == pytest.approx(2.0211, abs=1e-3) and t975(120) == pytest.approx(
+        1.9799, abs=1e-3
+    )
+    with pytest.raises(ValueError):
+        t975(0)
+
+
+def test_the_interval_across_sequences_is_students_t_on_their_goodputs() -> None:
+    # Four sequences of 1,000 requests: 99.0%, 99.5%, 98.0%, 100%.
+    spread = judge_sequences([990, 995, 980, 1000], [1000] * 4, 0.99)
+    shares = [0.99, 0.995, 0.98, 1.0]
+    mean = sum(shares) / 4
+    sd = math.sqrt(sum((x - mean) ** 2 for x in shares) / 3)
+    assert spread.mean == pytest.approx(mean) and spread.sd == pytest.approx(sd)
+    assert spread.low == pytest.approx(mean - 3.182 * sd / 2)  # t with 3 degrees of freedom
+    assert spread.high == 1.0 and spread.passed is None  # straddles 99%
+    assert (spread.worst, spread.best, spread.sequences) == (0.98, 1.0, 4)
+    # The pooled Wilson interval over their 4,000 requests would have passed them: it is the
+    # interval of one arrival sequence, blind to the variation between them.
+    assert judge(3965, 4000, 0.99).passed is not False and wilson(3965, 4000)[0] > spread.low
+
+
+def test_sequences_that_agree_are_bounded_by_their_requests() -> None:
+    """All 100%: Student's t has no width, so the pooled Wilson bound is the floor."""
+    few = judge_sequences([100] * 3, [100] * 3, 0.99)
+    assert few.sd == 0 and few.low == pytest.approx(wilson(300, 300)[0]) and few.passed is None
+    many = judge_sequences([500] * 4, [500] * 4, 0.99)
+    assert many.passed is True and many.low == pytest.approx(2000 / (2000 + 1.959963984540054**2))
+
+
+def _bursty(calls: list | None = None):
+    """A prober shaped like the simulator's goodput near its knee: misses come in bursts (a
+    burst makes many requests late together), bursts are rare at low rates and common past
+    capacity, and sequence ``i`` meets the same bursts at every rate (common random numbers).
+    10 requests per second of probe."""
+
+    def prober(rate: float, duration: float, sequence: int = 0) -> ProbeResult:
+        if calls is not None:
+            calls.append((rate, duration, sequence))
+        rng = random.Random(sequence_seed(0, sequence))
+        n = round(10 * duration)
+        expected = duration / 120 * 0.4 * math.exp(2.5 * (rate - 5.0))  # bursts in the probe
+        bursts, u, p = 0, rng.random(), math.exp(-expected)  # Poisson, by inversion of one draw
+        cdf = p
+        while u > cdf and bursts < 200:
+            bursts += 1
+            p *= expected / bursts
+            cdf += p
+        missed = min(n, sum(rng.randint(20, 70) for _ in range(bursts)))
+        verdict = judge(n - missed, n, TARGET.goodput)
+        return ProbeResult(rate, duration, n, n - missed, 0, missed, verdict.passed,
+                           verdict.low, verdict.high, None, None, None, None, rate)  # fmt: skip
+
+    return prober
+
+
+def _knee_for(seed: int, sequences: tuple[int, int]) -> float | None:
+    prober = _bursty()
+
+    def seeded(rate: float, duration: float, sequence: int) -> ProbeResult:
+        return prober(rate, duration, sequence_seed(seed, sequence))
+
+    settings = SearchSettings(min_sequences=sequences[0], max_sequences=sequences[1],
+                              max_probes=20)  # fmt: skip
+    return Search(TARGET, settings).run(seeded)
+
+
+def test_the_knee_holds_across_seeds_when_judged_across_sequences() -> None:
+    """One sequence judged over its requests: the knee is wherever that sequence's bursts put
+    it, seed to seed. Several, judged by the lower bound across them: the same knee."""
+    single = [_knee_for(seed, (1, 1)) for seed in range(10)]
+    replicated = [_knee_for(seed, (4, 10)) for seed in range(10)]
+    assert None not in single and None not in replicated
+    assert max(single) / min(single) > 1.3  # type: ignore[operator]
+    assert max(replicated) / min(replicated) < 1.12  # type: ignore[operator]
+    # And the lower bound: below where one lucky sequence put it.
+    assert max(replicated) < max(single)  # type: ignore[operator]
+
+
+def test_the_count_of_sequences_follows_the_precision_asked() -> None:
+    """A pass takes every sequence allowed; a fail stops once the interval is below the target
+    or, centred below it, as narrow as the precision asked: the finer, the more sequences."""
+
+    def run(rate: float, precision: float | None, most: int = 200) -> ProbeResult:
+        settings = SearchSettings(min_sequences=4, max_sequences=most, goodput_precision=precision)
+        return Search(TARGET, settings).probe(_bursty(), rate)
+
+    calm = run(2.0, None, 40)
+    assert calm.passed and calm.sequences == 40 and calm.seq_goodput == [1.0] * 40
+    far = run(8.0, None)
+    assert far.passed is False and far.sequences == 4 and far.decided_by == "interval"
+    # Just past the knee (mean 98.5%): +-2 points, +-1, and the default +-0.5 (1 - 99%) / 2.
+    coarse, finer, default = (run(5.0, p) for p in (0.02, 0.01, None))
+    assert 4 < coarse.sequences < finer.sequences < default.sequences < 200
+    for probe, precision in ((coarse, 0.02), (finer, 0.01), (default, 0.005)):
+        assert probe.passed is False and probe.decided_by == "bound"
+        assert (probe.high - probe.low) / 2 <= precision
+        assert probe.attainment is not None and probe.attainment < TARGET.goodput
 
 
 # -- the simulated gate: the gate's own lane -----------------------------------------------------
