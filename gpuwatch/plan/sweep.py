@@ -56,9 +56,10 @@ class SearchSettings:
 
 
 # The simulator's defaults: enough sequences for Student's t to say something (t at 3 degrees
-# of freedom is 3.18; at 9, 2.26), few enough that the default sweep stays within seconds.
+# of freedom is 3.18; at 7, 2.36), few enough that the default sweep stays within seconds
+# (a rate costs up to 8 x 2 simulated minutes).
 SIM_MIN_SEQUENCES = 4
-SIM_MAX_SEQUENCES = 10
+SIM_MAX_SEQUENCES = 8
 MAX_SEQUENCES = 500  # the most a rate may run; the checks' fresh sequences are numbered past it
 CHECK_FIRST = MAX_SEQUENCES
 

@@ -3,6 +3,7 @@ recommendation, traffic replay, saved plans and the pictures."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
@@ -19,7 +20,7 @@ from gpuwatch.plan.probe import Outcome, ProbeResult, Target, summarize
 from gpuwatch.plan.recommend import recommend
 from gpuwatch.plan.simulate import run_probe
 from gpuwatch.plan.stats import judge, judge_sequences, min_requests, t975, wilson
-from gpuwatch.plan.sweep import Search, SearchSettings, sequence_seed
+from gpuwatch.plan.sweep import CHECK_FIRST, Search, SearchSettings, sequence_seed
 from gpuwatch.plan.traffic import Recording, Traffic
 from gpuwatch.sim.profiles import get_profile
 
@@ -187,27 +188,34 @@ def _bursty(calls: list | None = None):
     return prober
 
 
-def _knee_for(seed: int, sequences: tuple[int, int]) -> float | None:
+# Where the model's mean goodput meets 99%: 0.4 e^(2.5 (r - 5)) bursts of 45 requests on
+# average per 1,200 requests = 1%.
+TRUE_KNEE = 5 + math.log(0.01 * 1200 / 45 / 0.4) / 2.5  # 4.84 req/s
+
+
+def _knee_for(seed: int, sequences: tuple[int, int]) -> float:
     prober = _bursty()
 
     def seeded(rate: float, duration: float, sequence: int) -> ProbeResult:
         return prober(rate, duration, sequence_seed(seed, sequence))
 
-    settings = SearchSettings(min_sequences=sequences[0], max_sequences=sequences[1],
-                              max_probes=20)  # fmt: skip
-    return Search(TARGET, settings).run(seeded)
+    settings = SearchSettings(min_sequences=sequences[0], max_sequences=sequences[1], max_probes=20)
+    knee = Search(TARGET, settings).run(seeded)
+    assert knee is not None
+    return knee
 
 
-def test_the_knee_holds_across_seeds_when_judged_across_sequences() -> None:
-    """One sequence judged over its requests: the knee is wherever that sequence's bursts put
-    it, seed to seed. Several, judged by the lower bound across them: the same knee."""
+def test_the_knee_is_a_bound_whatever_the_seed() -> None:
+    """One sequence judged over its requests: its interval is blind to the variation between
+    sequences, so for most seeds the knee lands above the rate whose goodput meets 99% (the
+    seed's luck, not the engine, sets it). Judged by the lower bound across sequences, the
+    knee sits at or below that rate for all seeds but (at most) one."""
+    assert 4.83 < TRUE_KNEE < 4.84
     single = [_knee_for(seed, (1, 1)) for seed in range(10)]
-    replicated = [_knee_for(seed, (4, 10)) for seed in range(10)]
-    assert None not in single and None not in replicated
-    assert max(single) / min(single) > 1.3  # type: ignore[operator]
-    assert max(replicated) / min(replicated) < 1.12  # type: ignore[operator]
-    # And the lower bound: below where one lucky sequence put it.
-    assert max(replicated) < max(single)  # type: ignore[operator]
+    across = [_knee_for(seed, (4, 8)) for seed in range(10)]
+    assert sum(k > TRUE_KNEE for k in single) >= 6
+    assert sum(k > TRUE_KNEE for k in across) <= 1
+    assert max(across) < max(single) and sum(across) < sum(single)
 
 
 def test_the_count_of_sequences_follows_the_precision_asked() -> None:
@@ -410,18 +418,53 @@ def test_the_sweep_finds_a_knee_and_its_checks_agree(plan: planner.Plan) -> None
     failed = [p.rate for p in plan.probes if not p.passed]
     assert plan.knee == max(passed) and min(failed) > plan.knee
     assert (min(failed) - plan.knee) / plan.knee <= 0.05 + 1e-9
-    boring, over = plan.checks
+    # Every pass is shown across all 8 sequences, by its lower bound.
+    for p in plan.probes:
+        assert 4 <= p.sequences <= 8 and len(p.seq_goodput) == p.sequences
+        assert not p.passed or (p.sequences == 8 and p.low >= 0.99)
+    boring, surge = plan.checks
     assert boring.probe.passed and boring.limits["max_inflight"] == plan.recommended.max_inflight
-    # The recommendation in a fresh gate's chat lane; the other check, that lane as it is.
+    assert boring.probe.rate == pytest.approx(plan.boring)
+    assert surge.probe.rate == pytest.approx(1.3 * plan.boring)
+    # Both run the recommendation in a fresh gate's chat lane, on sequences the search never
+    # ran: the first check sequence is seed + 500 x 1,000,003.
     chat = next(lane.limits for lane in DEFAULT_LANES if lane.name == "chat")
-    assert boring.limits == {**over.limits, **plan.recommended.limits()}
-    assert not over.probe.passed and over.limits["max_inflight"] == chat.max_inflight == 16
-    assert over.limits["queue_timeout_s"] == chat.queue_timeout_s
-    assert plan.simulated_s > 600
+    assert (
+        boring.limits == surge.limits and boring.limits["queue_timeout_s"] == chat.queue_timeout_s
+    )
+    limits = replace(chat, **plan.recommended.limits())
+    fresh = run_probe(PROFILE, Traffic(), boring.probe.rate, boring.probe.duration_s, TARGET,
+                      limits, seed=sequence_seed(0, CHECK_FIRST))  # fmt: skip
+    assert boring.probe.seq_goodput[0] == fresh.attainment
+    assert plan.simulated_s > 3600
 
 
-def test_the_sweep_is_reproducible(plan: planner.Plan) -> None:
-    again = planner.sweep_sim(PROFILE, Traffic(), TARGET, seed=0)
+def test_the_plan_says_how_many_sequences_and_how_they_varied(plan: planner.Plan) -> None:
+    data = plan.to_json()
+    assert data["sequences"] == {"min": 4, "max": 8, "goodput_precision": pytest.approx(0.005),
+                                 "run": plan.sequences_run}  # fmt: skip
+    assert plan.sequences_run == sum(p.sequences for p in plan.probes) + sum(
+        c.probe.sequences for c in plan.checks
+    )
+    spread = data["knee_spread"]
+    at_knee = plan.at_knee
+    assert at_knee is not None and spread["sequences"] == 8
+    assert spread["worst"] <= spread["low"] <= spread["goodput"] <= spread["best"] <= 1.0
+    assert spread["low"] >= 0.99 and spread["sd"] == at_knee.sd
+    again = planner.Plan.from_json(json.loads(json.dumps(data)))
+    assert (again.min_sequences, again.max_sequences) == (4, 8)
+    assert again.at_knee is not None and again.at_knee.seq_goodput == at_knee.seq_goodput
+    out = io.StringIO()
+    report.render(plan, out, chart=False)
+    text = out.getvalue()
+    assert f"knee: {plan.knee:.2f} req/s (the highest rate whose 95% lower bound across 8 " in text
+    assert f"sequences {at_knee.worst:.1%} to " in text and "sd " in text
+    assert "on 8 fresh arrival sequences" in text and "1.3x the boring zone" in text
+
+
+def test_the_sweep_is_reproducible() -> None:
+    quick = SearchSettings(start_rate=4.0, min_duration_s=30, max_probes=2, min_sequences=2,
+                           max_sequences=3)  # fmt: skip
     volatile = ("wall_s", "created")
 
     def stable(p: planner.Plan) -> str:
@@ -432,7 +475,9 @@ def test_the_sweep_is_reproducible(plan: planner.Plan) -> None:
             probe.pop("wall_s")
         return json.dumps(data, sort_keys=True)
 
-    assert stable(again) == stable(plan)
+    first = planner.sweep_sim(PROFILE, Traffic(), TARGET, seed=0, settings=quick)
+    again = planner.sweep_sim(PROFILE, Traffic(), TARGET, seed=0, settings=quick)
+    assert first.checks and stable(again) == stable(first)
 
 
 def test_a_plan_is_saved_under_xdg_state_home_and_found_by_its_gate(
