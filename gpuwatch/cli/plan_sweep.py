@@ -69,8 +69,18 @@ def register(sub: Any) -> None:
     load.add_argument("--seed", type=int, default=0)
     search = p.add_argument_group("the search")
     search.add_argument("--start-rate", type=positive_float, default=1.0, metavar="R")
-    search.add_argument("--min-duration", type=positive_float, metavar="S", help="per probe")
-    search.add_argument("--max-duration", type=positive_float, metavar="S", help="per probe")
+    search.add_argument(
+        "--min-duration",
+        type=positive_float,
+        metavar="S",
+        help="per arrival sequence (120; 30 with --url)",
+    )
+    search.add_argument(
+        "--max-duration",
+        type=positive_float,
+        metavar="S",
+        help="per sequence, when one sequence is run longer to be decided (960; 120 with --url)",
+    )
     search.add_argument(
         "--precision",
         type=positive_float,
@@ -83,9 +93,10 @@ def register(sub: Any) -> None:
         "--goodput-precision",
         type=positive_float,
         metavar="P",
-        help="judge each rate over as many independent arrival sequences as its 95%% interval "
-        "of goodput needs to be within +-P (default: half the miss budget, (1 - goodput_min) / "
-        "2, so 0.005 at 99%%), between --min-sequences and --max-sequences",
+        help="each rate is judged across independent arrival sequences: one centred below the "
+        "SLO's goodput stops adding them once its 95%% interval is within +-P (default: half "
+        "the miss budget, (1 - goodput_min) / 2: 0.005 at 99%%); a pass takes "
+        "--max-sequences, a clear fail --min-sequences",
     )
     search.add_argument(
         "--min-sequences",
@@ -309,8 +320,9 @@ class _Progress:
         verdict = {True: "pass", False: "fail", None: "?"}[p.passed]
         good = "-" if p.attainment is None else f"{p.attainment:.1%}"
         p99 = "-" if p.ttft_p99_s is None else f"{p.ttft_p99_s:.2f} s"
+        seqs = f" x{p.sequences:<2}" if p.sequences > 1 else ""
         self.console.print(
-            f"probe {p.rate:8.2f} req/s  {p.duration_s:5.0f} s  n={p.arrived:<5} goodput "
+            f"probe {p.rate:8.2f} req/s  {p.duration_s:5.0f} s{seqs}  n={p.arrived:<5} goodput "
             f"{good:>6} [{p.low:.3f}, {p.high:.3f}]  TTFT p99 {p99:>8}  {verdict}"
         )
 

@@ -195,9 +195,7 @@ def sweep_live(
     knee = search.run(prober)
     plan = Plan("url", settings.url, target, traffic.describe(), seed, headroom, knee,
                 search.probes, None, gate=gate)  # fmt: skip
-    plan.min_sequences = search_settings.min_sequences
-    plan.max_sequences = search_settings.max_sequences
-    plan.goodput_precision = search.precision if search_settings.replicated else None
+    plan.judged_as(search)
     at_knee = plan.at_knee
     if knee is not None and at_knee is not None:
         plan.recommended = recommend(knee, at_knee, target, traffic)

@@ -83,6 +83,12 @@ class Plan:
     def boring(self) -> float | None:
         return self.knee * self.headroom if self.knee is not None else None
 
+    def judged_as(self, search: Search) -> None:
+        """Record how the search judged each rate (its sequences and precision)."""
+        self.min_sequences = search.settings.min_sequences
+        self.max_sequences = search.settings.max_sequences
+        self.goodput_precision = search.precision if search.settings.replicated else None
+
     @property
     def at_knee(self) -> ProbeResult | None:
         """The probe run at the knee (the last one there, if several)."""
@@ -205,8 +211,7 @@ def sweep_sim(
     knee = search.run(prober)
     plan = Plan("sim", profile.name, target, traffic.describe(), seed, headroom, knee,
                 search.probes, None, gate=gate)  # fmt: skip
-    plan.min_sequences, plan.max_sequences = settings.min_sequences, settings.max_sequences
-    plan.goodput_precision = search.precision if settings.replicated else None
+    plan.judged_as(search)
     at_knee = plan.at_knee
     if knee is not None and at_knee is not None:
         plan.recommended = recommend(
