@@ -85,13 +85,12 @@ class Search:
         return given if given is not None else (1 - self.target.goodput) / 2
 
     def duration_for(self, rate: float) -> float:
-        """One sequence's duration: long enough that the first sequences together hold the
-        requests an all-good result needs to pass at all, and at least ``min_duration_s``."""
+        """One sequence's duration: long enough that the sequences a pass is judged on hold
+        together the requests an all-good result needs to pass at all, and at least
+        ``min_duration_s``."""
         need = math.ceil(min_requests(self.target.goodput) * 1.25)
-        first = self.settings.min_sequences if self.settings.replicated else 1
-        return min(
-            self.settings.max_duration_s, max(self.settings.min_duration_s, need / rate / first)
-        )
+        s = self.settings
+        return min(s.max_duration_s, max(s.min_duration_s, need / rate / s.max_sequences))
 
     def probe(self, prober: Prober, rate: float) -> ProbeResult:
         """One rate, judged (``measure``) and recorded as a probe of the search."""
