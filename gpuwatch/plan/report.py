@@ -20,7 +20,8 @@ def _pct(v: float | None) -> str:
 
 def _verdict(p: ProbeResult) -> str:
     word = {True: "pass", False: "FAIL", None: "?"}[p.passed]
-    return word + ("~" if p.decided_by == "estimate" else "")
+    # ~: not decided by the interval (judged by the estimate, or failed as not shown to hold)
+    return word + ("~" if p.decided_by in ("estimate", "bound") else "")
 
 
 def probe_rows(probes: list[ProbeResult]) -> list[list[str]]:
@@ -50,8 +51,8 @@ def probe_rows(probes: list[ProbeResult]) -> list[list[str]]:
 # Durations in simulated (or real) seconds, of one sequence; latencies in milliseconds (with
 # several sequences, the median of each sequence's percentile); "seq" arrival sequences, "n"
 # requests in all of them, "goodput" the mean of theirs, "worst" the worst sequence's.
-HEADERS = ["req/s", "s", "seq", "n", "goodput", "95% CI", "worst", "", "TTFT p50 ms", "p99",
-           "ITL p50 ms", "p99", "KV peak", "preempt", "queue", "batch"]  # fmt: skip
+HEADERS = ["req/s", "s", "seq", "n", "goodput", "95% CI", "worst", "", "TTFT p50", "p99",
+           "ITL p50", "p99", "KV peak", "preempt", "queue", "batch"]  # fmt: skip
 
 
 def spread_text(p: ProbeResult) -> str:
@@ -116,7 +117,8 @@ def render(plan: Plan, out: IO[str], chart: bool = True) -> None:
     console.print(
         f"SLO: {slo} for >= {plan.target.goodput:.1%} of arrived requests (refused = miss)"
     )
-    table = Table(*HEADERS, box=None, title=f"probes in search order (durations in {unit}; ms)")
+    title = f"rates in search order (durations in {unit}; latencies in ms)"
+    table = Table(*HEADERS, box=None, padding=(0, 1, 0, 0), pad_edge=False, title=title)
     for row in probe_rows(plan.probes):
         table.add_row(*row)
     console.print(table)
