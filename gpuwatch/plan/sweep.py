@@ -44,10 +44,13 @@ class SearchSettings:
     max_probes: int = 14
     min_rate: float = 0.01
     max_rate: float = 10_000.0
+    # Arrival sequences a rate runs first, and the most it runs (what a pass takes); 1 and 1:
+    # one sequence, judged over its requests.
     min_sequences: int = 1
     max_sequences: int = 1
-    # Stop adding sequences once the interval is within this of its mean either side; None:
-    # half the miss budget, (1 - goodput) / 2 (half a point at 99%).
+    # A rate whose mean goodput is below the target stops adding sequences once its interval
+    # is within this either side; None: half the miss budget, (1 - goodput) / 2 (half a point
+    # at 99%).
     goodput_precision: float | None = None
 
     @property
