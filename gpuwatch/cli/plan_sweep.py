@@ -21,6 +21,7 @@ from gpuwatch.cli.common import (
     positive_float,
     positive_int,
 )
+from gpuwatch.plan.sweep import MAX_SEQUENCES, SIM_MAX_SEQUENCES, SIM_MIN_SEQUENCES
 
 PROG = "gpuwatch plan sweep"
 
@@ -68,10 +69,50 @@ def register(sub: Any) -> None:
     load.add_argument("--seed", type=int, default=0)
     search = p.add_argument_group("the search")
     search.add_argument("--start-rate", type=positive_float, default=1.0, metavar="R")
-    search.add_argument("--min-duration", type=positive_float, metavar="S", help="per probe")
-    search.add_argument("--max-duration", type=positive_float, metavar="S", help="per probe")
-    search.add_argument("--precision", type=positive_float, default=0.05)
-    search.add_argument("--max-probes", type=positive_int, default=14)
+    search.add_argument(
+        "--min-duration",
+        type=positive_float,
+        metavar="S",
+        help="per arrival sequence (120; 30 with --url)",
+    )
+    search.add_argument(
+        "--max-duration",
+        type=positive_float,
+        metavar="S",
+        help="per sequence, when one sequence is run longer to be decided (960; 120 with --url)",
+    )
+    search.add_argument(
+        "--precision",
+        type=positive_float,
+        default=0.05,
+        help="the rate search's resolution: stop when the lowest failing rate is within this "
+        "fraction of the highest passing one (0.05)",
+    )
+    search.add_argument("--max-probes", type=positive_int, default=14, help="rates tried (14)")
+    search.add_argument(
+        "--goodput-precision",
+        type=positive_float,
+        metavar="P",
+        help="each rate is judged across independent arrival sequences: one centred below the "
+        "SLO's goodput stops adding them once its 95%% interval is within +-P (default: half "
+        "the miss budget, (1 - goodput_min) / 2: 0.005 at 99%%); a pass takes "
+        "--max-sequences, a clear fail --min-sequences",
+    )
+    search.add_argument(
+        "--min-sequences",
+        type=positive_int,
+        metavar="N",
+        help=f"arrival sequences each rate runs first (default {SIM_MIN_SEQUENCES} in the "
+        "simulator, 1 with --url)",
+    )
+    search.add_argument(
+        "--max-sequences",
+        type=positive_int,
+        metavar="N",
+        help=f"the most a rate runs, and what a pass takes (default {SIM_MAX_SEQUENCES} in the "
+        "simulator, 1 with --url: real time is the cost); 1 judges each rate on one sequence, "
+        "over its requests",
+    )
     out = p.add_argument_group("output")
     out.add_argument("--json", nargs="?", const="-", metavar="FILE", help="the plan as JSON")
     out.add_argument("--svg", type=Path, metavar="FILE", help="the knee chart as SVG")
@@ -149,15 +190,26 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, SpecError, ProfileError) as exc:
         return fail(PROG, str(exc))
     real = bool(args.url)
+    default_seqs = 1 if real else SIM_MIN_SEQUENCES, 1 if real else SIM_MAX_SEQUENCES
+    max_seqs = args.max_sequences or max(default_seqs[1], args.min_sequences or 1)
     settings = SearchSettings(
         start_rate=args.start_rate,
         min_duration_s=args.min_duration or (30.0 if real else 120.0),
         max_duration_s=args.max_duration or (120.0 if real else 960.0),
         precision=args.precision,
         max_probes=args.max_probes,
+        min_sequences=args.min_sequences or min(default_seqs[0], max_seqs),
+        max_sequences=max_seqs,
+        goodput_precision=args.goodput_precision,
     )
     if settings.max_duration_s < settings.min_duration_s:
         return fail(PROG, "--max-duration must be at least --min-duration")
+    if settings.max_sequences < settings.min_sequences:
+        return fail(PROG, "--max-sequences must be at least --min-sequences")
+    if settings.replicated and settings.min_sequences < 2:
+        return fail(PROG, "--min-sequences must be at least 2 to judge across sequences")
+    if settings.max_sequences > MAX_SEQUENCES:
+        return fail(PROG, f"--max-sequences is at most {MAX_SEQUENCES}")
     gate_url = args.gate or args.apply
     progress = None if args.quiet else _Progress(real)
     on_probe = progress.probe if progress else None
@@ -268,8 +320,9 @@ class _Progress:
         verdict = {True: "pass", False: "fail", None: "?"}[p.passed]
         good = "-" if p.attainment is None else f"{p.attainment:.1%}"
         p99 = "-" if p.ttft_p99_s is None else f"{p.ttft_p99_s:.2f} s"
+        seqs = f" x{p.sequences:<2}" if p.sequences > 1 else ""
         self.console.print(
-            f"probe {p.rate:8.2f} req/s  {p.duration_s:5.0f} s  n={p.arrived:<5} goodput "
+            f"probe {p.rate:8.2f} req/s  {p.duration_s:5.0f} s{seqs}  n={p.arrived:<5} goodput "
             f"{good:>6} [{p.low:.3f}, {p.high:.3f}]  TTFT p99 {p99:>8}  {verdict}"
         )
 

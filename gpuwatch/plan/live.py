@@ -21,7 +21,7 @@ from gpuwatch.load.spec import LoadSpec
 from gpuwatch.plan.planner import DEFAULT_HEADROOM, Plan, caveats
 from gpuwatch.plan.probe import Outcome, ProbeResult, Target, summarize
 from gpuwatch.plan.recommend import recommend
-from gpuwatch.plan.sweep import Search, SearchSettings
+from gpuwatch.plan.sweep import Search, SearchSettings, sequence_seed
 from gpuwatch.plan.traffic import Traffic
 from gpuwatch.series import sample_quantile
 
@@ -184,25 +184,26 @@ def sweep_live(
 
     search = Search(target, search_settings, out_of_time=out_of_time, on_probe=on_probe)
 
-    def prober(rate: float, duration: float) -> ProbeResult:
+    def prober(rate: float, duration: float, sequence: int) -> ProbeResult:
         def tick(run: LoadRun) -> None:
             if on_tick is not None:
                 on_tick(rate, run)
 
-        return asyncio.run(probe(settings, traffic, rate, duration, target, seed, tick))
+        seq_seed = sequence_seed(seed, sequence)
+        return asyncio.run(probe(settings, traffic, rate, duration, target, seq_seed, tick))
 
     knee = search.run(prober)
     plan = Plan("url", settings.url, target, traffic.describe(), seed, headroom, knee,
                 search.probes, None, gate=gate)  # fmt: skip
-    if knee is not None:
-        at_knee = search.at(knee)
-        assert at_knee is not None
+    plan.judged_as(search)
+    at_knee = plan.at_knee
+    if knee is not None and at_knee is not None:
         plan.recommended = recommend(knee, at_knee, target, traffic)
     else:
         plan.notes.append("no rate passed: even the lowest rate tried misses the SLO")
     caveats(plan)
     if out_of_time():
         plan.notes.append(f"the time budget ({budget_s:g} s) ended the search")
-    plan.simulated_s = sum(p.duration_s for p in search.probes)
+    plan.simulated_s = sum(p.duration_s * p.sequences for p in search.probes)
     plan.wall_s = time.perf_counter() - wall0
     return plan

@@ -9,6 +9,7 @@ key: the gate's ``host-port``, else the endpoint's, else the profile's name.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -22,12 +23,21 @@ from gpuwatch.gate.limits import DEFAULT_LANES, MEDIA_CAPS, LaneLimits
 from gpuwatch.plan.probe import ProbeResult, Target
 from gpuwatch.plan.recommend import Recommendation, recommend
 from gpuwatch.plan.simulate import run_probe
-from gpuwatch.plan.sweep import Search, SearchSettings
+from gpuwatch.plan.sweep import (
+    CHECK_FIRST,
+    SIM_MAX_SEQUENCES,
+    SIM_MIN_SEQUENCES,
+    Search,
+    SearchSettings,
+    sequence_seed,
+)
 from gpuwatch.plan.traffic import Traffic
 from gpuwatch.sim.profiles import Profile
 
 PLAN_FORMAT = 1
 DEFAULT_HEADROOM = 0.7
+# The checks: the boring zone, and this much more traffic than it (a busy day's margin).
+CHECK_SURGE = 1.3
 # The gate's own defaults for the chat lane: the checks run the lane as a fresh gate holds it.
 GATE_DEFAULT_CHAT = next(lane.limits for lane in DEFAULT_LANES if lane.name == "chat")
 
@@ -63,10 +73,33 @@ class Plan:
         default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
     )
     notes: list[str] = field(default_factory=list)
+    # Arrival sequences per rate: the fewest and most, and the interval's half-width at which
+    # a rate stops adding them (1 and 1: one sequence, judged over its requests).
+    min_sequences: int = 1
+    max_sequences: int = 1
+    goodput_precision: float | None = None
 
     @property
     def boring(self) -> float | None:
         return self.knee * self.headroom if self.knee is not None else None
+
+    def judged_as(self, search: Search) -> None:
+        """Record how the search judged each rate (its sequences and precision)."""
+        self.min_sequences = search.settings.min_sequences
+        self.max_sequences = search.settings.max_sequences
+        self.goodput_precision = search.precision if search.settings.replicated else None
+
+    @property
+    def at_knee(self) -> ProbeResult | None:
+        """The probe run at the knee (the last one there, if several)."""
+        if self.knee is None:
+            return None
+        found = [p for p in self.probes if math.isclose(p.rate, self.knee)]
+        return found[-1] if found else None
+
+    @property
+    def sequences_run(self) -> int:
+        return sum(p.sequences for p in self.probes) + sum(c.probe.sequences for c in self.checks)
 
     @property
     def key(self) -> str:
@@ -89,6 +122,13 @@ class Plan:
             "headroom": self.headroom,
             "knee_rps": self.knee,
             "boring_rps": self.boring,
+            "sequences": {
+                "min": self.min_sequences,
+                "max": self.max_sequences,
+                "goodput_precision": self.goodput_precision,
+                "run": self.sequences_run,
+            },
+            "knee_spread": _spread_json(self.at_knee),
             "recommended": self.recommended.to_json() if self.recommended else None,
             "probes": [p.to_json() for p in self.probes],
             "checks": [c.to_json() for c in self.checks],
@@ -101,6 +141,7 @@ class Plan:
     def from_json(cls, data: dict[str, Any]) -> Plan:
         slo = data["slo"]
         rec = data.get("recommended")
+        seqs = data.get("sequences") or {}
         return cls(
             mode=data["mode"],
             subject=data["subject"],
@@ -120,7 +161,25 @@ class Plan:
             simulated_s=data.get("simulated_s", 0.0),
             created=data.get("created", ""),
             notes=list(data.get("notes", [])),
+            min_sequences=seqs.get("min", 1),
+            max_sequences=seqs.get("max", 1),
+            goodput_precision=seqs.get("goodput_precision"),
         )
+
+
+def _spread_json(probe: ProbeResult | None) -> dict[str, Any] | None:
+    """How the knee's goodput varied: across its sequences, or (one) over its requests."""
+    if probe is None:
+        return None
+    return {
+        "sequences": probe.sequences,
+        "goodput": probe.attainment,
+        "low": probe.low,
+        "high": probe.high,
+        "sd": probe.sd,
+        "worst": probe.worst,
+        "best": max(probe.seq_goodput) if probe.seq_goodput else probe.attainment,
+    }
 
 
 def sweep_sim(
@@ -134,41 +193,50 @@ def sweep_sim(
     check: bool = True,
     on_probe: Any = None,
 ) -> Plan:
-    """The sweep in simulated time: search, recommend, then check the advice (the boring rate
-    under the recommended limits, and 1.5x it under the gate's defaults)."""
+    """The sweep in simulated time: search, recommend, then check the advice on arrival
+    sequences the search never saw (the boring rate under the recommended limits, and
+    ``CHECK_SURGE`` x it under the same limits). Without ``settings``, each rate is judged
+    over ``SIM_MIN_SEQUENCES`` to ``SIM_MAX_SEQUENCES`` sequences."""
     wall0 = time.perf_counter()
-    search = Search(target, settings or SearchSettings(), on_probe=on_probe)
+    settings = settings or SearchSettings(
+        min_sequences=SIM_MIN_SEQUENCES, max_sequences=SIM_MAX_SEQUENCES
+    )
+    search = Search(target, settings, on_probe=on_probe)
 
-    def prober(rate: float, duration: float) -> ProbeResult:
-        return run_probe(profile, traffic, rate, duration, target, seed=seed)
+    def prober(rate: float, duration: float, sequence: int) -> ProbeResult:
+        return run_probe(
+            profile, traffic, rate, duration, target, seed=sequence_seed(seed, sequence)
+        )
 
     knee = search.run(prober)
     plan = Plan("sim", profile.name, target, traffic.describe(), seed, headroom, knee,
                 search.probes, None, gate=gate)  # fmt: skip
-    if knee is not None:
-        at_knee = search.at(knee)
-        assert at_knee is not None
+    plan.judged_as(search)
+    at_knee = plan.at_knee
+    if knee is not None and at_knee is not None:
         plan.recommended = recommend(
             knee, at_knee, target, traffic, profile.kv_tokens, profile.max_num_seqs
         )
         if check:
             boring = knee * headroom
-            rec = plan.recommended
             # The recommendation applied to a fresh gate: what --apply would leave in force.
-            limits = replace(GATE_DEFAULT_CHAT, **rec.limits())
-            duration = search.duration_for(boring) * 2
-            for label, rate, lim in (
-                ("boring zone, recommended limits", boring, limits),
-                ("1.5x the boring zone, the gate's default limits", boring * 1.5,
-                 GATE_DEFAULT_CHAT),
-            ):  # fmt: skip
-                probe = run_probe(profile, traffic, rate, duration, target, lim, seed=seed + 1)
-                plan.checks.append(Check(label, _limits_json(lim), probe))
+            limits = replace(GATE_DEFAULT_CHAT, **plan.recommended.limits())
+
+            def checker(rate: float, duration: float, sequence: int) -> ProbeResult:
+                fresh = sequence_seed(seed, CHECK_FIRST + sequence)
+                return run_probe(profile, traffic, rate, duration, target, limits, seed=fresh)
+
+            for label, rate in (
+                ("boring zone, recommended limits", boring),
+                (f"{CHECK_SURGE:g}x the boring zone, recommended limits", boring * CHECK_SURGE),
+            ):
+                probe = search.measure(checker, rate, search.duration_for(rate))
+                plan.checks.append(Check(label, _limits_json(limits), probe))
     else:
         plan.notes.append("no rate passed: even the lowest rate tried misses the SLO")
     caveats(plan)
-    plan.simulated_s = sum(p.duration_s for p in search.probes) + sum(
-        c.probe.duration_s for c in plan.checks
+    plan.simulated_s = sum(p.duration_s * p.sequences for p in search.probes) + sum(
+        c.probe.duration_s * c.probe.sequences for c in plan.checks
     )
     plan.wall_s = time.perf_counter() - wall0
     return plan
@@ -186,6 +254,13 @@ def caveats(plan: Plan) -> None:
         plan.notes.append(
             f"{len(guessed)} probe(s) too short to be decided with 95% confidence were judged "
             "by their point estimate (~); longer probes (--max-duration) decide them"
+        )
+    unshown = [p for p in plan.probes if p.decided_by == "bound"]
+    if unshown:
+        plan.notes.append(
+            f"{len(unshown)} rate(s) whose interval across sequences still straddled the "
+            "target when they stopped (~) were failed: not shown to hold; more sequences "
+            "(--max-sequences, a smaller --goodput-precision) may show them"
         )
 
 

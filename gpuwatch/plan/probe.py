@@ -3,12 +3,13 @@ endpoint), and the SLO it is judged against (pure)."""
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuwatch.gate.limits import REASONS
-from gpuwatch.plan.stats import Verdict, judge
+from gpuwatch.plan.stats import Spread, Verdict, judge
 from gpuwatch.series import sample_quantile
 
 # Refusals: the gate's reasons (the in-process gate says why), or a gate's 429 / 503 (a real one).
@@ -42,7 +43,7 @@ class Outcome:
 @dataclass
 class ProbeResult:
     rate: float
-    duration_s: float
+    duration_s: float  # of one arrival sequence
     arrived: int
     good: int
     refused: int
@@ -61,13 +62,37 @@ class ProbeResult:
     batch_p99: int | None = None  # requests in the engine (running + waiting), p99 over steps
     batch_max: int | None = None
     wall_s: float = 0.0
-    extended: int = 0  # how many times it ran longer to be decided
-    decided_by: str = "interval"  # interval | estimate (undecided at the cap)
+    # How many times it ran longer to be decided (one sequence), or how many sequences it ran
+    # past the first ones (several)
+    extended: int = 0
+    # interval | estimate (one sequence, undecided at the cap) | bound (several sequences,
+    # undecided when they ran out: judged by the lower bound, so failed)
+    decided_by: str = "interval"
     refusals: dict[str, int] = field(default_factory=dict)  # by reason (or HTTP status)
+    # Several independent arrival sequences at this rate: how many, each one's goodput (in
+    # the order run) and their standard deviation; low / high are then the interval across
+    # them (stats.judge_sequences). One sequence: 1, [], None, and low / high are Wilson's.
+    sequences: int = 1
+    seq_goodput: list[float] = field(default_factory=list)
+    sd: float | None = None
 
     @property
     def attainment(self) -> float | None:
+        """Goodput: the mean of the sequences' goodputs (what the interval is about), or the
+        share of the one sequence's arrivals that met the SLO."""
+        if self.seq_goodput:
+            return statistics.fmean(self.seq_goodput)
         return self.good / self.arrived if self.arrived else None
+
+    @property
+    def worst(self) -> float | None:
+        """The worst sequence's goodput (the one sequence's, with one)."""
+        return min(self.seq_goodput) if self.seq_goodput else self.attainment
+
+    def met(self, goodput: float) -> int:
+        """How many of the sequences met ``goodput`` on their own."""
+        shares = self.seq_goodput or ([self.attainment] if self.attainment is not None else [])
+        return sum(g >= goodput for g in shares)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "attainment": self.attainment}
@@ -113,3 +138,51 @@ def summarize(
         refusals=dict(sorted(refusals.items())),
     )
     return result, verdict
+
+
+def combine(runs: list[ProbeResult], spread: Spread) -> ProbeResult:
+    """One rate's result from its sequences (each a ``ProbeResult`` of its own): counts
+    summed, peaks the highest, latency percentiles the median over the sequences of each
+    one's percentile (the typical sequence's tail: pooling needs every request's numbers),
+    and the verdict and interval from ``spread``."""
+    first = runs[0]
+
+    def median(values: list[float | None]) -> float | None:
+        present = [v for v in values if v is not None]
+        return statistics.median(present) if present else None
+
+    def highest(values: list[Any]) -> Any:
+        present = [v for v in values if v is not None]
+        return max(present) if present else None
+
+    refusals: Counter[str] = Counter()
+    for r in runs:
+        refusals.update(r.refusals)
+    preempts = [r.preemptions for r in runs if r.preemptions is not None]
+    batch_p99 = median([r.batch_p99 for r in runs])
+    return ProbeResult(
+        rate=first.rate,
+        duration_s=first.duration_s,
+        arrived=sum(r.arrived for r in runs),
+        good=sum(r.good for r in runs),
+        refused=sum(r.refused for r in runs),
+        failed=sum(r.failed for r in runs),
+        passed=spread.passed,
+        low=spread.low,
+        high=spread.high,
+        ttft_p50_s=median([r.ttft_p50_s for r in runs]),
+        ttft_p99_s=median([r.ttft_p99_s for r in runs]),
+        itl_p50_s=median([r.itl_p50_s for r in runs]),
+        itl_p99_s=median([r.itl_p99_s for r in runs]),
+        throughput=statistics.fmean(r.throughput for r in runs),
+        kv_peak=highest([r.kv_peak for r in runs]),
+        preemptions=sum(preempts) if preempts else None,
+        queue_peak=highest([r.queue_peak for r in runs]),
+        batch_p99=None if batch_p99 is None else round(batch_p99),
+        batch_max=highest([r.batch_max for r in runs]),
+        wall_s=sum(r.wall_s for r in runs),
+        refusals=dict(sorted(refusals.items())),
+        sequences=len(runs),
+        seq_goodput=[r.attainment or 0.0 for r in runs],
+        sd=spread.sd,
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import IO
 
-from gpuwatch.plan.planner import Plan
+from gpuwatch.plan.planner import Check, Plan
 from gpuwatch.plan.probe import ProbeResult
 
 
@@ -20,7 +20,8 @@ def _pct(v: float | None) -> str:
 
 def _verdict(p: ProbeResult) -> str:
     word = {True: "pass", False: "FAIL", None: "?"}[p.passed]
-    return word + ("~" if p.decided_by == "estimate" else "")
+    # ~: not decided by the interval (judged by the estimate, or failed as not shown to hold)
+    return word + ("~" if p.decided_by in ("estimate", "bound") else "")
 
 
 def probe_rows(probes: list[ProbeResult]) -> list[list[str]]:
@@ -28,9 +29,11 @@ def probe_rows(probes: list[ProbeResult]) -> list[list[str]]:
         [
             f"{p.rate:.2f}",
             f"{p.duration_s:.0f}",
+            str(p.sequences),
             str(p.arrived),
             _pct(p.attainment),
             f"{p.low:.3f}-{p.high:.3f}",
+            _pct(p.worst),
             _verdict(p),
             _ms(p.ttft_p50_s),
             _ms(p.ttft_p99_s),
@@ -45,9 +48,59 @@ def probe_rows(probes: list[ProbeResult]) -> list[list[str]]:
     ]
 
 
-# Durations in simulated (or real) seconds; latencies in milliseconds.
-HEADERS = ["req/s", "s", "n", "goodput", "95% CI", "", "TTFT p50 ms", "p99", "ITL p50 ms",
-           "p99", "KV peak", "preempt", "queue", "batch"]  # fmt: skip
+# Durations in simulated (or real) seconds, of one sequence; latencies in milliseconds (with
+# several sequences, the median of each sequence's percentile); "seq" arrival sequences, "n"
+# requests in all of them, "goodput" the mean of theirs, "worst" the worst sequence's.
+HEADERS = ["req/s", "s", "seq", "n", "goodput", "95% CI", "worst", "", "TTFT p50", "p99",
+           "ITL p50", "p99", "KV peak", "preempt", "queue", "batch"]  # fmt: skip
+
+
+def spread_text(p: ProbeResult) -> str:
+    """How the knee was judged, and how its goodput varied."""
+    if p.sequences > 1:
+        return (
+            f"the highest rate whose 95% lower bound across {p.sequences} arrival sequences "
+            f"meets the SLO: goodput {_pct(p.attainment)} [{_pct(p.low)}, {_pct(p.high)}], "
+            f"sequences {_pct(p.worst)} to {_pct(max(p.seq_goodput))}, "
+            f"sd {100 * (p.sd or 0.0):.1f} points"
+        )
+    return (
+        f"the highest rate shown to meet the SLO over one arrival sequence's requests: "
+        f"goodput {_pct(p.attainment)} [{_pct(p.low)}, {_pct(p.high)}]"
+    )
+
+
+def knee_text(plan: Plan) -> str:
+    """The knee, how it was judged and how its sequences varied; the boring zone."""
+    p = plan.at_knee
+    if plan.knee is None or plan.boring is None or p is None:
+        return "knee: none found"
+    return (
+        f"knee: {plan.knee:.2f} req/s ({spread_text(p)}); "
+        f"boring zone: <= {plan.boring:.2f} req/s (x{plan.headroom:g} headroom)"
+    )
+
+
+def check_text(c: Check, goodput: float) -> str:
+    """A check's rate, where its sequences came from, what they read, and whether it held."""
+    p = c.probe
+    if p.passed:
+        verdict = "holds the SLO"
+    elif p.decided_by == "bound":
+        verdict = "not shown to hold the SLO (its interval straddles the target)"
+    else:
+        verdict = "misses the SLO"
+    fresh = (
+        f" on {p.sequences} fresh arrival sequences ({p.met(goodput)} of them >= "
+        f"{goodput:.1%} on their own, the worst {_pct(p.worst)})"
+        if p.sequences > 1
+        else ""
+    )
+    return (
+        f"check: {c.label} at {p.rate:.2f} req/s{fresh}: goodput {_pct(p.attainment)} "
+        f"[{p.low:.3f}, {p.high:.3f}], TTFT p99 {_ms(p.ttft_p99_s)} ms, refused {p.refused}: "
+        f"{verdict}"
+    )
 
 
 def render(plan: Plan, out: IO[str], chart: bool = True) -> None:
@@ -64,7 +117,8 @@ def render(plan: Plan, out: IO[str], chart: bool = True) -> None:
     console.print(
         f"SLO: {slo} for >= {plan.target.goodput:.1%} of arrived requests (refused = miss)"
     )
-    table = Table(*HEADERS, box=None, title=f"probes in search order (durations in {unit}; ms)")
+    title = f"rates in search order (durations in {unit}; latencies in ms)"
+    table = Table(*HEADERS, box=None, padding=(0, 1, 0, 0), pad_edge=False, title=title)
     for row in probe_rows(plan.probes):
         table.add_row(*row)
     console.print(table)
@@ -73,27 +127,19 @@ def render(plan: Plan, out: IO[str], chart: bool = True) -> None:
     if plan.knee is None:
         console.print("knee: none found; " + "; ".join(plan.notes))
         return
-    assert plan.boring is not None
-    console.print(
-        f"knee: {plan.knee:.2f} req/s (highest rate shown to meet the SLO); "
-        f"boring zone: <= {plan.boring:.2f} req/s (x{plan.headroom:g} headroom)"
-    )
+    console.print(knee_text(plan))
     rec = plan.recommended
     if rec is not None:
         console.print(f"recommended limits for lane {rec.lane}:")
         for key, value in rec.limits().items():
             console.print(f"  {key:<18} {'null' if value is None else value:<6} {rec.reasons[key]}")
     for c in plan.checks:
-        p = c.probe
-        console.print(
-            f"check: {c.label} at {p.rate:.2f} req/s: goodput {_pct(p.attainment)} "
-            f"[{p.low:.3f}, {p.high:.3f}], TTFT p99 {_ms(p.ttft_p99_s)} ms, refused "
-            f"{p.refused}: {'holds the SLO' if p.passed else 'misses the SLO'}"
-        )
+        console.print(check_text(c, plan.target.goodput))
     for note in plan.notes:
         console.print(f"note: {note}")
     console.print(
-        f"{len(plan.probes)} probes, {plan.simulated_s:.0f} {unit}, {plan.wall_s:.1f} s wall"
+        f"{len(plan.probes)} rates, {plan.sequences_run} arrival sequences, "
+        f"{plan.simulated_s:.0f} {unit}, {plan.wall_s:.1f} s wall"
     )
 
 
@@ -238,17 +284,8 @@ def html_report(plan: Plan) -> str:
         if rec
         else ""
     )
-    checks = "".join(
-        f"<li>{e(c.label)} at {c.probe.rate:.2f} req/s: goodput {_pct(c.probe.attainment)}, "
-        f"{'holds' if c.probe.passed else 'misses'} the SLO</li>"
-        for c in plan.checks
-    )
-    knee = (
-        f"<p>knee <b>{plan.knee:.2f} req/s</b>; boring zone <b>&lt;= {plan.boring:.2f} req/s</b>"
-        f" (x{plan.headroom:g})</p>"
-        if plan.knee is not None and plan.boring is not None
-        else "<p>no knee found</p>"
-    )
+    checks = "".join(f"<li>{e(check_text(c, plan.target.goodput))}</li>" for c in plan.checks)
+    knee = f"<p>{e(knee_text(plan))}</p>"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>gpuwatch plan: {e(plan.subject)}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}

@@ -118,7 +118,9 @@ async def test_the_boring_zone_holds_for_real_and_1_5x_with_default_limits_does_
     assert bad["ttft_p99_sim_s"] is None or bad["ttft_p99_sim_s"] > 2.0, bad
 
 
-FAST = ("--min-duration", "60", "--max-duration", "120", "--max-probes", "6", "--no-chart")
+# What --apply does with a plan, not how the plan is judged: few, short sequences a rate.
+FAST = ("--min-duration", "60", "--max-duration", "120", "--max-probes", "6", "--no-chart",
+        "--min-sequences", "2", "--max-sequences", "4")  # fmt: skip
 
 
 async def test_apply_changes_a_real_gate_and_the_audit_says_plan(tmp_path: Path) -> None:

@@ -32,6 +32,9 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["--output-tokens", "0"], "--output-tokens"),
         (["--min-duration", "100", "--max-duration", "50"], "--max-duration"),
         (["--headroom", "1.5"], "fraction of the knee"),
+        (["--min-sequences", "6", "--max-sequences", "5"], "--max-sequences must be at least"),
+        (["--min-sequences", "1", "--max-sequences", "5"], "at least 2 to judge across"),
+        (["--max-sequences", "501"], "--max-sequences is at most 500"),
     ],
 )
 def test_usage_errors_exit_2_with_the_reason(
@@ -52,6 +55,11 @@ def test_json_on_stdout_and_the_plan_saved_for_the_dashboard(
     assert code == 0 and plan["knee_rps"] > 0
     assert plan["slo"] == {"ttft_p99_s": 2.0, "itl_p99_s": None, "goodput_min": 0.95}
     assert len(plan["probes"]) <= 4 and plan["probes"][0]["rate"] == 1.0
+    # Judged across arrival sequences: 4 to 8 a rate, +-2.5 points by default at 95%.
+    assert plan["sequences"]["min"] == 4 and plan["sequences"]["max"] == 8
+    assert plan["sequences"]["goodput_precision"] == pytest.approx(0.025)
+    assert plan["knee_spread"]["sequences"] == 8 and plan["knee_spread"]["low"] >= 0.95
+    assert [c["probe"]["sequences"] for c in plan["checks"]] == [8, 8]
     saved = state / "gpuwatch" / "plans" / "127.0.0.1-9000.json"
     assert json.loads(saved.read_text())["knee_rps"] == plan["knee_rps"]
     assert str(saved) in err
@@ -67,6 +75,7 @@ def test_traffic_replays_a_load_report(tmp_path: Path, capsys: pytest.CaptureFix
                  "--no-save"]) in (0, 1)  # fmt: skip
     plan = json.loads(capsys.readouterr().out)
     assert plan["traffic"].startswith(f"replay of {tmp_path / 'run.json'}: 100 requests")
-    # Every probe replays the recording at its own rate: about rate x duration requests.
+    # Every sequence replays the recording at its probe's rate: about rate x duration requests.
     for p in plan["probes"]:
-        assert abs(p["arrived"] - p["rate"] * p["duration_s"]) <= 5 + 0.05 * p["arrived"]
+        expected = p["rate"] * p["duration_s"] * p["sequences"]
+        assert abs(p["arrived"] - expected) <= 5 * p["sequences"] + 0.05 * p["arrived"]

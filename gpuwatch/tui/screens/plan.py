@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Static
 
 from gpuwatch.plan.planner import Plan
+from gpuwatch.plan.report import HEADERS, check_text, probe_rows, spread_text
 from gpuwatch.tui.markup import escape
 
 
@@ -76,13 +77,9 @@ class PlanScreen(Screen[bool]):
                 f"knee [b]{plan.knee:.2f} req/s[/]; boring zone [b]<= {plan.boring:.2f} req/s[/]"
                 f" (x{plan.headroom:g})"
             )
-        for c in plan.checks:
-            verdict = "holds" if c.probe.passed else "misses"
-            good = "-" if c.probe.attainment is None else f"{c.probe.attainment:.1%}"
-            lines.append(
-                f"check: {escape(c.label)} at {c.probe.rate:.2f} req/s: goodput {good}, "
-                f"{verdict} the SLO"
-            )
+            if (at_knee := plan.at_knee) is not None:
+                lines.append(escape(spread_text(at_knee)))
+        lines.extend(escape(check_text(c, plan.target.goodput)) for c in plan.checks)
         return "\n".join(lines)
 
     def on_mount(self) -> None:
@@ -99,8 +96,6 @@ class PlanScreen(Screen[bool]):
                 table.add_row(key, now, _show(value), rec.reasons.get(key, ""))
             self.query_one("#back", Button).focus()
         if plan.probes:
-            from gpuwatch.plan.report import HEADERS, probe_rows
-
             probes = self.query_one("#probes", DataTable)
             probes.add_columns(*HEADERS)
             for row in probe_rows(plan.probes):
