@@ -25,11 +25,10 @@ from gpuwatch.gate.caps import (
     OUTPUT_KEYS,
     BodyError,
     OverCap,
+    answers,
     cap_output,
-    choices,
-    estimate_prompt,
     output_tokens,
-    prompt_text,
+    read_prompt,
 )
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.errors import openai_error
@@ -318,13 +317,16 @@ class Proxy:
         bounds = [output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body]
         given = [b for b in bounds if b is not None and b >= 1]
         per_answer = max(given) if given else (cap or self.config.default_output_tokens)
-        return per_answer * choices(body)
+        return per_answer * answers(body)
 
     async def _prompt_tokens(self, name: str, body: dict[str, Any]) -> int | None:
-        estimate = estimate_prompt(body)  # also the type check of every prompt field
-        if not self.lane_defs[name].tokenize or estimate is None:
+        prompt = read_prompt(body)  # also the type check of every prompt field
+        if not prompt.found:
+            return None
+        estimate = prompt.estimate()
+        text = prompt.text()
+        if not self.lane_defs[name].tokenize or not text:
             return estimate
-        text = prompt_text(body)
         model = body.get("model")
         payload = {
             "model": model if isinstance(model, str) else None,
@@ -339,10 +341,11 @@ class Proxy:
                 data = None
             if isinstance(data, dict):
                 count, tokens = data.get("count"), data.get("tokens")
+                # The tokenizer counts the text; token ids given as such are counted apart.
                 if isinstance(count, int) and not isinstance(count, bool):
-                    return count
+                    return count + prompt.ids
                 if isinstance(tokens, list):
-                    return len(tokens)
+                    return len(tokens) + prompt.ids
         return estimate  # a tokenizer hiccup falls back to the estimate rather than refuse
 
     async def _forward(

@@ -259,3 +259,107 @@ async def test_a_body_that_stalls_is_408(tmp_path: Path) -> None:
         assert "stalled for 0.3 s after 30 bytes" in reply.json()["error"]["message"]
         assert time.monotonic() - started < 3
         assert r.upstream.arrivals == []
+
+
+@pytest.mark.parametrize(
+    ("prompt", "count"),
+    [(["hi"] * 4, 4), ([[1, 2]] * 8, 8), (["hi", "there"], 2), ([7, 8, 9], 1), ("hi", 1)],
+    ids=["strings", "id-lists", "two", "one-id-list", "one-string"],
+)
+async def test_a_batch_of_prompts_shares_the_output_cap(
+    tmp_path: Path, prompt: object, count: int
+) -> None:
+    """Regression: a completions ``prompt`` list is one completion per prompt (OpenAI, vLLM),
+    but only ``n`` counted: 50 prompts x 64 tokens passed a cap of 64."""
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)  # chat: max_output_tokens 64, clamp
+        body = json.dumps({"prompt": prompt, "max_tokens": 64}).encode()
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 200, reply
+        assert r.upstream.bodies[-1]["max_tokens"] == 64 // count
+        body = json.dumps({"prompt": prompt, "n": 2}).encode()
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 200 and r.upstream.bodies[-1]["max_tokens"] == 32 // count
+        if count > 1:
+            await r.patch({"lanes": {"chat": {"output_tokens_policy": "reject"}}})
+            body = json.dumps({"prompt": prompt, "max_tokens": 64}).encode()
+            reply = await r.request("POST", "/v1/completions", body)
+            assert reply.status == 400, reply
+            assert f"for each of {count} answers" in reply.json()["error"]["message"]
+
+
+async def test_a_batch_too_big_for_the_cap_is_refused(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)
+        for prompt in (["hi"] * 500, [[1]] * 65):
+            body = json.dumps({"prompt": prompt, "max_tokens": 1}).encode()
+            reply = await r.request("POST", "/v1/completions", body)
+            assert reply.status == 400, reply
+            assert f"{len(prompt)} answers cannot fit" in reply.json()["error"]["message"]
+        assert r.upstream.arrivals == []
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"d": "x" * 120_000}}}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "x" * 120_000}}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL]}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "assistant", "content": None, "tool_calls": [CALL]}]},
+        ),
+        ("/v1/chat/completions", {"messages": [{"role": "tool", "content": "ok",
+                                                "tool_call_id": "x" * 120_000}]}),
+        ("/v1/chat/completions", {"messages": [], "functions": [TOOL["function"]]}),
+        ("/v1/chat/completions", {"messages": [], "documents": [{"text": "x" * 120_000}]}),
+        ("/v1/responses", {"input": "hi", "instructions": "x" * 120_000}),
+        ("/v1/responses", {"input": [{"role": "user", "content": "x" * 120_000}]}),
+        (
+            "/v1/responses",
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": "x" * 120_000}]},
+        ),
+        ("/v1/completions", {"prompt": "def f(", "suffix": "x" * 120_000}),
+    ],
+    ids=[
+        "tools",
+        "tool-call-arguments",
+        "tool-call-id",
+        "functions",
+        "documents",
+        "instructions",
+        "responses-input-items",
+        "function-call-output",
+        "suffix",
+    ],
+)  # fmt: skip
+async def test_prompt_fields_outside_the_messages_count(
+    tmp_path: Path, path: str, body: dict
+) -> None:
+    """Regression: 120 KB in tools[], a tool call's arguments or the Responses API's
+    instructions passed a 2,000-token prompt cap: only messages[].content was counted."""
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"chat": {"max_prompt_tokens": 2000}}})
+        reply = await r.request("POST", path, json.dumps(body).encode())
+        assert reply.status == 400, reply
+        assert reply.json()["error"]["code"] == "prompt_too_long"
+        assert "30" in reply.json()["error"]["message"]  # ~30,000 tokens, not ~70
+        assert r.upstream.arrivals == []
+
+
+async def test_media_parts_are_not_counted_as_text(tmp_path: Path) -> None:
+    """An image's base64 is not 4 characters a token: it passes a text cap it is far over."""
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"chat": {"max_prompt_tokens": 2000}}})
+        image = {
+            "type": "image_url",
+            "image_url": {"url": "data:image/png;base64," + "A" * 100_000},
+        }
+        body = {
+            "tag": "t",
+            "messages": [{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}],
+        }
+        reply = await r.request("POST", "/v1/chat/completions", json.dumps(body).encode())
+        assert reply.status == 200, reply
