@@ -267,11 +267,10 @@ class Proxy:
         changed = False
         if media:
             try:
-                notes = apply_media_caps(body, limits, name)
+                notes, changed = apply_media_caps(body, limits, name)
             except MediaRefused as exc:
                 raise lane.refuse(exc.reason, str(exc)) from None
             clamped.extend(notes)
-            changed = bool(notes)
         if not text_caps and budget is None:
             return (json.dumps(body).encode() if changed else raw), 0
         tokens = None
