@@ -350,7 +350,17 @@ class Proxy:
     async def _forward(
         self, request: web.Request, ex: Exchange, path: str, query: str, body: bytes
     ) -> web.StreamResponse:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        # aiohttp's parser inflated a gzip, deflate, br or zstd body as it came in (so the caps
+        # and the size limit saw what the upstream will parse): it goes on as read, without
+        # the Content-Encoding that no longer describes it.
+        # (The stream counts the bytes it inflated from only when it inflated them; a request
+        # without a body has an empty stream without the count.)
+        decoded = getattr(request.content, "total_compressed_bytes", None) is not None
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in HOP_BY_HOP and not (decoded and k.lower() == "content-encoding")
+        }
         try:
             upstream = await self.upstream.request(
                 request.method, self.upstream.url(path, query), headers, body or None

@@ -4,6 +4,7 @@ of an output bound. Always a 4xx with a reason, never a 500, never an unchecked 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 from dataclasses import replace
@@ -363,3 +364,31 @@ async def test_media_parts_are_not_counted_as_text(tmp_path: Path) -> None:
         }
         reply = await r.request("POST", "/v1/chat/completions", json.dumps(body).encode())
         assert reply.status == 200, reply
+
+
+@pytest.mark.parametrize("caps", [True, False], ids=["capped", "uncapped"])
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_compressed_body_goes_on_decoded_without_its_encoding(
+    tmp_path: Path, caps: bool, encoding: str
+) -> None:
+    """Regression: a gzip body was checked decoded and forwarded decoded with
+    ``Content-Encoding: gzip`` still set: the upstream failed to inflate plain JSON."""
+    import zlib
+
+    body = {"tag": "z", "prompt": "hi", "max_tokens": 500}
+    raw = json.dumps(body).encode()
+    packed = gzip.compress(raw) if encoding == "gzip" else zlib.compress(raw)
+    async with rig(tmp_path) as r:
+        if caps:
+            await r.patch(CAPS)
+        headers = {"Content-Encoding": encoding}
+        reply = await r.request("POST", "/v1/completions", packed, headers)
+        assert reply.status == 200, reply
+        assert r.upstream.encodings == [None]
+        sent = r.upstream.bodies[-1]
+        assert sent["prompt"] == "hi" and sent["max_tokens"] == (64 if caps else 500)
+        # An inflated body over the lane's max_body is refused as such (a bomb is a 413).
+        bomb = gzip.compress(b'{"prompt": "' + b"x" * (5 * 1024 * 1024) + b'"}')
+        reply = await r.request("POST", "/v1/completions", bomb, {"Content-Encoding": "gzip"})
+        assert reply.status == 413, reply
+        assert len(r.upstream.bodies) == 1
