@@ -9,16 +9,10 @@ that stalls longer than the body timeout between two pieces is a 408, like nginx
 from __future__ import annotations
 
 import asyncio
-import sys
 
 from aiohttp import web
 
-
-async def _next_piece(request: web.Request, timeout_s: float) -> bytes:
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(timeout_s):
-            return await request.content.readany()
-    return await asyncio.wait_for(request.content.readany(), timeout_s)  # pragma: no cover
+from gpuwatch.gate.watchdog import within
 
 
 class BodyRefused(Exception):
@@ -45,7 +39,7 @@ async def read_body(request: web.Request, max_body: int, timeout_s: float) -> by
             return bytes(body)
         try:
             if not chunk:
-                chunk = await _next_piece(request, timeout_s)
+                chunk = await within(request.content.readany(), timeout_s)
         except asyncio.TimeoutError:
             raise BodyRefused(
                 408, f"the body stalled for {timeout_s:g} s after {len(body)} bytes"
