@@ -333,7 +333,15 @@ class Proxy:
             "prompt": text,
             "content": text,
         }
-        answer = await self.upstream.post_json("/tokenize", payload, _TOKENIZE_ANSWER_MAX)
+        try:
+            # A tokenizer that does not answer is a silent upstream too: past the lane's
+            # first-byte timeout the estimate stands in, as for any other hiccup.
+            answer = await within(
+                self.upstream.post_json("/tokenize", payload, _TOKENIZE_ANSWER_MAX),
+                self.lanes[name].limits.upstream_first_byte_timeout_s,
+            )
+        except asyncio.TimeoutError:
+            answer = None
         if answer is not None:
             try:
                 data = loads_bounded(answer)

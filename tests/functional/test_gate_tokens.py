@@ -327,3 +327,34 @@ async def test_a_lane_that_tokenizes_counts_token_ids_too(tmp_path: Path) -> Non
     finally:
         await gate.close()
         await upstream.stop()
+
+
+class SilentTokenizer(TokenizingUpstream):
+    async def tokenize(self, _: web.Request) -> web.Response:
+        await asyncio.Event().wait()  # never answers
+        raise AssertionError("unreachable")
+
+
+async def test_a_tokenizer_that_never_answers_falls_back_to_the_estimate(tmp_path: Path) -> None:
+    """Regression: the /tokenize side request had no timeout: a silent tokenizer held every
+    request of a tokenizing lane before admission, for as long as the client waited."""
+    upstream = SilentTokenizer(hold=False)
+    url = await upstream.start()
+    lanes = tuple(
+        Lane(lane.name, lane.prefixes, lane.limits, tokenize=True) if lane.name == "chat" else lane
+        for lane in DEFAULT_LANES
+    )
+    _, gate = await start_gate(url, GateConfig(lanes), state_file=tmp_path / "s.json")
+    try:
+        async with aiohttp.ClientSession() as s:
+            lane = {"upstream_first_byte_timeout_s": 0.3, "max_prompt_tokens": 100}
+            async with s.patch(f"{gate.url}/admin/limits", json={"lanes": {"chat": lane}}) as r:
+                assert r.status == 200
+            async with s.post(f"{gate.url}/v1/completions", json={"prompt": "hi"}) as reply:
+                assert reply.status == 200
+            async with s.post(f"{gate.url}/v1/completions", json={"prompt": "x" * 800}) as reply:
+                assert reply.status == 400  # the estimate (200 tokens) still holds the cap
+        assert len(upstream.bodies) == 1
+    finally:
+        await gate.close()
+        await upstream.stop()
