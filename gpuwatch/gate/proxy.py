@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from gpuwatch.gate.admission import AdmissionLane, Refused
-from gpuwatch.gate.body import BodyRefused, read_body
+from gpuwatch.gate.body import BodyRefused, inflated, read_body
 from gpuwatch.gate.caps import (
     OUTPUT_KEYS,
     BodyError,
@@ -204,8 +204,7 @@ class Proxy:
                 request, self.lane_defs[name].max_body, self.config.client_body_timeout_s
             )
         except BodyRefused as exc:
-            code = "body_too_large" if exc.status == 413 else "body_timeout"
-            return self._client_error(exc.status, code, str(exc), close=True)
+            return self._client_error(exc.status, exc.code, str(exc), close=True)
         who = self.config.fairness.who(request.headers)
         inference = self.is_inference(request.method, path)
         ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
@@ -369,9 +368,7 @@ class Proxy:
         # aiohttp's parser inflated a gzip, deflate, br or zstd body as it came in (so the caps
         # and the size limit saw what the upstream will parse): it goes on as read, without
         # the Content-Encoding that no longer describes it.
-        # (The stream counts the bytes it inflated from only when it inflated them; a request
-        # without a body has an empty stream without the count.)
-        decoded = getattr(request.content, "total_compressed_bytes", None) is not None
+        decoded = inflated(request)
         headers = {
             k: v
             for k, v in request.headers.items()

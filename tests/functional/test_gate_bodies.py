@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 import json
 import time
 from dataclasses import replace
@@ -392,3 +393,26 @@ async def test_a_compressed_body_goes_on_decoded_without_its_encoding(
         reply = await r.request("POST", "/v1/completions", bomb, {"Content-Encoding": "gzip"})
         assert reply.status == 413, reply
         assert len(r.upstream.bodies) == 1
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_body_that_does_not_inflate_is_a_400_not_a_500(
+    tmp_path: Path, encoding: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression (found beside item 8): bytes that do not inflate as their Content-Encoding
+    says raised out of the body reader: a 500 and a traceback in the log."""
+    async with rig(tmp_path) as r:
+        for caps in (False, True):
+            if caps:
+                await r.patch(CAPS)
+            headers = {"Content-Encoding": encoding}
+            reply = await r.request("POST", "/v1/completions", b"not compressed", headers)
+            assert reply.status == 400, reply
+            error = reply.json()["error"]
+            assert error["code"] == "body_undecodable"
+            assert error["message"] == "the body does not decode as its Content-Encoding says"
+        reply = await r.request("PATCH", "/admin/limits", b"not compressed", headers)
+        assert reply.status == 400, reply
+        assert r.upstream.arrivals == []
+    # Refused, not crashed: nothing logged as an error (no traceback, while answering or after).
+    assert [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR] == []
