@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import logging
 import json
+import logging
 import time
 from dataclasses import replace
 from pathlib import Path
