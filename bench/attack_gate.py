@@ -197,6 +197,13 @@ async def compressed(a: Attack, coding: str) -> Outcome:
     )
 
 
+async def undecodable(a: Attack) -> Outcome:
+    before = len(a.up.seen)
+    status, _ = await a.post("/v1/completions", None, {"Content-Encoding": "gzip"}, b"plain")
+    passed = len(a.up.seen) - before
+    return 400 <= status < 500 and not passed, f"{status}; {passed} reached the upstream"
+
+
 async def silent(a: Attack, mode: str, stream: bool) -> Outcome:
     ok = await a.patch(
         {"lanes": {"chat": {"upstream_first_byte_timeout_s": 1, "upstream_idle_timeout_s": 1}}}
@@ -251,6 +258,7 @@ def attacks(a: Attack) -> list[tuple[str, str, Callable[[], Awaitable[Outcome]]]
         ("7 redirect", "308 (body re-sent)", lambda: redirect(a, 308)),
         ("8 gzip", "Content-Encoding: gzip", lambda: compressed(a, "gzip")),
         ("8 gzip", "Content-Encoding: deflate", lambda: compressed(a, "deflate")),
+        ("8 gzip", "bytes that do not inflate", lambda: undecodable(a)),
         ("13 silent", "no first byte", lambda: silent(a, "silent", False)),
         ("13 silent", "no first byte, streamed", lambda: silent(a, "silent", True)),
         ("13 silent", "silent mid-stream", lambda: silent(a, "silent_mid", True)),
