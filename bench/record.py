@@ -1,5 +1,6 @@
-"""Bytes per hour a recording takes: per engine for a vLLM page, and for a node of 2 engines
-and a gate. The goal is <= 20 MB/h for that node.
+"""Bytes per hour a recording takes: per engine for a vLLM page, for a node of 2 engines and
+a gate, and as the README's service unit records (an engine, the gate's /metrics page and
+--admin, a GPU, the host). The goal is <= 20 MB/h for a node.
 
 Run: python bench/record.py [SECONDS]   (simulated seconds, 900 by default; a few seconds of CPU)
 
@@ -12,7 +13,8 @@ What is measured:
   without a dictionary (there is one page of each): an upper bound for a real engine;
 - the node: the scenario's file per hour plus one more engine (the worst of the above), the
   host sample every 2 s and the tick's stale check (as many rows as the badge's; the scenario
-  has neither).
+  has neither);
+- the same scenario with the gate's own /metrics page scraped too (``gate_page``), per source.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.record import codec
@@ -36,8 +39,12 @@ MB = 1e6
 
 
 def on_disk(db: sqlite3.Connection) -> dict[str, float]:
-    """Bytes per kind: the blob, plus the row's and its two index entries' share of the file."""
-    rows = db.execute("SELECT kind, COUNT(*), SUM(LENGTH(data)) FROM rows GROUP BY kind").fetchall()
+    """Bytes per kind (a scrape per source: ``scrape <url>``): the blob, plus the row's and its
+    two index entries' share of the file."""
+    rows = db.execute(
+        "SELECT CASE kind WHEN 'scrape' THEN 'scrape ' || source ELSE kind END, COUNT(*), "
+        "SUM(LENGTH(data)) FROM rows GROUP BY 1"
+    ).fetchall()
     pages = (
         db.execute("PRAGMA page_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
     )
@@ -64,8 +71,8 @@ class FlushEverySecond:
         self.rows += 1
 
 
-def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 900.0
+def record(seconds: float, gate_page: bool) -> tuple[int, dict[str, float], float, Any]:
+    """The scenario recorded: (file size, bytes per kind, row overhead, (tap, rows, cold, back))."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.db"
         recorder = Recorder(path, flush_s=1.0)
@@ -76,7 +83,10 @@ def main() -> None:
             taps.append(FlushEverySecond(recorder.attach(m)))
             m.tap = taps[0]
 
-        scenario.build(seconds=seconds, rate=1.5, spike_at=seconds * 0.7, on_monitor=attach)
+        scenario.build(
+            seconds=seconds, rate=1.5, spike_at=seconds * 0.7, on_monitor=attach,
+            gate_page=gate_page,
+        )  # fmt: skip
         recorder.close()
         db = sqlite3.connect(path)
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -93,8 +103,13 @@ def main() -> None:
         back = time.perf_counter() - started
         rows = len(player.ids)
         player.close()
+    return size, kinds, overhead, (taps[0], rows, cold, back)
+
+
+def main() -> None:
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 900.0
     per_h = 3600.0 / seconds
-    tap = taps[0]
+    size, kinds, overhead, (tap, rows, cold, back) = record(seconds, gate_page=False)
     print(
         f"recorder: {tap.spent_s / tap.rows * 1e6:.0f} us a row on the event loop, "
         f"{tap.spent_s * per_h:.1f} s of CPU an hour"
@@ -108,7 +123,7 @@ def main() -> None:
     )
     for kind, b in sorted(kinds.items(), key=lambda kv: -kv[1]):
         print(f"  {kind:<9} {b * per_h / MB:6.2f} MB/h")
-    sim_engine = kinds.get("scrape", 0.0) * per_h
+    sim_engine = kinds.get(f"scrape {scenario.SIM_URL}", 0.0) * per_h
 
     print("a real vLLM page, one row a second:")
     real = []
@@ -131,6 +146,21 @@ def main() -> None:
         f"node, 2 engines + gate + GPU + host: {node / MB:.2f} MB/h (goal <= 20 MB/h): "
         f"{'OK' if node <= 20 * MB else 'OVER'}"
     )
+    # What the README's service unit records: one engine, the gate's /metrics and --admin
+    # (its limits, status and audit), the GPU, the host.
+    size, kinds, _, _ = record(seconds, gate_page=True)
+    print(
+        f"as the README's unit records (engine + gate page + admin + GPU), file {size * per_h / MB:.2f} MB/h:"
+    )
+    for kind, b in sorted(kinds.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind:<40} {b * per_h / MB:6.2f} MB/h")
+    unit = size * per_h + host_h + stale_h
+    print(
+        f"the unit's node, with the host sample and stale checks: {unit / MB:.2f} MB/h: "
+        f"--max-size 500M holds {500 * MB / unit:.0f} h ({500 * MB / unit / 24:.1f} days); "
+        f"7 days need {7 * 24 * unit / MB:.0f} MB"
+    )
+    print(f"with a second engine: {(unit + engine_h) / MB:.2f} MB/h")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from gpuwatch.httpclient import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from gpuwatch.sources.scrape import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES
+from gpuwatch.stall import DEFAULT_STALL_AFTER_S
 
 DEFAULT_THEME = "gpuwatch-dark"
 
@@ -40,6 +41,9 @@ class Slo:
     # With a gate: the share of arriving requests that must be served within every bound
     # (refused, failed and slow ones are misses), over the last minute.
     goodput_min: float = field(default=0.99, metadata={"min": 0.0, "max": 1.0})
+    # An engine with requests whose progress counters have not moved for longer than this is
+    # STALLED (gpuwatch/stall.py): alive, answering, stuck.
+    stall_after_s: float = field(default=DEFAULT_STALL_AFTER_S, metadata={"min": 0.0})
 
     def thresholds(self) -> dict[str, float | None]:
         """Signal key -> threshold, None where switched off (what ``judge`` takes)."""

@@ -37,6 +37,21 @@ def seconds(v: float | None) -> str:
     return f"{v * 1000:.0f}ms" if v < 1 else f"{v:.2f}s"
 
 
+def duration(v: float | None) -> str:
+    """``2.4s``, ``23s``, ``4m05s``, ``2h10m``: how long something has lasted, at a glance
+    (tenths under 10 s, where a second is a large part of it)."""
+    if not _known(v):
+        return NA
+    if v < 10:
+        return f"{v:.1f}s"
+    whole = int(v)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
 def unit(v: float | None, suffix: str, digits: int = 0) -> str:
     return f"{v:.{digits}f}{suffix}" if _known(v) else NA
 

@@ -42,6 +42,9 @@ class EngineSnapshot:
     preemptions_total: float | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
+    # Forward passes (batches) the engine ran: a counter that moves every step, where the
+    # token counters move only when a request ends (llama.cpp's n_decode_total).
+    decode_steps_total: float | None = None
     histograms: dict[str, Histogram] = field(default_factory=dict)
 
 

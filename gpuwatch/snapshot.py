@@ -9,14 +9,14 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 import httpx
 
 from gpuwatch.config import ScrapeSettings
-from gpuwatch.fmt import NA, clip, gib, num, pct, seconds, unit
+from gpuwatch.fmt import NA, clip, duration, gib, num, pct, seconds, unit
 from gpuwatch.httpclient import async_client, body_too_big
 from gpuwatch.model import (
     LATENCY_KINDS,
@@ -38,9 +38,12 @@ from gpuwatch.sources.scrape import (
     map_page,
     scrape,
 )
+from gpuwatch.stall import StallDetector, progress_of
 
 SCHEMA_VERSION = 1
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+# An engine: (source, dialect, model).
+StallKey = tuple[str, str, str | None]
 # Time over which host CPU % is measured when nothing else takes that long.
 _CPU_SAMPLE_S = 0.2
 
@@ -53,6 +56,10 @@ class Snapshot:
     host_process: ProcessInfo | None
     results: list[ScrapeResult]
     processes: dict[str, ProcessInfo] = field(default_factory=dict)
+    # ``--stall-after S``: how long the endpoints were watched for a stall (None: one read),
+    # and each STALLED engine's (source, dialect, model) with how long it made no progress.
+    stall_check_s: float | None = None
+    stalled: dict[StallKey, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -94,6 +101,47 @@ def _local_port(url: str) -> int | None:
     return None
 
 
+# How often the endpoints are read again while ``--stall-after`` watches them.
+STALL_READ_EVERY_S = 1.0
+
+
+async def watch_stalls(
+    read: Callable[[], Awaitable[list[ScrapeResult]]],
+    first: list[ScrapeResult],
+    after_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[list[ScrapeResult], dict[StallKey, float]]:
+    """Read the endpoints again, once a second, for a little over ``after_s``, and judge each
+    engine as the dashboard does (gpuwatch/stall.py). Ends early once every engine has shown
+    progress or holds no request. Returns the last reading and the stalled engines."""
+    detectors: dict[StallKey, StallDetector] = {}
+    started = clock()
+
+    def feed(results: list[ScrapeResult], t: float) -> None:
+        for result in results:
+            for e in result.engines:
+                key = (result.source, e.dialect, e.model)
+                detector = detectors.setdefault(key, StallDetector(after_s))
+                detector.update(t, progress_of(e), e.running, e.waiting)
+
+    def open_question() -> bool:
+        # Busy since the first read and not moved: only more time can tell.
+        return any(d.since is not None and d.since <= started for d in detectors.values())
+
+    feed(first, started)
+    latest = first
+    while open_question():
+        elapsed = clock() - started
+        if elapsed > after_s:
+            break
+        # The last read lands just past after_s: the detector's rule is "more than".
+        await asyncio.sleep(min(STALL_READ_EVERY_S, after_s - elapsed + 0.05))
+        latest = await read()
+        feed(latest, clock())
+    stalled = {k: d.stalled_for() for k, d in detectors.items() if d.stalled}
+    return latest, {k: v for k, v in stalled.items() if v is not None}
+
+
 async def collect(
     urls: Sequence[str],
     files: Sequence[str] = (),
@@ -101,16 +149,27 @@ async def collect(
     nvml: NvmlReader | None = None,
     pid: int | None = None,
     bounds: ScrapeSettings | None = None,
+    stall_after_s: float | None = None,
 ) -> Snapshot:
-    """Every source once, concurrently, each scrape held to ``bounds`` (``[scrape]``)."""
+    """Every source once, concurrently, each scrape held to ``bounds`` (``[scrape]``); with
+    ``stall_after_s``, the endpoints are read again for that long to tell a stalled engine."""
     b = bounds or ScrapeSettings()
     started = time.monotonic()
     host_source.prime_cpu()
     gpu_task = asyncio.create_task(asyncio.to_thread(nvml.read)) if nvml else None
+    stalled: dict[StallKey, float] = {}
     async with async_client(b.connect_timeout_s, b.timeout_s) as client:
-        scraped = await asyncio.gather(
-            *(scrape(client, url, b.max_bytes, b.timeout_s, b.max_engines) for url in urls)
-        )
+
+        async def read() -> list[ScrapeResult]:
+            return list(
+                await asyncio.gather(
+                    *(scrape(client, url, b.max_bytes, b.timeout_s, b.max_engines) for url in urls)
+                )
+            )
+
+        scraped = await read()
+        if stall_after_s:
+            scraped, stalled = await watch_stalls(read, scraped, stall_after_s)
     results = [read_metrics_file(name, None, b.max_engines, b.max_bytes) for name in files]
     results += scraped
     gpus = await gpu_task if gpu_task else None
@@ -126,7 +185,16 @@ async def collect(
         await asyncio.sleep(remaining)  # CPU % needs an interval to be measured over
     host = host_source.read_host()
     host_process = table.describe(pid) if pid else None
-    return Snapshot(dt.datetime.now(dt.timezone.utc), gpus, host, host_process, results, processes)
+    return Snapshot(
+        dt.datetime.now(dt.timezone.utc),
+        gpus,
+        host,
+        host_process,
+        results,
+        processes,
+        stall_after_s or None,
+        stalled,
+    )
 
 
 def latency_summary(hist: Histogram) -> dict[str, float | None]:
@@ -142,7 +210,9 @@ def latency_summary(hist: Histogram) -> dict[str, float | None]:
 LIFETIME = "since the server started"
 
 
-def _engine_json(engine: EngineSnapshot, process: ProcessInfo | None) -> dict[str, Any]:
+def _engine_json(
+    engine: EngineSnapshot, process: ProcessInfo | None, stalled_s: float | None = None
+) -> dict[str, Any]:
     data = dataclasses.asdict(engine)
     data.pop("histograms")
     data["latency"] = {
@@ -154,6 +224,7 @@ def _engine_json(engine: EngineSnapshot, process: ProcessInfo | None) -> dict[st
     # request since the server started, and the field beside them says so.
     data["latency_window"] = LIFETIME
     data["process"] = dataclasses.asdict(process) if process else None
+    data["stalled_for_s"] = None if stalled_s is None else round(stalled_s, 1)
     return data
 
 
@@ -177,8 +248,13 @@ def to_json(snap: Snapshot) -> dict[str, Any]:
             "load_15m": host.load_15m,
             "process": dataclasses.asdict(snap.host_process) if snap.host_process else None,
         },
+        "stall_check_s": snap.stall_check_s,
         "engines": [
-            _engine_json(e, snap.processes.get(r.source)) for r in snap.results for e in r.engines
+            _engine_json(
+                e, snap.processes.get(r.source), snap.stalled.get((r.source, e.dialect, e.model))
+            )
+            for r in snap.results
+            for e in r.engines
         ],
         "errors": [{"source": r.source, "error": r.error} for r in snap.results if r.error],
         "warnings": [{"source": r.source, "warning": w} for r in snap.results for w in r.warnings],
@@ -290,6 +366,13 @@ def render_text(snap: Snapshot, out: IO[str]) -> None:
     if table.row_count:
         console.print(table)
         console.print(f"* percentiles over every request {LIFETIME} (one read has no window)")
+    for (source, dialect, model), stalled_s in snap.stalled.items():
+        console.print(
+            f"[b red]STALLED {duration(stalled_s)}[/]: {safe(source)} {dialect} "
+            f"{safe(model or NA, 60)}: requests in it, no progress "
+            f"(watched {num(snap.stall_check_s, 1)} s)",
+            soft_wrap=True,
+        )
     for result in snap.results:
         for warning in result.warnings:
             console.print(f"warning: {safe(result.source)}: {safe(warning)}", soft_wrap=True)

@@ -19,8 +19,15 @@ from gpuwatch import polling
 from gpuwatch.config import ScrapeSettings
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
-from gpuwatch.fmt import num, pct, seconds
-from gpuwatch.monitor.figures import EngineFigures, engine_figures, ttft_breakdown
+from gpuwatch.fmt import duration, num, pct, seconds
+from gpuwatch.monitor.figures import (
+    EngineFigures,
+    all_figures,
+    ttft_breakdown,
+    users_json,
+    users_now,
+)
+from gpuwatch.monitor.health import badge_text
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.sources.nvml import NvmlReader
 
@@ -42,17 +49,14 @@ class WatchOptions:
 
 def frame(monitor: Monitor) -> dict[str, Any]:
     """One interval's state: the badge, each engine's figures, the GPUs, the gate's lanes."""
-    engines = [
-        engine_figures(ep, view).to_json()
-        for ep in monitor.endpoints.values()
-        for view in ep.engines.values()
-    ]
+    engines = [f.to_json() for f in all_figures(monitor)]
     down = [
         {"source": ep.url, "state": ep.status.state, "reason": ep.status.reason}
         for ep in monitor.endpoints.values()
         if ep.status.state != "UP"
     ]
     breakdown = ttft_breakdown(monitor)
+    users = users_now(monitor)
     gate = monitor.gate
     lanes = None
     if gate is not None and gate.limits is not None:
@@ -62,6 +66,8 @@ def frame(monitor: Monitor) -> dict[str, Any]:
                 "queued": gate.lanes.get(name, {}).get("queued"),
                 "max_inflight": lane["max_inflight"],
                 "max_queue": lane["max_queue"],
+                # "upstream_stalled" while the gate sheds the lane for a stalled upstream.
+                "shed": gate.lanes.get(name, {}).get("shed"),
                 f"refused_per_s_{gate.refusal_window}": {
                     reason: round(gate.refusal_rate(name, reason), 6)
                     for (lane_name, reason) in gate.refusals
@@ -87,6 +93,7 @@ def frame(monitor: Monitor) -> dict[str, Any]:
         "time": monitor.wall(),
         "health": {"level": monitor.verdict.level, "reason": monitor.verdict.reason},
         "ttft_breakdown": breakdown.to_json() if breakdown else None,
+        "users": users_json(users) if users is not None else None,
         "engines": engines,
         "unavailable": down,
         "gate": None if gate is None else {"url": gate.url, "state": gate.status.state,
@@ -97,7 +104,7 @@ def frame(monitor: Monitor) -> dict[str, Any]:
 
 COLUMNS = (
     ("engine", 28),
-    ("state", 6),
+    ("state", 11),  # UP, DOWN, STALE, or STALLED with how long: STALLED 4m05s
     ("run", 5),
     ("wait", 5),
     ("kv", 5),
@@ -120,7 +127,7 @@ def row(f: EngineFigures, health: str) -> str:
     name = f"{f.dialect}/{(f.model or '-').rsplit('/', 1)[-1]}"
     values = (
         name[:28],
-        f.state,
+        f.state if f.stalled_s is None else f"STALLED {duration(f.stalled_s)}",
         num(f.running),
         num(f.waiting),
         pct(f.kv_cache_usage),
@@ -150,15 +157,11 @@ class Watch:
         if self.options.as_json:
             self.out.write(json.dumps(frame(m), allow_nan=False) + "\n")
         else:
-            figures = [
-                engine_figures(ep, view)
-                for ep in m.endpoints.values()
-                for view in ep.engines.values()
-            ]
+            figures = all_figures(m)
             if self.lines % HEADER_EVERY == 0:
                 self.out.write(header(figures[0] if figures else None) + "\n")
             for f in figures:
-                self.out.write(row(f, m.verdict.level) + "\n")
+                self.out.write(row(f, badge_text(m.verdict)) + "\n")
             for ep in m.endpoints.values():
                 if not ep.engines:
                     self.out.write(f"{ep.url} {ep.status.state} {ep.status.reason or ''}\n")

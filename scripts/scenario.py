@@ -8,7 +8,6 @@ sockets and no wall clock, so the pictures are the same on every machine.
 
 from __future__ import annotations
 
-import asyncio
 import random
 import sys
 from collections.abc import Callable
@@ -19,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import generate_latest
 
 from gpuwatch.demo import DEMO_GATE_TOML, IMAGE_BURST, IMAGE_SIZE
-from gpuwatch.gate.admission import AdmissionLane, Refused, Ticket, Waiter
+from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness, parse_fairness
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, Record
 from gpuwatch.gate.limits import LaneLimits
+from gpuwatch.gate.metrics import GateMetrics
+from gpuwatch.gate.offline import OfflineLane, SimClock
 from gpuwatch.gate.tenantstatus import lane_status
 from gpuwatch.load.spec import Dist, Tenancy
 from gpuwatch.monitor.state import Monitor
@@ -52,15 +53,8 @@ if TYPE_CHECKING:
 
 SIM_URL = "http://127.0.0.1:8000/metrics"
 GATE_URL = "http://127.0.0.1:9000"
+GATE_METRICS_URL = f"{GATE_URL}/metrics"
 WALL_START = 1_796_000_000.0  # a fixed wall clock for the pictures
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -71,24 +65,26 @@ class Scenario:
 
 class FairChat:
     """The chat lane as the real gate admits it (gate/admission.py: classes first, turns across
-    tenants, sheddable work evicted when full), on simulated time, and what its /admin/status
-    says about classes and tenants (gate/tenantstatus.py). Tenants and classes are drawn as
-    ``gpuwatch load`` draws them and mapped from the headers as the demo's gate maps them.
+    tenants, sheddable work evicted when full), on simulated time (gate/offline.py), and what
+    its /admin/status says about classes and tenants (gate/tenantstatus.py). Tenants and classes
+    are drawn as ``gpuwatch load`` draws them and mapped from the headers as the demo's gate
+    maps them.
 
-    No queue timeouts: as in the plain scenario, waits are shorter than the lane's 20 s."""
+    Waits are shorter than the lane's 20 s queue timeout, as in the plain scenario."""
 
     def __init__(self, limits: tuple[int, int], tenancy: Tenancy, classes: dict[str, float],
                  seed: int) -> None:  # fmt: skip
         self.fairness: Fairness = parse_fairness(
             Path("demo gate.toml"), tomllib.loads(DEMO_GATE_TOML)["fairness"]
         )
-        self.lane = AdmissionLane("chat", LaneLimits(*limits, queue_timeout_s=20.0))
-        self.loop = asyncio.new_event_loop()  # never run: it only makes the waiters' futures
+        self.clock = SimClock()
+        lane = AdmissionLane("chat", LaneLimits(*limits, queue_timeout_s=20.0), clock=self.clock)
+        self.gate: OfflineLane[str] = OfflineLane(lane)
+        self.lane = self.gate.lane
         self.rng = random.Random(seed + 3)  # apart, so the arrivals are the plain scenario's
         self.tenants = tenancy.weights()
         self.classes = classes
-        self.waiting: dict[Waiter, Request] = {}
-        self.tickets: dict[str, Ticket] = {}
+        self.requests: dict[str, Request] = {}
         self.refused: list[Request] = []
 
     def arrive(self, request: Request, now: float) -> list[Request]:
@@ -97,42 +93,25 @@ class FairChat:
             FAIRNESS_HEADER: self.rng.choices(list(self.tenants), list(self.tenants.values()))[0],
             OBJECTIVE_HEADER: self.rng.choices(list(self.classes), list(self.classes.values()))[0],
         }
-        who = self.fairness.who(headers)
-        try:
-            entered = self.lane.enter(0, who, now, self.loop)
-        except Refused as refused:
-            self.lane.tenants.refused[(who.klass, refused.reason)] += 1  # as the proxy counts
-            self.refused.append(request)
-            return []
-        if isinstance(entered, Ticket):
-            self.tickets[request.rid] = entered
-            return [request]
-        self.waiting[entered] = request
-        return self._settled()
+        self.clock.now = now
+        self.requests[request.rid] = request
+        return self._moved(self.gate.arrive(request.rid, 0, self.fairness.who(headers)))
 
     def finished(self, rid: str) -> list[Request]:
         """``rid`` answered: its slot goes back and the queue moves on."""
-        ticket = self.tickets.pop(rid, None)
-        if ticket is not None:
-            ticket.release()
-        return self._settled()
+        self.requests.pop(rid, None)
+        return self._moved(self.gate.finished(rid))
 
-    def _settled(self) -> list[Request]:
-        admitted = []
-        for waiter in [w for w in self.waiting if w.future.done()]:
-            request = self.waiting.pop(waiter)
-            refused = waiter.future.exception()
-            if isinstance(refused, Refused):  # evicted for a higher class
-                self.lane.tenants.refused[(waiter.who.klass, refused.reason)] += 1
-                self.refused.append(request)
-            else:
-                self.tickets[request.rid] = waiter.future.result()
-                admitted.append(request)
-        return admitted
+    def _moved(self, admitted: list[str]) -> list[Request]:
+        self.refused.extend(self.requests.pop(rid) for rid, _ in self.gate.refused)
+        self.gate.refused.clear()
+        return [self.requests[rid] for rid in admitted]
 
     def set_limits(self, limits: tuple[int, int]) -> list[Request]:
-        self.lane.set_limits(LaneLimits(*limits, queue_timeout_s=20.0), False)
-        return self._settled()
+        return self._moved(self.gate.set_limits(LaneLimits(*limits, queue_timeout_s=20.0)))
+
+    def close(self) -> None:
+        self.gate.close()
 
     def status(self) -> dict[str, Any]:
         return lane_status(self.lane, self.fairness)
@@ -204,6 +183,7 @@ def build(
     tenancy: Tenancy | None = None,
     classes: dict[str, float] | None = None,
     on_monitor: Callable[[Monitor], object] | None = None,
+    gate_page: bool = False,
 ) -> Scenario:
     """Run the engine for ``seconds`` of simulated time and scrape it once a second.
 
@@ -214,6 +194,8 @@ def build(
     ``tenancy``: chat comes from tenants, each request of one of ``classes`` (by weight), and
     the chat lane is the real gate's admission with the demo's ``[fairness]`` (``FairChat``).
     ``on_monitor`` is given the monitor before the first reading (a recorder attaches there).
+    ``gate_page``: the gate's own ``/metrics`` is scraped too (the real ``GateMetrics``, fed
+    what the gate would observe), as a node watched with ``--metrics GATE/metrics`` has it.
 
     ``images_at``: the node also serves SDXL images (the simulator's ``--workloads image``, so
     vLLM has a smaller share of the GPU) and ``images`` requests of ``image_size`` arrive then,
@@ -232,10 +214,14 @@ def build(
     metrics = SimMetrics(profile, profile.model.name, 1)
     recorder = EngineRecorder(metrics, 0, engine, 1.0)
     virtual = [VirtualGpu(profile, i, seed) for i in range(gpus)]
-    clock = _Clock()
+    clock = SimClock()
+    urls = [SIM_URL, GATE_METRICS_URL] if gate_page else [SIM_URL]
     monitor = Monitor(
-        [SIM_URL], 1.0, slo, admin_url=GATE_URL, clock=clock, wall=lambda: WALL_START + clock.now
+        urls, 1.0, slo, admin_url=GATE_URL, clock=clock, wall=lambda: WALL_START + clock.now
     )
+    gate_metrics = GateMetrics(["chat", "embed", "image", "default"]) if gate_page else None
+    chat_metrics = gate_metrics.lanes["chat"] if gate_metrics else None
+    counted: dict[str, int] = {}  # refusals already in the gate page's counters
     if on_monitor is not None:
         on_monitor(monitor)
     rng = random.Random(seed)
@@ -318,11 +304,16 @@ def build(
                     continue
                 if event.kind == "token" and event.gap is None:  # the first token
                     record.ttft_s = event.time - at_gate
+                    if chat_metrics is not None:
+                        chat_metrics.ttft.observe(record.ttft_s)
+                        chat_metrics.queue_wait.observe(record.queue_wait_s or 0.0)
                 elif event.kind == "token" and event.gap is not None:
                     users.itl.add((event.gap,))
                     record.max_itl_s = max(record.max_itl_s or 0.0, event.gap)
                 if event.kind == "finished":
                     record.e2e_s = engine.now - at_gate
+                    if chat_metrics is not None:
+                        chat_metrics.duration.observe(record.e2e_s)
                     del records[event.request.rid]
                     for admitted in fair.finished(event.request.rid) if fair else []:
                         _admit(engine, admitted, records)
@@ -333,6 +324,14 @@ def build(
             monitor.apply_scrape(map_page(SIM_URL, generate_latest(metrics.registry).decode()))
             monitor.apply_gpus(nvml.read())
             inflight = len(engine.running) + len(engine.waiting)
+            if gate_metrics is not None and chat_metrics is not None:
+                chat_metrics.inflight.set(inflight)
+                chat_metrics.queued.set(len(fair.lane.queue) if fair else len(gate_queue))
+                for reason, n in (dict(fair.lane.rejected_total) if fair else rejected).items():
+                    chat_metrics.rejected[reason].inc(n - counted.get(reason, 0))
+                    counted[reason] = n
+                page = generate_latest(gate_metrics.registry).decode()
+                monitor.apply_scrape(map_page(GATE_METRICS_URL, page))
             limits, status = gate_state(
                 inflight,
                 max_inflight,
@@ -350,7 +349,7 @@ def build(
             next_scrape += 1.0
     clock.now = seconds
     if fair is not None:
-        fair.loop.close()
+        fair.close()
     return Scenario(monitor, engine)
 
 

@@ -94,14 +94,19 @@ def make_source(settings: config.Settings, url: str) -> Any:
 
 
 def _emit(reading: Any, state: Any, as_json: bool, out: IO[str]) -> None:
-    from gpuwatch.monitor.fleet import table_lines
+    from gpuwatch.monitor.fleet import stalled, table_lines
 
     rows = state.view()
     if as_json:
         data = reading.to_json()
         health = {r.key: state.verdict(r) for r in rows}
         data["rows"] = [
-            {**r.to_json(), "health": health[r.key].level, "reason": health[r.key].reason}
+            {
+                **r.to_json(),
+                "health": health[r.key].level,
+                "reason": health[r.key].reason,
+                "stalled": stalled(r),
+            }
             for r in rows
         ]
         out.write(json.dumps(data) + "\n")

@@ -17,6 +17,8 @@ from gpuwatch.cli.common import (
     positive_float,
     use_uvloop,
 )
+from gpuwatch.fmt import clip
+from gpuwatch.stall import DEFAULT_STALL_AFTER_S
 
 PROG = "gpuwatch gate"
 
@@ -50,7 +52,31 @@ def register(sub: Any) -> None:
         metavar="X",
         help="the controller's timings x X (1/N in front of a simulator at --time-scale N)",
     )
+    gate.add_argument(
+        "--stall-after",
+        type=stall_seconds,
+        default=DEFAULT_STALL_AFTER_S,
+        metavar="S",
+        help="requests upstream and no progress for S s is a stall: shed until it moves "
+        f"(default {DEFAULT_STALL_AFTER_S:g}; 0: off)",
+    )
+    gate.add_argument(
+        "--stall-lanes",
+        metavar="LANE,...",
+        help="the lanes a stall sheds (default: the lanes of chat, completions, responses)",
+    )
     gate.set_defaults(func=run)
+
+
+def stall_seconds(text: str) -> float:
+    """``--stall-after``: seconds from 0 (off) to an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 3600:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be from 0 (off) to 3600 s: {text!r}")
+    return value
 
 
 def is_loopback(host: str) -> bool:
@@ -80,6 +106,17 @@ def run(args: argparse.Namespace) -> int:
             "could change the limits. Set --admin-token-file or GPUWATCH_ADMIN_TOKEN.",
         )
     gate_config = load_gate_config(args.config)
+    stall_lanes = None
+    if args.stall_lanes is not None:
+        names = {lane.name for lane in gate_config.lanes}
+        stall_lanes = [n.strip() for n in args.stall_lanes.split(",") if n.strip()]
+        unknown = [n for n in stall_lanes if n not in names]
+        if unknown:
+            return fail(
+                PROG,
+                f"--stall-lanes: no lane '{clip(unknown[0], 60)}' "
+                f"(lanes: {', '.join(sorted(names))})",
+            )
 
     async def serve() -> int:
         try:
@@ -93,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
                 upstream_metrics=args.upstream_metrics,
                 controller=args.controller,
                 adaptive_pace=args.adaptive_pace,
+                stall_after_s=args.stall_after or None,
+                stall_lanes=stall_lanes,
             )
         except StateError as exc:
             return fail(

@@ -18,7 +18,13 @@ from gpuwatch.plan.kv import (
     render_explain,
     render_table,
 )
-from gpuwatch.plan.modelconfig import KV_CACHE_DTYPES, ConfigError, ModelShape, load_config
+from gpuwatch.plan.modelconfig import (
+    KV_CACHE_DTYPES,
+    MODEL_DTYPES,
+    ConfigError,
+    ModelShape,
+    load_config,
+)
 from gpuwatch.sim.profiles import PROFILES, ProfileError, get_profile
 
 PROG = "gpuwatch plan kv"
@@ -92,6 +98,18 @@ def register(sub: Any) -> None:
         "the profile's)",
     )
     p.add_argument("--block-size", type=positive_int, metavar="N", help="default 16")
+    p.add_argument(
+        "--dtype",
+        choices=MODEL_DTYPES,
+        default="auto",
+        help="vLLM's --dtype (with --config): auto runs float32 checkpoints in 16 bits",
+    )
+    p.add_argument(
+        "--no-bf16",
+        dest="bf16",
+        action="store_false",
+        help="the GPU lacks bfloat16 (before Ampere: V100, T4): auto picks float16",
+    )
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
     p.add_argument(
         "--max-model-len", type=positive_int, metavar="N", help="default: the config's or profile's"
@@ -164,7 +182,7 @@ def build_inputs(args: argparse.Namespace) -> KvInputs:
         if gpu is not None:
             settings.update(gpu_bytes=gpu[0], gpu_from=gpu[1])
         return inputs_from_profile(get_profile(args.profile), **settings)
-    shape: ModelShape = load_config(args.config)
+    shape: ModelShape = load_config(args.config, dtype=args.dtype, bf16=args.bf16)
     if args.weights is None:
         if shape.weight_bytes is None:
             raise PlanError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 from typing import Any
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail, positive_float, positive_int
@@ -92,6 +93,16 @@ def run(args: argparse.Namespace) -> int:
             if workloads
             else ""
         )
+
+        def toggled() -> None:
+            node.toggle_stall()
+            what = "stalled until the next SIGUSR1" if node.stalled_since else "resumed"
+            print(f"gpuwatch sim: engines {what}", flush=True)
+
+        toggle = getattr(signal, "SIGUSR1", None)  # not on Windows
+        if toggle is not None:
+            # kill -USR1 stalls the engines until the next one (docs/sim.md, "Stalls").
+            asyncio.get_running_loop().add_signal_handler(toggle, toggled)
         print(
             f"gpuwatch sim: {node.model_name} on {served.url} ({profile.name}, "
             f"{args.engines} engine(s), {shared.kv_tokens:,} KV tokens each, "

@@ -45,6 +45,13 @@ def register(sub: Any) -> None:
     snap.add_argument("--json", action="store_true", help="print the JSON contract (docs)")
     fleet.add_prometheus_args(snap)
     snap.add_argument("--pid", type=positive_int, help="also report this serving process")
+    snap.add_argument(
+        "--stall-after",
+        type=positive_float,
+        metavar="S",
+        help="read the endpoints again for up to S s: an engine with requests and no "
+        "progress in that time is STALLED (default: one read, no stall judged)",
+    )
     snap.add_argument("--connect-timeout", type=positive_float, metavar="S")
     snap.add_argument("--timeout", type=positive_float, metavar="S", help="total per scrape")
     snap.add_argument("--max-bytes", type=positive_int, metavar="N", help="body size cap")
@@ -79,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             nvml=nvml,
             pid=args.pid,
             bounds=settings.scrape,
+            stall_after_s=args.stall_after,
         )
     )
     if nvml:

@@ -70,6 +70,7 @@ DECREASE = 0.75  # multiplicative cut: -25%
 # minutes from 60 to 180). Constant, not a share of the current limit: AIMD's slow climb and
 # fast cut are what keep it from ringing.
 INCREASE_SHARE = 32
+PROBE_SHARE = 0.05  # ... and 5% of the limit: see step_up
 KV_HIGH = 0.95  # upstream KV usage that cuts (the gate's [slo] kv_usage_high)
 KV_CUT = 0.9  # ... by this much: the KV is full, not overflowing (that is preemptions)
 # Requests in the engine's own queue that are no sign of over-admission: a request that arrives
@@ -179,9 +180,14 @@ def tokens_for(limits: LaneLimits, inflight: int) -> int | None:
     return max(min(low, high), min(high, scaled))
 
 
-def step_up(limits: LaneLimits) -> int:
+def step_up(limits: LaneLimits, current: int) -> int:
+    """The additive step after slow start: ``PROBE_SHARE`` of the current limit, at most
+    1/``INCREASE_SHARE`` of the bounds' span, at least 1. After a cut the lane sits near what
+    the engine batches, so it probes above that gently: a fixed share of the span (+8 a second
+    on 4..260) took a lane cut to 25 back over the engine's capacity in two seconds, and every
+    such wave waited in the engine's queue (the TTFT tail it was cut for)."""
     low, high = bounds(limits)
-    return max(1, (high - low) // INCREASE_SHARE)
+    return max(1, min((high - low) // INCREASE_SHARE, math.ceil(current * PROBE_SHARE)))
 
 
 def _s(value: float) -> str:
@@ -221,24 +227,23 @@ class Aimd:
         if m.preemptions > 0:
             return math.floor(current * DECREASE), f"{m.preemptions:g} preemptions upstream"
         if m.kv_usage is not None and m.kv_usage >= self.kv_high:
-            return math.floor(
-                current * KV_CUT
-            ), f"upstream KV {m.kv_usage:.0%} >= {self.kv_high:.0%}"
+            why = f"upstream KV {m.kv_usage:.0%} >= {self.kv_high:.0%}"
+            return math.floor(current * KV_CUT), why
         if waiting is not None and waiting > WAITING_SLACK and waiting > (before or 0.0):
             to = max(current - math.ceil(waiting), math.ceil(current * (1 - WAITING_CUT_MAX)))
             return to, f"upstream queue growing to {waiting:g}"
         return None
 
-    def _cut(
-        self, now: float, low: int, current: int, to: int, why: str, hold: bool
-    ) -> Decision | None:
+    def _cut(self, now: float, low: int, current: int, to: int, why: str) -> Decision | None:
+        """Cut to ``to`` (within the bounds): the new ceiling of slow start, and a hold on
+        increases (and on TTFT cuts) until what was admitted under it can be judged. The
+        engine's signals cut again within the hold: they are about now, not about the past."""
         cut = max(low, min(current - 1, to))
         if cut >= current:
             self.note = f"at the floor {low}: {why}"
             return None
         self._ssthresh = cut
-        if hold:
-            self._hold_until = now + HOLD_S * self.pace
+        self._hold_until = now + HOLD_S * self.pace
         self.since = now
         self.note = f"holding after a cut: {why}"
         pct = round(100 * (current - cut) / current)
@@ -257,7 +262,7 @@ class Aimd:
         decision: Decision | None = None
         if engine is not None:
             self._last = now
-            decision = self._cut(now, low, current, engine[0], engine[1], hold=False)
+            decision = self._cut(now, low, current, engine[0], engine[1])
         elif now < self._hold_until:
             return None
         else:
@@ -279,7 +284,7 @@ class Aimd:
         p99 = m.engine_ttft_p99_s
         if p99 is not None and m.samples >= MIN_SAMPLES and p99 > target:
             why = f"p99 TTFT {_s(p99)} > {_s(target)}"
-            return self._cut(now, low, current, math.floor(current * DECREASE), why, hold=True)
+            return self._cut(now, low, current, math.floor(current * DECREASE), why)
         if m.queued <= 0 and m.turned_away <= 0:
             self.note = "no queue: the limit is not binding"
             return None
@@ -294,11 +299,11 @@ class Aimd:
             return None
         slow = self._ssthresh is None or current < self._ssthresh
         if slow:
-            up = max(current + step_up(limits), current * 2)
+            up = max(current + step_up(limits, current), current * 2)
             if self._ssthresh is not None:
                 up = min(up, self._ssthresh)
         else:
-            up = current + step_up(limits)
+            up = current + step_up(limits, current)
         up = min(high, up)
         self.note = "slow start" if slow else "adding"
         demand = f"{m.queued} queued" if m.queued > 0 else f"{m.turned_away} turned away"

@@ -28,6 +28,7 @@ from gpuwatch.gate.classes import Fairness
 from gpuwatch.gate.errors import MESSAGE_MAX, openai_error
 from gpuwatch.gate.latency import LaneLatency
 from gpuwatch.gate.limits import Limits, LimitsError
+from gpuwatch.gate.stallwatch import StallWatch
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
 from gpuwatch.gate.tenantstatus import lane_status
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -119,6 +120,8 @@ class Admin:
         self.fairness = fairness
         # Set by the gate: the effective limits beside the configured ones.
         self.adaptive: AdaptiveLoop | None = None
+        # Set by the gate: a stalled upstream and the lanes it sheds.
+        self.stall: StallWatch | None = None
 
     def _limits_json(self, limits: Limits) -> dict[str, Any]:
         """The limits document: the configured limits (what PATCH changes, versioned) and,
@@ -212,11 +215,18 @@ class Admin:
                 "effective_max_inflight": lane.limits.max_inflight,
                 "effective_max_inflight_tokens": lane.limits.max_inflight_tokens,
                 "adaptive": self.adaptive.status(name) if self.adaptive else None,
+                # The reason new requests are refused with while the upstream is stalled.
+                "shed": lane.shed[0] if lane.shed else None,
             }
             for (name, lane), report in zip(self.lanes.items(), felt, strict=True)
         }
         return web.json_response(
-            {"version": limits.version, "paused": limits.paused, "lanes": lanes}
+            {
+                "version": limits.version,
+                "paused": limits.paused,
+                "lanes": lanes,
+                "stall": self.stall.status() if self.stall else None,
+            }
         )
 
     async def get_audit(self, request: web.Request) -> web.Response:

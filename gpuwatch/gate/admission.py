@@ -116,6 +116,9 @@ class AdmissionLane:
     slo_ttft_s: float | None = None
     clock: Callable[[], float] = time.monotonic
     times: LaneTimes = field(default_factory=LaneTimes)
+    # (reason, message) every new request is refused with while the upstream is stalled
+    # (stallwatch.py); None: admitted as usual.
+    shed: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.queue.blocked = self.tenants.blocked
@@ -185,6 +188,8 @@ class AdmissionLane:
         simulated time."""
         if self.paused:
             raise self.refuse("paused", "admission is paused (the node is draining)")
+        if self.shed is not None:
+            raise self.refuse(*self.shed)
         if self.tenants.paused(who.tenant):
             raise self.refuse("tenant_paused", f"tenant {who.tenant!r} is paused")
         over = self._over_budget(tokens)
@@ -324,6 +329,17 @@ class AdmissionLane:
                 break  # the head waits, even if a smaller request behind it would fit
             self.queue.served(waiter)
             waiter.future.set_result(self._issue(waiter.since, waiter.tokens, waiter.who))
+
+    def refuse_queued(self, reason: str, message: str) -> int:
+        """Refuse every request waiting in the queue (a stalled upstream: they would wait for
+        nothing); how many were."""
+        refused = 0
+        for waiter in list(self.queue):
+            self.queue.remove(waiter)
+            if not waiter.future.done():
+                waiter.future.set_exception(self.refuse(reason, message))
+                refused += 1
+        return refused
 
     def set_limits(self, limits: LaneLimits, paused: bool) -> None:
         self.limits = limits

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.tokens import chat_text, estimate_chat, estimate_text
 
 # Every name an OpenAI-compatible server reads as the output bound (vLLM, llama.cpp, TGI,
@@ -260,3 +261,65 @@ def cap_output(body: dict[str, Any], cap: int, reject: bool, default_key: str, l
         body[default_key] = per_answer
         return True
     return bool(over)
+
+
+class CapRefused(Exception):
+    """A body the lane's prompt or output cap refuses; ``reason`` is the gate's refusal reason
+    (``prompt_too_long``, ``max_tokens``)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def apply_text_caps(
+    body: dict[str, Any],
+    limits: LaneLimits,
+    lane: str,
+    path: str,
+    prompt_tokens: int | None,
+    default_output_tokens: int,
+    clamped: list[str],
+) -> tuple[bool, int]:
+    """A lane's prompt cap, output cap and token reservation on a body whose prompt is
+    ``prompt_tokens`` long (None: unknown): raises CapRefused; clamps the output bound in place
+    (what it changed is added to ``clamped``). Returns whether the body changed and the tokens
+    to reserve from the lane's budget: prompt + output bound, 0 without a budget.
+
+    The proxy calls it for every request; ``gpuwatch plan sweep`` for every simulated one, so
+    the plan reserves what the gate reserves."""
+    cap_prompt = limits.max_prompt_tokens
+    if cap_prompt is not None and prompt_tokens is not None and prompt_tokens > cap_prompt:
+        why = f"prompt is {prompt_tokens} tokens; lane {lane!r} allows {cap_prompt}"
+        raise CapRefused("prompt_too_long", why)
+    changed = False
+    cap = limits.max_output_tokens
+    if cap is not None:
+        default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
+        asked = {k: body[k] for k in OUTPUT_KEYS if k in body}
+        try:
+            changed = cap_output(
+                body, cap, limits.output_tokens_policy == "reject", default_key, lane
+            )
+        except OverCap as exc:
+            raise CapRefused("max_tokens", str(exc)) from None
+        if changed:
+            # As numbers: a bound sent as " 500" must not put its spaces in a header.
+            clamped.extend(
+                f"{k} {output_tokens(k, asked.get(k)) or 'none'}->{body[k]}"
+                for k in OUTPUT_KEYS
+                if k in body and asked.get(k) != body[k]
+            )
+    if limits.max_inflight_tokens is None:
+        return changed, 0
+    return changed, (prompt_tokens or 0) + output_bound(body, cap, default_output_tokens)
+
+
+def output_bound(body: dict[str, Any], cap: int | None, default: int) -> int:
+    """The most output tokens a (capped) body can generate, over all its answers: its own bound
+    (the largest of the names present), else the lane's cap, else ``default`` (the gate's
+    ``default_output_tokens``); a bound below 1 ("no bound" to some servers) counts as none."""
+    bounds = [output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body]
+    given = [b for b in bounds if b is not None and b >= 1]
+    per_answer = max(given) if given else (cap or default)
+    return per_answer * answers(body)

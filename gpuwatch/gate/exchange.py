@@ -27,6 +27,7 @@ class Exchange:
         self._flushed = received
         self._queued_at: float | None = None
         self._on_first: Callable[[], None] | None = None
+        self.answered = False  # the whole answer reached the client (``answered_whole``)
         if self.record is None:
             metrics.other.inc()
 
@@ -79,7 +80,17 @@ class Exchange:
             self._gaps = []
         self._flushed = now
 
+    def answered_whole(self) -> None:
+        """The upstream finished its answer (``data: [DONE]``, or its last chunk) and the gate
+        wrote it to the client: a success, whatever the client does next. Clients close at
+        [DONE] (GuideLLM does), often under the gate's last write or while the upstream's
+        stream is still open; counting those as abandoned put whole answers among the
+        failures."""
+        self.answered = True
+
     def outcome(self, outcome: Outcome) -> None:
+        if self.answered:
+            return
         if self.record is not None and self.record.outcome == "ok":
             self.record.outcome = outcome
 

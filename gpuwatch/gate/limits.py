@@ -36,6 +36,8 @@ REASONS = (
     # Classes and tenants (fairqueue.py, tenants.py).
     "evicted",
     "tenant_paused",
+    # The upstream is stalled (stallwatch.py): shed until it makes progress again.
+    "upstream_stalled",
 )
 
 

@@ -44,6 +44,11 @@ class GateMetrics:
             registry=r,
         )
         self.paused = Gauge("gpuwatch_gate_paused", "1 while admission is paused.", registry=r)
+        self.upstream_stalled = Gauge(
+            "gpuwatch_gate_upstream_stalled",
+            "1 while the upstream is stalled (requests in it, no progress) and lanes are shed.",
+            registry=r,
+        )
         self.admitted = Counter("gpuwatch_gate_admitted", "Requests admitted.", lane, registry=r)
         self.rejected = Counter(
             "gpuwatch_gate_rejected", "Requests refused, by reason.", ["lane", "reason"], registry=r

@@ -22,12 +22,9 @@ from aiohttp import web
 from gpuwatch.gate.admission import AdmissionLane, Refused
 from gpuwatch.gate.body import BodyRefused, inflated, read_body
 from gpuwatch.gate.caps import (
-    OUTPUT_KEYS,
     BodyError,
-    OverCap,
-    answers,
-    cap_output,
-    output_tokens,
+    CapRefused,
+    apply_text_caps,
     read_prompt,
 )
 from gpuwatch.gate.config import GateConfig
@@ -38,6 +35,7 @@ from gpuwatch.gate.limits import MEDIA_CAPS, Lane, LaneLimits
 from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, apply_media_caps, has_media_caps
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.paths import PathError, split_target
+from gpuwatch.gate.stallwatch import StreamTally
 from gpuwatch.gate.upstream import Upstream, UpstreamError
 from gpuwatch.gate.watchdog import IdleWatchdog, SendWatchdog, UpstreamTimeout, within
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -69,6 +67,9 @@ RETRY_AFTER = {
     "paused": "10",
     "evicted": "1",
     "tenant_paused": "10",
+    # Unknown how long a stall lasts: come back soon, the gate admits again the second the
+    # upstream moves.
+    "upstream_stalled": "5",
 }
 STATUS = {
     "queue_full": 429,
@@ -81,10 +82,12 @@ STATUS = {
     **{cap: 400 for cap in MEDIA_CAPS},
     "evicted": 429,
     "tenant_paused": 503,
+    "upstream_stalled": 503,
 }
 # Bodies up to this size are read whole when the upstream declares their length: cheaper than
 # streaming a short JSON answer chunk by chunk.
 _WHOLE_BODY_MAX = 256 * 1024
+_DONE = b"data: [DONE]"  # an OpenAI-style stream's last event
 _TOKENIZE_ANSWER_MAX = 4 * 1024 * 1024
 # What the media caps clamped, from the check to the answer's headers.
 _CLAMPED = web.RequestKey("gpuwatch_clamped", str)
@@ -128,6 +131,8 @@ class Proxy:
         self._unreachable = _Throttled()
         self._broken = _Throttled()
         self._silent = _Throttled()
+        # Streams being relayed and their chunks, for the stall watch (stallwatch.py).
+        self.streams = StreamTally()
         # Longest prefix first, so /v1/images/ wins over a shorter overlapping prefix.
         self._routes = sorted(
             ((p, lane.name) for lane in config.lanes for p in lane.prefixes),
@@ -276,47 +281,13 @@ class Proxy:
         tokens = None
         if limits.max_prompt_tokens is not None or budget is not None:
             tokens = await self._prompt_tokens(name, body)
-        if (
-            limits.max_prompt_tokens is not None
-            and tokens is not None
-            and tokens > limits.max_prompt_tokens
-        ):
-            raise lane.refuse(
-                "prompt_too_long",
-                f"prompt is {tokens} tokens; lane {name!r} allows {limits.max_prompt_tokens}",
+        try:
+            capped, reserve = apply_text_caps(
+                body, limits, name, path, tokens, self.config.default_output_tokens, clamped
             )
-        cap = limits.max_output_tokens
-        if cap is not None:
-            default_key = "max_output_tokens" if path.endswith("/responses") else "max_tokens"
-            asked = {k: body[k] for k in OUTPUT_KEYS if k in body}
-            try:
-                capped = cap_output(
-                    body, cap, limits.output_tokens_policy == "reject", default_key, name
-                )
-            except OverCap as exc:
-                raise lane.refuse("max_tokens", str(exc)) from None
-            changed = changed or capped
-            if capped:
-                # As numbers: a bound sent as " 500" must not put its spaces in a header.
-                clamped.extend(
-                    f"{k} {output_tokens(k, asked.get(k)) or 'none'}->{body[k]}"
-                    for k in OUTPUT_KEYS
-                    if k in body and asked.get(k) != body[k]
-                )
-        reserve = 0
-        if budget is not None:
-            reserve = (tokens or 0) + self._output_bound(body, cap)
-        return (json.dumps(body).encode() if changed else raw), reserve
-
-    def _output_bound(self, body: dict[str, Any], cap: int | None) -> int:
-        """The most output tokens a (capped) body can generate, over all its answers: its own
-        bound (the largest of the names present), else the lane's cap, else the gate's
-        ``default_output_tokens``; a bound below 1 ("no bound" to some servers) counts as none.
-        """
-        bounds = [output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body]
-        given = [b for b in bounds if b is not None and b >= 1]
-        per_answer = max(given) if given else (cap or self.config.default_output_tokens)
-        return per_answer * answers(body)
+        except CapRefused as exc:
+            raise lane.refuse(exc.reason, str(exc)) from None
+        return (json.dumps(body).encode() if changed or capped else raw), reserve
 
     async def _prompt_tokens(self, name: str, body: dict[str, Any]) -> int | None:
         prompt = read_prompt(body)  # also the type check of every prompt field
@@ -473,12 +444,14 @@ class Proxy:
             ex.outcome("abandoned")
             # The client left while a write was under way (headers, a chunk, the last chunk):
             # a failed write to the client, not an upstream problem.
-            self.metrics.streams_broken.labels("client").inc()
+            if not ex.answered:
+                self.metrics.streams_broken.labels("client").inc()
             log.debug("client left mid-stream")
             return response
         except asyncio.CancelledError:
             # The other way a client leaves mid-stream: its disconnect cancelled the handler.
-            self.metrics.streams_broken.labels("client").inc()
+            if not ex.answered:
+                self.metrics.streams_broken.labels("client").inc()
             raise
 
     async def _stream(
@@ -492,9 +465,11 @@ class Proxy:
         lane: str,
     ) -> web.StreamResponse:
         send = SendWatchdog(request.transport, self.config.client_send_timeout_s)
+        self.streams.begin()
         try:
             return await self._pump(request, upstream, response, ex, send, watch, chunk, lane)
         finally:
+            self.streams.end()
             send.stop()
             if send.fired:
                 log.info(
@@ -515,7 +490,9 @@ class Proxy:
     ) -> web.StreamResponse:
         """Relay ``chunk`` (the first, already read) and every next one to the client."""
         first = True
+        tail = b""  # the last bytes written, for a [DONE] split across two chunks
         while chunk:
+            self.streams.chunk()
             if first:
                 ex.first_byte()
                 first = False
@@ -524,6 +501,9 @@ class Proxy:
             send.writing()
             await response.write(chunk)
             send.written()
+            if _DONE in tail + chunk:
+                ex.answered_whole()
+            tail = (tail + chunk)[-len(_DONE) :]
             # Reading from the upstream and writing to the client fail for different reasons
             # and mean different things; each gets its own handler and its own count.
             try:
@@ -547,5 +527,6 @@ class Proxy:
                     request.transport.close()
                 return response
             watch.progress()
+        ex.answered_whole()  # the upstream's last chunk, every byte written
         await response.write_eof()
         return response

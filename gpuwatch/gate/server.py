@@ -7,6 +7,7 @@ lane per configured lane (``admission.py``), the metrics, and the listener (``li
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import partial
 from pathlib import Path
 
@@ -23,10 +24,12 @@ from gpuwatch.gate.limits import Limits
 from gpuwatch.gate.listener import Listening, listen, track_requests
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.proxy import Proxy
+from gpuwatch.gate.stallwatch import StallWatch, generation_lanes
 from gpuwatch.gate.state import GateState
 from gpuwatch.gate.tenantstatus import ClassCollector
 from gpuwatch.gate.upstream import Upstream
 from gpuwatch.gate.upstream_metrics import UpstreamMetrics
+from gpuwatch.stall import DEFAULT_STALL_AFTER_S
 
 
 def _inflight(lane: AdmissionLane) -> float:
@@ -73,6 +76,8 @@ class Gate:
         upstream_metrics: str | None = None,
         controller: str = "aimd",
         adaptive_pace: float = 1.0,
+        stall_after_s: float | None = DEFAULT_STALL_AFTER_S,
+        stall_lanes: Collection[str] | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -114,6 +119,16 @@ class Gate:
         )
         self.metrics.registry.register(ClassCollector(self.lanes, config.fairness))
         self.admin.adaptive = self.adaptive
+        shed = stall_lanes
+        if shed is None:
+            prefixes = {lane.name: lane.prefixes for lane in config.lanes}
+            shed = generation_lanes(self.proxy.lane_for, prefixes)
+        self.stall = StallWatch(
+            state, self.lanes, shed, self.proxy.streams, stall_after_s, upstream_metrics is not None
+        )
+        if self.upstream_metrics is not None:
+            self.upstream_metrics.listeners.append(self.stall.on_page)
+        self.admin.stall = self.stall
         state.on_change(self._apply)
         self._bind_gauges()
 
@@ -126,6 +141,7 @@ class Gate:
     def _bind_gauges(self) -> None:
         """Gauges read the admission state when scraped: nothing to update per request."""
         self.metrics.paused.set_function(lambda: 1.0 if self.state.limits.paused else 0.0)
+        self.metrics.upstream_stalled.set_function(self.stall.stalled)
         for name, lane in self.lanes.items():
             lm = self.metrics.lanes[name]
             lm.inflight.set_function(partial(_inflight, lane))
@@ -151,11 +167,13 @@ class Gate:
     async def _open(self, _: web.Application) -> None:
         await self.upstream.open()
         self.adaptive.start()
+        self.stall.start()
         if self.upstream_metrics is not None:
             self.upstream_metrics.start()
 
     async def _close(self, _: web.Application) -> None:
         await self.adaptive.stop()
+        await self.stall.stop()
         if self.upstream_metrics is not None:
             await self.upstream_metrics.stop()
         await self.upstream.close()
@@ -181,6 +199,8 @@ async def start_gate(
     upstream_metrics: str | None = None,
     controller: str = "aimd",
     adaptive_pace: float = 1.0,
+    stall_after_s: float | None = DEFAULT_STALL_AFTER_S,
+    stall_lanes: Collection[str] | None = None,
 ) -> tuple[Gate, Listening]:
     """Load state (persisted limits win), start serving; close with ``served.close()``."""
     defaults = {lane.name: lane.limits for lane in config.lanes}
@@ -188,6 +208,9 @@ async def start_gate(
     state = state_mod.load(path, defaults)
     if not path.exists():
         state.save()  # the file exists from the start: its path is something to show
-    gate = Gate(upstream, config, state, token, upstream_metrics, controller, adaptive_pace)
+    gate = Gate(
+        upstream, config, state, token, upstream_metrics, controller, adaptive_pace,
+        stall_after_s, stall_lanes,
+    )  # fmt: skip
     served = await listen(gate.app(), host, port, config.client_header_timeout_s)
     return gate, served

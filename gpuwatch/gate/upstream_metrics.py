@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -56,12 +57,16 @@ class UpstreamMetrics:
         self._error: str | None = None
         self._background = Background(self.run)
         self._cache = ParseCache()
+        # Whoever wants every page as read (the stall watch: stallwatch.py), errors included.
+        self.listeners: list[Callable[[ScrapeResult], None]] = []
 
     def latest(self) -> UpstreamReading | None:
         return self._latest
 
     async def poll_once(self, client: httpx.AsyncClient) -> None:
         result = await scrape(client, self.url, cache=self._cache)
+        for listener in self.listeners:
+            listener(result)
         reading = reading_of(result)
         self._latest = reading
         error = (result.error or "no serving engine on the page") if reading is None else None

@@ -8,10 +8,10 @@ a suffix (``p99 TTFT 2.4s 1m``), in JSON in the field's name (``ttft_p99_1m``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuwatch.monitor.state import Endpoint, EngineView, Monitor, SourceState
+from gpuwatch.monitor.state import Endpoint, EngineView, Monitor, SourceState, UsersView
 from gpuwatch.series import RECENT_RATE_WINDOW_S, window_label
 
 
@@ -52,6 +52,14 @@ class EngineFigures:
     gen_tps: float | None
     window_s: float
     rate_window_s: float
+    # How long the engine has been STALLED (gpuwatch/stall.py): requests in it, and no
+    # progress for longer than stall_after_s; None when it is not.
+    stalled_s: float | None = None
+    # Where the latency tails come from: "histogram" (the /metrics buckets, an estimate), or
+    # "exact" (the gate's own record of every request, for ``exact_lane``: the lane that hurts
+    # most, the one the badge and the users panel show).
+    tails_from: str = "histogram"
+    exact_lane: str | None = None
 
     @property
     def window(self) -> str:
@@ -81,6 +89,8 @@ class EngineFigures:
             "kv_tokens_used": self.kv_tokens_used,
             "kv_tokens_total": self.kv_tokens_total,
             "headroom_sessions": self.headroom_sessions,
+            "tails_from": self.tails_from,
+            "exact_lane": self.exact_lane,
             f"ttft_p50_{w}": self.ttft_p50,
             f"ttft_p99_{w}": self.ttft_p99,
             f"itl_p99_{w}": self.itl_p99,
@@ -89,13 +99,26 @@ class EngineFigures:
             f"preemptions_per_min_{w}": self.preemptions_per_min,
             f"prompt_tps_{r}": self.prompt_tps,
             f"gen_tps_{r}": self.gen_tps,
+            "stalled_for_s": None if self.stalled_s is None else round(self.stalled_s, 1),
         }
 
 
-def engine_figures(endpoint: Endpoint, view: EngineView) -> EngineFigures:
+def engine_figures(
+    endpoint: Endpoint,
+    view: EngineView,
+    users: UsersView | None = None,
+    now: float | None = None,
+) -> EngineFigures:
+    """An engine's figures. The gate's own (dialect ``gate``) take the gate's exact tails from
+    ``users`` when it has them for this window: one number per thing, the same the users
+    panel, the TTFT breakdown and the badge show, never its histogram's estimate beside it.
+    ``now`` (the monitor's clock): how long a stall has lasted up to it; by default up to the
+    engine's last reading. An endpoint that no longer answers is DOWN or STALE, and what its
+    engine does now is unknown: not shown as stalled."""
     s, h = view.snap, view.history
+    stalled = view.stall.stalled_for(now) if endpoint.status.state == "UP" else None
     hit = h.prefix_hit_rate()
-    return EngineFigures(
+    figures = EngineFigures(
         source=endpoint.url,
         dialect=s.dialect,
         model=s.model,
@@ -115,7 +138,70 @@ def engine_figures(endpoint: Endpoint, view: EngineView) -> EngineFigures:
         gen_tps=h.rate("generation_tokens_total"),
         window_s=h.window_s,
         rate_window_s=RECENT_RATE_WINDOW_S,
+        stalled_s=stalled,
     )
+    if s.dialect != "gate" or users is None or users.worst_lane is None:
+        return figures
+    if users.window != figures.window:
+        return figures  # the gate keeps no exact record over this window
+    tails = users.tails[users.worst_lane]
+    return replace(
+        figures,
+        ttft_p50=_tail(tails, "ttft", "p50"),
+        ttft_p99=_tail(tails, "ttft", "p99"),
+        itl_p99=_tail(tails, "itl", "p99"),
+        queue_p99=_tail(tails, "queue_wait", "p99"),
+        tails_from="exact",
+        exact_lane=users.worst_lane,
+    )
+
+
+def _tail(tails: dict[str, Any], kind: str, name: str) -> float | None:
+    part = tails.get(kind)
+    value = part.get(name) if isinstance(part, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def users_now(monitor: Monitor) -> UsersView | None:
+    """The gate's exact users' view over the monitor's window (None without one)."""
+    return monitor.gate.users(window_label(monitor.window_s)) if monitor.gate else None
+
+
+def users_json(users: UsersView) -> dict[str, Any]:
+    """The users' side for scripts (``watch --json``'s ``users``): goodput overall and per lane
+    and each lane's exact tails, as the badge judges them and the users panel shows them; every
+    windowed key named with its window."""
+    w = users.window
+    lanes: dict[str, Any] = {}
+    for name in sorted(set(users.lane_goodput) | set(users.tails)):
+        g = users.lane_goodput.get(name) or {}
+        t = users.tails.get(name) or {}
+        lanes[name] = {
+            "judged": name not in users.unjudged,
+            f"goodput_{w}": g.get("ratio"),
+            **{f"{k}_{w}": g.get(k, 0) for k in ("ended", "good", "slow", "refused", "failed")},
+            f"requests_{w}": t.get("requests", 0),
+            **{f"{kind}_{w}": t.get(kind) for kind in ("ttft", "queue_wait", "itl", "e2e")},
+        }
+    return {
+        "window": w,
+        "measured_at": "gate",
+        f"goodput_{w}": users.goodput,
+        **{f"{k}_{w}": v for k, v in users.totals.items()},
+        "worst_lane": users.worst_lane,
+        f"ttft_p99_{w}": users.ttft_p99,
+        "lanes": lanes,
+    }
+
+
+def all_figures(monitor: Monitor) -> list[EngineFigures]:
+    """Every engine's figures, in the order the panel and ``watch`` list them."""
+    users, now = users_now(monitor), monitor.clock()
+    return [
+        engine_figures(ep, view, users, now)
+        for ep in monitor.endpoints.values()
+        for view in ep.engines.values()
+    ]
 
 
 @dataclass(frozen=True)
@@ -193,7 +279,7 @@ def ttft_breakdown(monitor: Monitor) -> TtftBreakdown | None:
     if engine is None and gate is None:
         return None
     now = monitor.clock()
-    users = monitor.gate.users(window_label(monitor.window_s)) if monitor.gate else None
+    users = users_now(monitor)
     gate_queue = _part("gate queue", gate, "queue", now)
     exact_ttft = None
     if users is not None and users.worst_lane is not None:

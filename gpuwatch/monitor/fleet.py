@@ -12,11 +12,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpuwatch.fmt import num, pct, seconds
-from gpuwatch.monitor.health import DEFAULT_SLO, LEVELS, HealthTracker, Verdict, badness
+from gpuwatch.monitor.health import (
+    DEFAULT_SLO,
+    LEVELS,
+    HealthTracker,
+    Verdict,
+    badge_text,
+    badness,
+)
 from gpuwatch.monitor.health import SIGNALS as HEALTH_SIGNALS
 from gpuwatch.monitor.state import Event, EventLevel
 from gpuwatch.sources.prometheus import FleetReading
-from gpuwatch.sources.promql import WINDOW, FleetRow
+from gpuwatch.sources.promql import WINDOW, WINDOW_S, FleetRow
 
 # Fleet column -> the [slo] key it is judged against (the node badge's own signals).
 JUDGED = {
@@ -56,8 +63,32 @@ COLUMNS: tuple[Column, ...] = (
 SORT_KEYS = ("health", "instance", "model", *(c.key for c in COLUMNS))
 
 
+def stalled(row: FleetRow) -> bool | None:
+    """Requests running all through the window and no progress in it: no forward pass
+    (where the stack counts them: llama.cpp), else no token generated. None: not known."""
+    running = row.values.get("running_min")
+    progress = row.values.get("steps_ps")
+    if progress is None:
+        progress = row.values.get("gen_tps")
+    if running is None or progress is None:
+        return None
+    return running > 0 and progress == 0
+
+
 def signals_of(row: FleetRow) -> dict[str, float | None]:
-    return {slo: row.values.get(col) for col, slo in JUDGED.items()}
+    out = {slo: row.values.get(col) for col, slo in JUDGED.items()}
+    # A stalled row has made no progress for at least the window (Prometheus' range says no
+    # more): judged as the node's badge judges a stall, against the same stall_after_s.
+    still = stalled(row)
+    out["stall_after_s"] = None if still is None else (WINDOW_S if still else 0.0)
+    return out
+
+
+def stall_details(row: FleetRow) -> dict[str, str]:
+    if not stalled(row):
+        return {}
+    running = num(row.values.get("running_min"))
+    return {"stall_after_s": f"at least {running} running all through the last {WINDOW}"}
 
 
 def severity(row: FleetRow, slo: Mapping[str, float | None]) -> float:
@@ -108,7 +139,7 @@ class FleetState:
         window = WINDOW
         for row in reading.rows:
             tracker = self.badges.setdefault(row.key, HealthTracker(self.slo))
-            tracker.update(now, signals_of(row), window)
+            tracker.update(now, signals_of(row), window, stall_details(row))
         lines = [t.line() for t in reading.unhealthy] + [a.line() for a in reading.alerts]
         for line in lines:
             if line not in self._said:
@@ -167,7 +198,7 @@ def table_lines(state: FleetState, rows: list[FleetRow]) -> list[str]:
     head = ["health", "instance", "node", "model", "dialect", *(c.header for c in COLUMNS)]
     body = [
         [
-            state.verdict(r).level,
+            badge_text(state.verdict(r)),
             r.instance,
             r.node,
             r.model or "-",

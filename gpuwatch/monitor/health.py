@@ -2,18 +2,20 @@
 
 Each signal is compared with its threshold: under 80% is OK, from 80% to 100% TIGHT, over
 100% OVERLOADED; the worst signal decides. The badge only moves to a new level after that level
-has held for ``hold_s`` (10 s), so one slow scrape does not flap it.
+has held for ``hold_s`` (10 s), so one slow scrape does not flap it. A stall is the exception:
+it is a fact that already held for its own ``stall_after_s``, not a statistic that may be one
+slow scrape, so it is shown at once, and so is its end.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuwatch.config import Slo
-from gpuwatch.fmt import pct, seconds
+from gpuwatch.fmt import duration, pct, seconds
 
 Level = Literal["NO DATA", "OK", "TIGHT", "OVERLOADED"]
 LEVELS: tuple[Level, ...] = ("NO DATA", "OK", "TIGHT", "OVERLOADED")
@@ -29,6 +31,7 @@ class Signal:
     fmt: Callable[[float], str]
     windowed: bool = True  # computed over the history's window (shown with it)
     floor: bool = False
+    held: bool = True  # a new level waits out the hold (False: a fact, shown at once)
 
 
 # The keys are the [slo] config keys.
@@ -40,6 +43,9 @@ SIGNALS: dict[str, Signal] = {
     "preemptions_per_min": Signal("preemptions", lambda v: f"{v:.1f}/min"),
     # One decimal: 98.6% must not read as "99% < 99%".
     "goodput_min": Signal("goodput", lambda v: f"{v:.1%}", floor=True),
+    # How long a busy engine has shown no progress (gpuwatch/stall.py): over its threshold
+    # exactly when the engine is STALLED, the detector's rule being the same threshold.
+    "stall_after_s": Signal("no progress for", duration, windowed=False, held=False),
 }
 
 DEFAULT_SLO = Slo().thresholds()
@@ -49,6 +55,8 @@ DEFAULT_SLO = Slo().thresholds()
 class Verdict:
     level: Level
     reason: str
+    # The [slo] key of the worst signal (None without one): which rule spoke, not what it said.
+    signal: str | None = field(default=None, compare=False)
 
 
 def badness(signal: Signal, value: float, threshold: float) -> float:
@@ -71,28 +79,49 @@ def judge(
     No signal at all is NO DATA, never OK. ``window`` labels windowed signals (``p99 TTFT 1m``);
     ``details`` adds a signal's breakdown to the reason (``goodput 91% < 99%: 6% refused``).
     """
-    worst: tuple[float, str, float, float] | None = None
+    # A fact past its threshold (a stall) is the reason before any statistic: what users get
+    # (refusals, slow answers) follows from it, and it is what to fix.
+    worst: tuple[tuple[bool, float], str, float, float] | None = None
     for key, threshold in slo.items():
         value = signals.get(key)
         if threshold is None or value is None or threshold <= 0:
             continue
         ratio = badness(SIGNALS[key], value, threshold)
-        if worst is None or ratio > worst[0]:
-            worst = (ratio, key, value, threshold)
+        rank = (not SIGNALS[key].held and ratio > 1, ratio)
+        if worst is None or rank > worst[0]:
+            worst = (rank, key, value, threshold)
     if worst is None:
         return Verdict("NO DATA", "no SLO signal to judge yet")
-    ratio, key, value, threshold = worst
+    (_, ratio), key, value, threshold = worst
     signal = SIGNALS[key]
     label = f"{signal.label} {window}" if signal.windowed and window else signal.label
     shown, limit = signal.fmt(value), signal.fmt(threshold)
     extra = f": {details[key]}" if details and details.get(key) else ""
     if ratio > 1:
         over = "<" if signal.floor else ">"
-        return Verdict("OVERLOADED", f"{label} {shown} {over} {limit}{extra}")
+        return Verdict("OVERLOADED", f"{label} {shown} {over} {limit}{extra}", key)
     if ratio >= TIGHT_AT:
         near = f"near {limit}" if signal.floor else f"{ratio:.0%} of {limit}"
-        return Verdict("TIGHT", f"{label} {shown} ({near}){extra}")
-    return Verdict("OK", f"{label} {shown} (of {limit})")
+        return Verdict("TIGHT", f"{label} {shown} ({near}){extra}", key)
+    return Verdict("OK", f"{label} {shown} (of {limit})", key)
+
+
+def badge_text(verdict: Verdict) -> str:
+    """What a badge reads: the level, or STALLED where a stalled engine is why it is
+    OVERLOADED (alive and stuck is not the same trouble as too much work)."""
+    if verdict.level == "OVERLOADED" and verdict.signal == "stall_after_s":
+        return "STALLED"
+    return verdict.level
+
+
+def at_once(verdict: Verdict, shown: Verdict) -> bool:
+    """A new level that is shown without waiting out the hold: a fact (a stall) that starts,
+    or the end of one that was shown."""
+
+    def fact(v: Verdict) -> bool:
+        return v.level == "OVERLOADED" and v.signal is not None and not SIGNALS[v.signal].held
+
+    return fact(verdict) or fact(shown)
 
 
 class HealthTracker:
@@ -121,7 +150,7 @@ class HealthTracker:
             self._candidate = None
             self.shown = verdict  # same level: the reason may still move
             return self.shown, False
-        if "NO DATA" in (verdict.level, self.shown.level):
+        if "NO DATA" in (verdict.level, self.shown.level) or at_once(verdict, self.shown):
             self.shown, self._candidate = verdict, None
             return self.shown, True
         if verdict.level != self._candidate:

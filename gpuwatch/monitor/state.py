@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from gpuwatch.fmt import clip
+from gpuwatch.fmt import clip, duration, num
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
-from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict
+from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict, badge_text
 from gpuwatch.series import CounterRate, EngineHistory, RingSeries, window_label
+from gpuwatch.stall import StallDetector, progress_of
 
 EventLevel = Literal["info", "warn", "bad", "ok"]
 SourceState = Literal["WAITING", "UP", "DOWN", "STALE"]
@@ -56,10 +57,26 @@ class SourceStatus:
     last_error: str | None = None
 
 
+def short_url(url: str) -> str:
+    """``127.0.0.1:8000`` for ``http://127.0.0.1:8000/metrics``: an endpoint in a line."""
+    return url.split("://", 1)[-1].removesuffix("/metrics")
+
+
 @dataclass
 class EngineView:
     snap: EngineSnapshot
     history: EngineHistory
+    stall: StallDetector = field(default_factory=StallDetector)
+
+    def name(self) -> str:
+        """``vllm Llama-3.1-8B @ 127.0.0.1:8000``: which engine, in a line."""
+        model = (self.snap.model or "").rsplit("/", 1)[-1]
+        where = short_url(self.snap.source)
+        return " ".join(p for p in (self.snap.dialect, model, "@", where) if p)
+
+    def load_text(self) -> str:
+        """``3 running, 2 waiting``: what a stalled engine holds."""
+        return f"{num(self.stall.running)} running, {num(self.stall.waiting)} waiting"
 
 
 @dataclass
@@ -81,6 +98,10 @@ class UsersView:
     tails: dict[str, dict[str, Any]]  # lane -> {requests, ttft, queue_wait, e2e, itl}
     ttft_p99: float | None
     worst_lane: str | None
+    # lane -> {ended, good, slow, refused, failed, ratio}: each lane's own goodput
+    lane_goodput: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # lanes whose answers come in one piece while another streams: shown, not judged
+    unjudged: frozenset[str] = frozenset()
 
     @property
     def goodput(self) -> float | None:
@@ -111,6 +132,8 @@ class GateView:
     goodput: RingSeries = field(default_factory=RingSeries)
     # The worst lane's exact queue-wait p99, to tell how much it grew.
     queue_p99: RingSeries = field(default_factory=RingSeries)
+    # The worst lane's exact TTFT p99 (queue wait included): the users' line of the TTFT chart.
+    ttft_p99: RingSeries = field(default_factory=RingSeries)
     lower_seen: int | None = None  # an older version a poll answered, not yet believed
 
     def users(self, window: str = "1m") -> UsersView | None:
@@ -149,7 +172,16 @@ class GateView:
             if t["ttft"].get("p99") and n not in whole
         ]
         worst = max(ranked, default=None)
-        return UsersView(window, totals, tails, worst[0] if worst else None, worst and worst[1])
+        per_lane = {name: data.get("goodput", {}).get(window) or {} for name, data in lanes.items()}
+        return UsersView(
+            window,
+            totals,
+            tails,
+            worst[0] if worst else None,
+            worst and worst[1],
+            per_lane,
+            frozenset(whole),
+        )
 
     @property
     def refusal_window(self) -> str:
@@ -182,6 +214,8 @@ class Monitor:
         self.gate = GateView(admin_url) if admin_url else None
         self.events: deque[Event] = deque(maxlen=500)
         self.health = HealthTracker({**DEFAULT_SLO, **(slo or {})})
+        # The same [slo] key judges the badge and runs each engine's stall detector.
+        self.stall_after_s = self.health.slo.get("stall_after_s")
         self.verdict: Verdict = self.health.shown
         self.version = 0  # bumps on every change: widgets skip work when nothing moved
         self.started = started
@@ -235,11 +269,31 @@ class Monitor:
             key = (snap.dialect, snap.model)
             view = ep.engines.get(key)
             if view is None:
-                view = ep.engines[key] = EngineView(snap, EngineHistory(self.window_s))
+                view = ep.engines[key] = EngineView(
+                    snap, EngineHistory(self.window_s), StallDetector(self.stall_after_s)
+                )
             view.snap = snap
             for text in view.history.update(taken, snap):
                 self.event("warn", text)
+            self._stall(view, taken)
         self.version += 1
+
+    def _stall(self, view: EngineView, taken: float) -> None:
+        """Feed the engine's stall detector; its start and its end are events."""
+        stall = view.stall
+        since, was = stall.since, stall.stalled
+        snap = view.snap
+        if stall.update(taken, progress_of(snap), snap.running, snap.waiting) == was:
+            return
+        if stall.stalled:
+            self.event(
+                "bad",
+                f"{view.name()} STALLED: no progress for {duration(taken - (stall.since or 0))} "
+                f"with {view.load_text()}",
+            )
+        else:
+            lasted = duration(taken - since) if since is not None else "a while"
+            self.event("ok", f"{view.name()} moving again after {lasted} stalled")
 
     def apply_gpus(self, reading: GpuReading) -> None:
         now = self.clock()
@@ -313,13 +367,15 @@ class Monitor:
                     )
                     counter.update(now, total)
             gate.queued.append(now, queued)
-            users = gate.users()
+            users = gate.users(window_label(self.window_s))
             if users is not None and users.goodput is not None:
                 gate.goodput.append(now, users.goodput)
             if users is not None and users.worst_lane is not None:
                 queue_p99 = users.tails[users.worst_lane]["queue_wait"].get("p99")
                 if queue_p99 is not None:
                     gate.queue_p99.append(now, queue_p99)
+                if users.ttft_p99 is not None:
+                    gate.ttft_p99.append(now, users.ttft_p99)
         self.version += 1
 
     def _accept_limits(self, gate: GateView, limits: dict[str, Any], current: bool) -> None:
@@ -389,8 +445,14 @@ class Monitor:
                 if detail:
                     details[key] = detail
 
+        now = self.clock()
         for view in self.serving_engines():
             h, s = view.history, view.snap
+            if view.stall.since is not None:
+                # A busy engine: 0 until its detector says STALLED (the badge and the engine
+                # line agree), then how long. An idle one is not judged.
+                stalled = view.stall.stalled_for(now)
+                worst("stall_after_s", stalled or 0.0, f"{view.name()}, {view.load_text()}")
             worst("ttft_p99_s", h.quantile("ttft", 0.99))
             worst("itl_p99_s", h.quantile("itl", 0.99))
             worst("kv_usage_high", s.kv_cache_usage)
@@ -419,9 +481,9 @@ class Monitor:
             if verdict.level == "NO DATA":
                 what = "no data"
             elif before == "NO DATA":
-                what = f"health {verdict.level}"
+                what = f"health {badge_text(verdict)}"
             else:
-                what = "SLO recovered" if verdict.level == "OK" else f"SLO {verdict.level}"
+                what = "SLO recovered" if verdict.level == "OK" else f"SLO {badge_text(verdict)}"
             self.event(BADGE_EVENT[verdict.level], f"{what}: {verdict.reason}")
         if verdict != self.verdict:
             self.verdict = verdict

@@ -129,6 +129,12 @@ class KvPlan:
             "layers": shape.layers,
             "kv_heads": shape.kv_heads,
             "head_dim": shape.head_dim,
+            "kv_lora_rank": shape.kv_lora_rank,
+            "qk_rope_head_dim": shape.qk_rope_head_dim if shape.mla else None,
+            "dtype": shape.dtype,
+            "config_dtype": shape.config_dtype,
+            "dtype_why": shape.dtype_why,
+            "params": shape.params,
             "sliding_window": shape.sliding_window if i.sliding else None,
             "sliding_layers": shape.sliding_layers if i.sliding else 0,
             "kv_cache_dtype": self.kv_dtype,
@@ -227,18 +233,26 @@ def plan_kv(i: KvInputs) -> KvPlan:
     steps = [Step("model", shape.name, "")]
     steps += [Step("from config.json", note, "") for note in shape.derived]
     kv_dtype, dtype_bytes = kv_dtype_of(shape, i.kv_cache_dtype)
-    how = f"auto = torch_dtype {kv_dtype}" if i.kv_cache_dtype == "auto" else kv_dtype
+    if shape.dtype_why:
+        steps.append(Step("model dtype", shape.dtype_why, shape.dtype))
+    how = f"auto = the model's dtype {kv_dtype}" if i.kv_cache_dtype == "auto" else kv_dtype
     if shape.quantization:
         how += f" (weights {shape.quantization}: the KV cache is not quantized by it)"
     steps.append(Step("KV dtype", how, f"{dtype_bytes:g} bytes"))
-    per_token = kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, dtype_bytes)
-    steps.append(
-        Step(
-            "KV bytes per token",
-            f"2 (K and V) x {shape.layers} layers x {shape.kv_heads} KV heads x "
-            f"{shape.head_dim} head dim x {dtype_bytes:g} bytes = {n(per_token)} B",
-            f"{per_token / 1024:g} KiB",
+    if shape.mla:
+        per_token = math.ceil(shape.layers * shape.kv_width * dtype_bytes)
+        sums = (
+            f"(kv_lora_rank {shape.kv_lora_rank} + qk_rope_head_dim {shape.qk_rope_head_dim}) "
+            f"(MLA latent) x {shape.layers} layers x {dtype_bytes:g} bytes"
         )
+    else:
+        per_token = kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, dtype_bytes)
+        sums = (
+            f"2 (K and V) x {shape.layers} layers x {shape.kv_heads} KV heads x "
+            f"{shape.head_dim} head dim x {dtype_bytes:g} bytes"
+        )
+    steps.append(
+        Step("KV bytes per token", f"{sums} = {n(per_token)} B", f"{per_token / 1024:g} KiB")
     )
     usable = i.gpu_bytes * i.gpu_memory_utilization
     steps.append(
@@ -350,13 +364,17 @@ def render_table(plan: KvPlan) -> str:
     if shape.sliding_window and i.sliding:
         window = f", sliding window {n(shape.sliding_window)} on {shape.sliding_layers} layers"
     kib = plan.bytes_per_token / 1024
+    if shape.mla:
+        layout = (
+            f"{shape.layers} layers x MLA latent {shape.kv_lora_rank} + rope "
+            f"{shape.qk_rope_head_dim}"
+        )
+    else:
+        layout = f"{shape.layers} layers x {shape.kv_heads} KV heads x {shape.head_dim} head dim"
     rows = [
         ("model", f"{shape.name}{window}"),
-        (
-            "shape",
-            f"{shape.layers} layers x {shape.kv_heads} KV heads x {shape.head_dim} head dim, "
-            f"KV {plan.kv_dtype} ({plan.kv_dtype_bytes:g} B)",
-        ),
+        ("shape", f"{layout}, KV {plan.kv_dtype} ({plan.kv_dtype_bytes:g} B)"),
+        ("dtype", f"{shape.dtype} ({shape.dtype_why or 'the profile'})"),
         ("GPU memory", f"{size(i.gpu_bytes)} ({i.gpu_from})"),
         ("weights", f"{size(i.weight_bytes)} ({i.weights_from})"),
         (

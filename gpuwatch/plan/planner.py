@@ -12,24 +12,24 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpuwatch.gate.limits import DEFAULT_LANES, MEDIA_CAPS, LaneLimits
 from gpuwatch.plan.probe import ProbeResult, Target
 from gpuwatch.plan.recommend import Recommendation, recommend
-from gpuwatch.plan.simulate import GateLimits, run_probe
+from gpuwatch.plan.simulate import run_probe
 from gpuwatch.plan.sweep import Search, SearchSettings
 from gpuwatch.plan.traffic import Traffic
 from gpuwatch.sim.profiles import Profile
 
 PLAN_FORMAT = 1
 DEFAULT_HEADROOM = 0.7
-# The gate's own defaults for the chat lane (gpuwatch/gate/limits.py's LaneLimits); copied, not
-# imported, so a plan never needs the gate package. A unit test keeps the two equal.
-GATE_DEFAULT_CHAT = GateLimits(max_inflight=16, max_queue=64, queue_timeout_s=30.0)
+# The gate's own defaults for the chat lane: the checks run the lane as a fresh gate holds it.
+GATE_DEFAULT_CHAT = next(lane.limits for lane in DEFAULT_LANES if lane.name == "chat")
 
 
 @dataclass
@@ -154,7 +154,8 @@ def sweep_sim(
         if check:
             boring = knee * headroom
             rec = plan.recommended
-            limits = GateLimits(rec.max_inflight, rec.max_queue, 30.0, rec.max_output_tokens)
+            # The recommendation applied to a fresh gate: what --apply would leave in force.
+            limits = replace(GATE_DEFAULT_CHAT, **rec.limits())
             duration = search.duration_for(boring) * 2
             for label, rate, lim in (
                 ("boring zone, recommended limits", boring, limits),
@@ -188,13 +189,10 @@ def caveats(plan: Plan) -> None:
         )
 
 
-def _limits_json(lim: GateLimits) -> dict[str, Any]:
-    return {
-        "max_inflight": lim.max_inflight,
-        "max_queue": lim.max_queue,
-        "queue_timeout_s": lim.queue_timeout_s,
-        "max_output_tokens": lim.max_output_tokens,
-    }
+def _limits_json(lim: LaneLimits) -> dict[str, Any]:
+    """The lane's limits a check ran under (the image and embedding caps, which a chat
+    request never meets, left out)."""
+    return {k: v for k, v in asdict(lim).items() if k not in MEDIA_CAPS and k != "media_policy"}
 
 
 # -- the state dir --------------------------------------------------------------------------

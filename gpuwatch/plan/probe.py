@@ -3,11 +3,16 @@ endpoint), and the SLO it is judged against (pure)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuwatch.gate.limits import REASONS
 from gpuwatch.plan.stats import Verdict, judge
 from gpuwatch.series import sample_quantile
+
+# Refusals: the gate's reasons (the in-process gate says why), or a gate's 429 / 503 (a real one).
+_REFUSED = frozenset((*REASONS, "429", "503"))
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,8 @@ class Outcome:
 
     ttft: float | None
     max_itl: float | None
-    status: str = "ok"  # ok | queue_full | queue_timeout | failed | <HTTP status>
+    # ok | a gate's refusal reason (simulated) | 429 | 503 | failed | <other HTTP status>
+    status: str = "ok"
 
 
 @dataclass
@@ -57,6 +63,7 @@ class ProbeResult:
     wall_s: float = 0.0
     extended: int = 0  # how many times it ran longer to be decided
     decided_by: str = "interval"  # interval | estimate (undecided at the cap)
+    refusals: dict[str, int] = field(default_factory=dict)  # by reason (or HTTP status)
 
     @property
     def attainment(self) -> float | None:
@@ -81,7 +88,8 @@ def summarize(
 ) -> tuple[ProbeResult, Verdict]:
     """The probe's numbers from per-request outcomes; the verdict on its attainment."""
     good = sum(target.good(o.ttft, o.max_itl) for o in outcomes)
-    refused = sum(o.status in ("queue_full", "queue_timeout", "429", "503") for o in outcomes)
+    refusals = Counter(o.status for o in outcomes if o.status in _REFUSED)
+    refused = sum(refusals.values())
     served = [o for o in outcomes if o.status == "ok"]
     failed = len(outcomes) - len(served) - refused
     ttfts = sorted(o.ttft for o in served if o.ttft is not None)
@@ -102,5 +110,6 @@ def summarize(
         itl_p50_s=sample_quantile(gaps, 0.5) if gaps else None,
         itl_p99_s=sample_quantile(gaps, 0.99) if gaps else None,
         throughput=len(served) / completed_s if completed_s > 0 else 0.0,
+        refusals=dict(sorted(refusals.items())),
     )
     return result, verdict

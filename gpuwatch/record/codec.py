@@ -1,7 +1,8 @@
 """A reading the monitor is fed, to a compact row and back (JSON, zlib-compressed).
 
 A scrape is kept as the prefiltered page it was mapped from (the wanted families only, not
-the raw page), and mapped again on replay by the same dialects (``Page``); a scrape without
+the raw page; of the gate's own page, only the families the dashboard shows:
+``RECORDED_FOR_GATE``), and mapped again on replay by the same dialects (``Page``); a scrape without
 one (an error, or made by hand) as its engines. Elsewhere only what ``Monitor.apply_*`` reads
 is kept: ``None`` fields are left out, a histogram is its bounds and counts. Floats go
 through ``repr`` both ways, so a decoded reading equals the one recorded.
@@ -24,6 +25,7 @@ from gpuwatch.model import (
     ScrapeResult,
 )
 from gpuwatch.monitor.state import Event
+from gpuwatch.sources.scrape import RECORDED_FOR_GATE, prefilter
 
 # A row larger than this once decompressed is not one we wrote (a 256-engine page is ~2 MB).
 MAX_ROW_BYTES = 32 * 1024 * 1024
@@ -79,7 +81,8 @@ def encode_payload(kind: str, payload: Any) -> Any:
         r: ScrapeResult = payload
         out: dict[str, Any] = {"source": r.source}
         if r.page is not None and r.engines and r.error is None:
-            out["page"] = r.page
+            gate = all(e.dialect == "gate" for e in r.engines)
+            out["page"] = prefilter(r.page, RECORDED_FOR_GATE).text if gate else r.page
             if r.warnings:
                 out["warnings"] = r.warnings
             return out

@@ -87,6 +87,12 @@ class SimNode:
             embed=embed, image=image, image_reserve=image_reserve,
         )  # fmt: skip
         self._wake = [asyncio.Event() for _ in self.engines]
+        # Cleared while the engines are stalled (``stall``): steps stop, the rest answers.
+        self._going = asyncio.Event()
+        self._going.set()
+        self._resume_timer: asyncio.TimerHandle | None = None
+        self.stalled_since: float | None = None  # wall clock (time.time()), while stalled
+        self.stalled_until: float | None = None  # wall clock, a stall for a number of seconds
         self._slots: dict[str, Slot] = {}
         self._t0 = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
@@ -107,6 +113,7 @@ class SimNode:
         self.side.start()
 
     async def stop(self) -> None:
+        self.resume()  # no timer left behind
         await self.side.stop()
         for task in self._tasks:
             task.cancel()
@@ -128,6 +135,10 @@ class SimNode:
             elif self.sim_now() - engine.now > _MAX_LAG_S * self.time_scale:
                 # The CPU fell behind the simulated GPU; skip ahead rather than drift.
                 engine.now = self.sim_now()
+            if not self._going.is_set():
+                await self._going.wait()
+                # The GPU did nothing while stalled: the next step starts now, not in the past.
+                engine.now = max(engine.now, self.sim_now())
             if i == 0:
                 engine.slowdown = text_slowdown(self.side.weight)
             result = engine.step()
@@ -145,6 +156,49 @@ class SimNode:
                 slot = self._slots.get(ev.request.rid)
                 if slot is not None:
                     slot.queue.put_nowait(ev)
+
+    # -- stalls -----------------------------------------------------------------------------
+
+    def stall(self, seconds: float | None = None) -> None:
+        """Stop every text engine's steps (for ``seconds`` of wall time, else until
+        ``resume``): the failure of an engine stuck in a collective or a kernel. /health and
+        /metrics keep answering, requests stay running and their counters stay where they are;
+        the embeddings and images beside engine 0 go on (they are other processes)."""
+        if self._resume_timer is not None:
+            self._resume_timer.cancel()
+            self._resume_timer = None
+        if self.stalled_since is None:
+            self.stalled_since = time.time()
+        self._going.clear()
+        self.stalled_until = None
+        if seconds is not None:
+            self.stalled_until = time.time() + seconds
+            self._resume_timer = asyncio.get_running_loop().call_later(seconds, self.resume)
+
+    def resume(self) -> None:
+        """The engines step again (nothing happens when they were not stalled)."""
+        if self._resume_timer is not None:
+            self._resume_timer.cancel()
+            self._resume_timer = None
+        self.stalled_since = self.stalled_until = None
+        self._going.set()
+
+    def toggle_stall(self) -> None:
+        """Stall until toggled again, or resume (SIGUSR1 of ``gpuwatch sim``)."""
+        if self.stalled_since is None:
+            self.stall()
+        else:
+            self.resume()
+
+    def stall_state(self) -> dict[str, Any]:
+        since, until = self.stalled_since, self.stalled_until
+        now = time.time()
+        return {
+            "stalled": since is not None,
+            "since": since,
+            "for_s": None if since is None else round(now - since, 3),
+            "until": until,
+        }
 
     # -- requests -------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from gpuwatch.sim.openai import OpenAIApi
 from gpuwatch.sim.profiles import IMAGE_RESERVE_BYTES, Profile
 from gpuwatch.sim.request import error_response
 from gpuwatch.sim.sideapi import SideApi
+from gpuwatch.sim.stallapi import StallRoutes
 
 __all__ = ["SimNode", "build_app", "start_sim"]
 
@@ -31,6 +32,7 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
 def build_app(node: SimNode) -> web.Application:
     app = web.Application(middlewares=[_json_errors])
     app.router.add_routes(NodeRoutes(node).routes())
+    app.router.add_routes(StallRoutes(node).routes())
     side = SideApi(node)
     app.router.add_routes(OpenAIApi(node, side.models).routes())
     app.router.add_routes(side.routes())

@@ -172,6 +172,7 @@ LLAMACPP = Dialect(
         "prefix_cache_hits_total": ("llamacpp:prompt_tokens_cached_total",),
         "prompt_tokens_total": ("llamacpp:prompt_tokens_total",),
         "generation_tokens_total": ("llamacpp:tokens_predicted_total",),
+        "decode_steps_total": ("llamacpp:n_decode_total",),
     },
     derived_queries=("prefix_cache_hits_total", "prompt_tokens_total"),
 )

@@ -33,7 +33,8 @@ WINDOW_S = 60.0
 DIALECT_LABEL = "gpuwatch_dialect"
 DEFAULT_NODE_LABEL = "node"
 
-Kind = Literal["sum", "max", "quantile", "rate"]
+# "min": the sum over engines of each one's lowest value in the window (min_over_time).
+Kind = Literal["sum", "max", "quantile", "rate", "min"]
 Vector = list[tuple[dict[str, str], float | None]]
 
 
@@ -49,7 +50,7 @@ class FleetSignal:
 
     @property
     def windowed(self) -> bool:
-        return self.kind in ("quantile", "rate")
+        return self.kind in ("quantile", "rate", "min")
 
 
 SIGNALS: tuple[FleetSignal, ...] = (
@@ -60,6 +61,11 @@ SIGNALS: tuple[FleetSignal, ...] = (
     FleetSignal("itl_p99", "itl", "quantile", 0.99),
     FleetSignal("gen_tps", "generation_tokens_total", "rate"),
     FleetSignal("preempt_per_min", "preemptions_total", "rate", scale=60.0),
+    # A stall (monitor/fleet.py): requests running all through the window, and no progress:
+    # no token generated, or (llama.cpp, whose token counter moves when a request ends) no
+    # forward pass run.
+    FleetSignal("running_min", "running", "min"),
+    FleetSignal("steps_ps", "decode_steps_total", "rate"),
 )
 # The drill-down's charts add these to the table's signals.
 CHART_SIGNALS: tuple[FleetSignal, ...] = (
@@ -124,6 +130,9 @@ def dialect_expr(
             inner = f"rate({_vector(sel.name, sel.labels)}[{window}])"
             scaled = f" * {signal.scale:g}" if signal.scale != 1.0 else ""
             parts.append(f"sum {_by([], node_label)} ({inner}){scaled}")
+        elif signal.kind == "min":
+            inner = f"min_over_time({_vector(sel.name, sel.labels)}[{window}])"
+            parts.append(f"sum {_by([], node_label)} ({inner})")
         else:
             parts.append(f"{signal.kind} {_by([], node_label)} ({_vector(sel.name, sel.labels)})")
     if not parts:

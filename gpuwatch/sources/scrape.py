@@ -53,6 +53,10 @@ def _family_closure(names: Iterable[str]) -> frozenset[str]:
 
 
 WANTED = _family_closure(wanted_sample_names())
+# What a recording keeps of the gate's own page: what the dashboard shows of it (in flight,
+# queued, its TTFT and queue-wait histograms), not its request-duration histogram, which no
+# panel reads and which was a third of the gate page's bytes in a recording (bench/record.py).
+RECORDED_FOR_GATE = WANTED - _family_closure(("gpuwatch_gate_request_duration_seconds",))
 
 
 def _line_name(line: str) -> str | None:

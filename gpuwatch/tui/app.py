@@ -28,8 +28,8 @@ from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import QUEUE_STEP, Steering
 from gpuwatch.fmt import pct, seconds
-from gpuwatch.monitor.figures import ttft_breakdown
-from gpuwatch.monitor.state import Monitor
+from gpuwatch.monitor.figures import ttft_breakdown, users_now
+from gpuwatch.monitor.state import Monitor, short_url
 from gpuwatch.series import RECENT_RATE_WINDOW_S, window_label
 from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.tui.control import CONTROL_ACTIONS, DashboardControl
@@ -40,7 +40,7 @@ from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
 from gpuwatch.tui.widgets.adaptive import AdaptivePanel
 from gpuwatch.tui.widgets.admission import AdmissionPanel
 from gpuwatch.tui.widgets.chart import Chart, Line
-from gpuwatch.tui.widgets.engines import EnginePanel, short_url
+from gpuwatch.tui.widgets.engines import EnginePanel
 from gpuwatch.tui.widgets.events import EventsPanel
 from gpuwatch.tui.widgets.gpus import GpuPanel
 from gpuwatch.tui.widgets.header import HeaderBar
@@ -75,6 +75,19 @@ class DashboardOptions:
     engine_poll: EnginePoll | None = None
     local: bool = True
     clock_label: str = ""  # the header's clock is not now: REPLAY
+
+
+def ttft_lines(m: Monitor, pts: Callable[[str], list[Any]], start: float) -> list[Line]:
+    """The TTFT chart's lines. With a gate (the chart titled ``TTFT p99``): what the badge
+    judges, the users' exact p99 at the gate (the worst lane, queue wait included), and the
+    engine's p99 beside it, so a queue at the gate shows as the gap between the two. Without
+    one: the engine's p50 and p99."""
+    if m.gate is not None:
+        return [
+            Line("users", m.gate.ttft_p99.points(since=start), "accent", on_top=True),
+            Line("engine", pts("ttft_p99"), "ttft"),
+        ]
+    return [Line("p50", pts("ttft_p50"), "ttft"), Line("p99", pts("ttft_p99"), "accent")]
 
 
 class Dashboard(Screen[None]):
@@ -135,7 +148,9 @@ class Dashboard(Screen[None]):
                 window = window_label(cast("GpuwatchApp", self.app).monitor.window_s)
                 rates = window_label(RECENT_RATE_WINDOW_S)
                 yield Chart("requests", id="chart-requests", classes="chart")
-                yield Chart(f"TTFT {window}", fmt=seconds, id="chart-ttft", classes="chart")
+                # With a gate it draws p99s only (users' and engine's): the title says so.
+                ttft = "TTFT p99" if cast("GpuwatchApp", self.app).monitor.gate else "TTFT"
+                yield Chart(f"{ttft} {window}", fmt=seconds, id="chart-ttft", classes="chart")
                 yield Chart(f"KV · goodput {window}", fmt=pct, id="chart-kv", classes="chart")
                 yield Chart(f"tokens/s {rates}", id="chart-tokens", classes="chart")
         yield EventsPanel(id="events", classes="box")
@@ -343,8 +358,13 @@ class GpuwatchApp(App[None]):
             return
         self._painted_version = m.version
         dash.query_one(GpuPanel).render_gpus(m.gpus, compact=narrow or short)
+        users = users_now(m)
         dash.query_one(EnginePanel).render_engines(
-            list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), self.options.hint
+            list(m.endpoints.values()),
+            m.health.slo.get("ttft_p99_s"),
+            self.options.hint,
+            users,
+            at,
         )
         dash.query_one(AdmissionPanel).render_gate(
             m.gate,
@@ -354,7 +374,6 @@ class GpuwatchApp(App[None]):
             compact=narrow or short,
         )
         dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, wall)
-        users = m.gate.users(window_label(m.window_s)) if m.gate else None
         dash.query_one(UsersPanel).render_users(
             ttft_breakdown(m), users, m.health.slo, compact=narrow or short
         )
@@ -388,12 +407,7 @@ class GpuwatchApp(App[None]):
                 None,
                 1.0,
             ),
-            (
-                "#chart-ttft",
-                [Line("p50", pts("ttft_p50"), "ttft"), Line("p99", pts("ttft_p99"), "accent")],
-                m.health.slo.get("ttft_p99_s"),
-                0.0,
-            ),
+            ("#chart-ttft", ttft_lines(m, pts, start), m.health.slo.get("ttft_p99_s"), 0.0),
             (
                 "#chart-kv",
                 [Line("KV", pts("kv_cache_usage"), "kv")]

@@ -25,7 +25,7 @@ from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.monitor.fleet import FleetState
 from gpuwatch.sources import dcgm, promql
-from gpuwatch.sources.dialects import sample_names
+from gpuwatch.sources.dialects import VLLM, sample_names
 from gpuwatch.sources.prometheus import MAX_BYTES, PrometheusSource, auth_headers
 from gpuwatch.tui.app import Dashboard
 from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
@@ -53,6 +53,7 @@ HAND_WRITTEN = {
     "(rate(vllm:inter_token_latency_seconds_bucket[1m])))",
     "gen_tps": f"sum {BY} (rate(vllm:generation_tokens_total[1m]))",
     "preempt_per_min": f"sum {BY} (rate(vllm:num_preemptions_total[1m])) * 60",
+    "running_min": f"sum {BY} (min_over_time(vllm:num_requests_running[1m]))",
     "gate_inflight": "sum by (instance) (gpuwatch_gate_inflight)",
     "gate_queued": "sum by (instance) (gpuwatch_gate_queued)",
     "gate_refused_ps": "sum by (instance) (rate(gpuwatch_gate_rejected_total[1m]))",
@@ -108,9 +109,12 @@ async def test_one_query_per_signal_whatever_the_fleet_size(rig: Fleet) -> None:
     async with PrometheusSource(rig.prometheus) as source:
         first = await source.read_fleet()
         second = await source.read_fleet()
-    # names (once per 30 s) + 7 signals + 3 gate signals + targets + alerts (once per 5 s)
-    assert first.queries == 1 + len(promql.SIGNALS) + len(promql.GATE_SIGNALS) + 2
-    assert second.queries == len(promql.SIGNALS) + len(promql.GATE_SIGNALS)
+    # names (once per 30 s) + a query per signal the stacks here export (vLLM has no forward
+    # pass counter) + 3 gate signals + targets + alerts (once per 5 s)
+    signals = sum(promql.signal_query(s, [VLLM]) is not None for s in promql.SIGNALS)
+    assert signals == len(promql.SIGNALS) - 1
+    assert first.queries == 1 + signals + len(promql.GATE_SIGNALS) + 2
+    assert second.queries == signals + len(promql.GATE_SIGNALS)
 
 
 async def test_a_change_to_two_marked_gates_applies_to_both_each_audited(rig: Fleet) -> None:

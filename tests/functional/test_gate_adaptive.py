@@ -20,7 +20,7 @@ from gpuwatch.aioserve import serve
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
-from gpuwatch.gate.server import start_gate
+from gpuwatch.gate.server import Gate, start_gate
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from tests.functional import test_gate_cli
@@ -165,17 +165,24 @@ async def vllm_page() -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """A real vLLM /metrics page whose preemption counter the test sets (``broken`` serves a
     page no dialect reads)."""
     text = FIXTURE.read_text()
-    page: dict[str, Any] = {"preemptions": 0.0, "broken": False}
+    page: dict[str, Any] = {"preemptions": 0.0, "waiting": 0.0, "broken": False}
 
     async def metrics(_: web.Request) -> web.Response:
         if page["broken"]:
             return web.Response(text="<html>oops</html>", content_type="text/html")
-        body = text.replace(
-            'vllm:num_preemptions_total{model_name="facebook/opt-125m"} 0.0',
-            f'vllm:num_preemptions_total{{model_name="facebook/opt-125m"}} {page["preemptions"]}',
-        ).replace(
-            'vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.0',
-            'vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.5',
+        body = (
+            text.replace(
+                'vllm:num_preemptions_total{model_name="facebook/opt-125m"} 0.0',
+                f'vllm:num_preemptions_total{{model_name="facebook/opt-125m"}} {page["preemptions"]}',
+            )
+            .replace(
+                'vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.0',
+                'vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.5',
+            )
+            .replace(
+                'vllm:num_requests_waiting{model_name="facebook/opt-125m"} 0.0',
+                f'vllm:num_requests_waiting{{model_name="facebook/opt-125m"}} {page["waiting"]}',
+            )
         )
         return web.Response(text=body, content_type="text/plain")
 
@@ -211,42 +218,70 @@ async def adaptive_at(url: str, upstream: CountingUpstream, n: int) -> AsyncIter
                 response.release()
 
 
-async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def page_fed_gate(
+    tmp_path: Path, inflight: int, **limits: Any
+) -> AsyncIterator[tuple[Gate, Any, dict[str, Any]]]:
+    """A gate whose chat lane has ``limits``, in front of a counting upstream, reading a vLLM
+    page the test sets (``vllm_page``) as its --upstream-metrics; switched to adaptive with
+    ``inflight`` requests held in flight (``adaptive_at``)."""
     upstream = CountingUpstream()
     up_url = await upstream.start()
-    config = adaptive_config(max_inflight=16, target_ttft_p99_s=5.0, min_inflight=2)
     async with vllm_page() as (metrics_url, page):
-        gate, served = await start_gate(
-            up_url, config, state_file=tmp_path / "s.json", upstream_metrics=metrics_url
-        )
+        gate, served = await start_gate(up_url, adaptive_config(**limits),
+                                        state_file=tmp_path / "s.json",
+                                        upstream_metrics=metrics_url)  # fmt: skip
         try:
-            async with adaptive_at(served.url, upstream, 16):
-                reading = await eventually(gate.upstream_metrics.latest, timeout=10)  # type: ignore[union-attr]
-                assert reading.kv_usage == 0.5 and reading.preemptions_total == 0.0
-                # The controller has seen the counter at 0 once: only what comes after counts.
-                await eventually(lambda: gate.adaptive.control["chat"].preemptions_seen == 0.0)
-                page["preemptions"] = 7.0
-                await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 12, timeout=10)
-                last = gate.adaptive.status("chat")["last_decision"]  # type: ignore[index]
-                assert last["reason"] == "-25%: 7 preemptions upstream"
-
-                # Paused: more preemptions, but the operator's pause wins; nothing moves.
-                async with (
-                    aiohttp.ClientSession() as s,
-                    s.patch(f"{served.url}/admin/limits", json={"paused": True}) as r,
-                ):
-                    assert r.status == 200
-                page["preemptions"] = 20.0
-                await eventually(lambda: "paused" in gate.adaptive.control["chat"].controller.note)
-                assert gate.lanes["chat"].paused and gate.lanes["chat"].limits.max_inflight == 12
-
-                # A page no dialect reads: the reading goes, the lane stays as it is.
-                page["broken"] = True
-                await eventually(lambda: gate.upstream_metrics.latest() is None, timeout=10)  # type: ignore[union-attr]
-                assert gate.lanes["chat"].limits.max_inflight == 12
+            async with adaptive_at(served.url, upstream, inflight):
+                yield gate, served, page
         finally:
             await served.close()
             await upstream.stop()
+
+
+async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None:
+    limits = {"max_inflight": 16, "target_ttft_p99_s": 5.0, "min_inflight": 2}
+    async with page_fed_gate(tmp_path, 16, **limits) as (gate, served, page):
+        reading = await eventually(gate.upstream_metrics.latest, timeout=10)  # type: ignore[union-attr]
+        assert reading.kv_usage == 0.5 and reading.preemptions_total == 0.0
+        # The controller has seen the counter at 0 once: only what comes after counts.
+        await eventually(lambda: gate.adaptive.control["chat"].preemptions_seen == 0.0)
+        page["preemptions"] = 7.0
+        await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 12, timeout=10)
+        last = gate.adaptive.status("chat")["last_decision"]  # type: ignore[index]
+        assert last["reason"] == "-25%: 7 preemptions upstream"
+
+        # Paused: more preemptions, but the operator's pause wins; nothing moves.
+        async with (
+            aiohttp.ClientSession() as s,
+            s.patch(f"{served.url}/admin/limits", json={"paused": True}) as r,
+        ):
+            assert r.status == 200
+        page["preemptions"] = 20.0
+        await eventually(lambda: "paused" in gate.adaptive.control["chat"].controller.note)
+        assert gate.lanes["chat"].paused and gate.lanes["chat"].limits.max_inflight == 12
+
+        # A page no dialect reads: the reading goes, the lane stays as it is.
+        page["broken"] = True
+        await eventually(lambda: gate.upstream_metrics.latest() is None, timeout=10)  # type: ignore[union-attr]
+        assert gate.lanes["chat"].limits.max_inflight == 12
+
+
+async def test_the_engines_own_queue_cuts_before_any_first_token(tmp_path: Path) -> None:
+    """The overload's first second: 16 requests in flight and none has a first token (the
+    upstream holds them), so there is no TTFT to judge; the engine's waiting queue growing on
+    its /metrics page cuts the lane to what the engine batches, at once."""
+    limits = {"max_inflight": 16, "target_ttft_p99_s": 60.0, "min_inflight": 2}
+    async with page_fed_gate(tmp_path, 16, **limits) as (gate, served, page):
+        latest = gate.upstream_metrics.latest  # type: ignore[union-attr]
+        await eventually(lambda: latest() is not None and latest().waiting == 0.0)
+        page["waiting"] = 5.0
+        await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 11, timeout=10)
+        last = gate.adaptive.status("chat")["last_decision"]  # type: ignore[index]
+        assert last["reason"] == "-31%: upstream queue growing to 5"
+        assert last["from"] == 16 and last["to"] == 11
+        # No first token came: this was no TTFT cut.
+        assert all(r.ttft_s is None for r in gate.latency["chat"].records)
 
 
 async def test_preemptions_the_controller_could_not_answer_are_spent(tmp_path: Path) -> None:

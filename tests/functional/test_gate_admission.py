@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import random
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
+from tests.functional.gatekit import rig
 from tests.functional.upstreams import CountingUpstream
 from tests.helpers import eventually
 
@@ -117,3 +120,57 @@ async def test_churn_of_impatient_clients_leaks_no_slot(gate: tuple[str, Countin
         s.post(f"{url}/v1/completions", json={"prompt": "y"}) as r,
     ):
         assert r.status == 200
+
+
+async def test_a_queue_bounded_by_time_over_http(tmp_path: Path) -> None:
+    """The queue-wait budget through the whole gate. Once the lane has measured how fast its
+    slots free up, it queues only what it expects to start within the budget and refuses the
+    rest at once (429 ``queue_deadline``, ``Retry-After``); those it queued on an estimate that
+    proves wrong (the slots never free) are shed at the budget with the same answer. The
+    budget and its parts are in /admin/status and /metrics."""
+    async with rig(tmp_path, hold=True) as r:
+        status, _ = await r.patch({"lanes": {"chat": {"max_inflight": 2, "max_queue_wait_s": 2.0}}})
+        assert status == 200
+        lane = r.gate.lanes["chat"]
+
+        def send(**extra: object) -> Any:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+            return r.request("POST", "/v1/chat/completions", json.dumps(body).encode())
+
+        # Three answers streamed in ~0.15 s each: what the lane learns its drain rate from.
+        for _ in range(3):
+            r.upstream.release.release()
+            assert (await send(stream=True, gap=0.05)).status == 200
+        held = [asyncio.create_task(send()) for _ in range(2)]  # both slots, never freed
+        await r.upstream.wait_until(lambda: r.upstream.active == 2)
+        drain = lane.drain_per_s()
+        assert drain is not None
+        fits = math.floor(2.0 * drain)  # the k-th waiter starts in about k / drain seconds
+        waiting = [asyncio.create_task(send()) for _ in range(fits)]
+        await eventually(lambda: len(lane.queue) == fits)
+        at_once = await send()
+        assert at_once.status == 429 and at_once.json()["error"]["code"] == "queue_deadline"
+        assert "cannot start this request within" in at_once.json()["error"]["message"]
+        assert int(at_once.headers["retry-after"]) >= 1
+        assert len(lane.queue) == fits  # refused, not queued
+        async with aiohttp.ClientSession() as s, s.get(f"{r.url}/admin/status") as resp:
+            chat = (await resp.json())["lanes"]["chat"]
+        assert chat["queue_wait"]["budget_s"] == 2.0
+        assert chat["queue_wait"]["source"] == "max_queue_wait_s"
+        assert chat["queue_wait"]["drain_per_s"] is not None
+        # The slots never free: every one queued is shed at its deadline, before it starts.
+        for reply in await asyncio.gather(*waiting):
+            assert reply.status == 429 and reply.json()["error"]["code"] == "queue_deadline"
+            assert "past its queue-wait budget of 2.00 s" in reply.json()["error"]["message"]
+            assert int(reply.headers["retry-after"]) >= 1
+        assert r.upstream.active == 2 and len(r.upstream.bodies) == 5  # none reached it
+        async with aiohttp.ClientSession() as s, s.get(f"{r.url}/metrics") as resp:
+            metrics = await resp.text()
+        assert 'gpuwatch_gate_queue_wait_budget_seconds{lane="chat"} 2.0' in metrics
+        refused = (
+            f'gpuwatch_gate_rejected_total{{lane="chat",reason="queue_deadline"}} {fits + 1}.0'
+        )
+        assert refused in metrics
+        for _ in range(2):
+            r.upstream.release.release()
+        assert [reply.status for reply in await asyncio.gather(*held)] == [200, 200]

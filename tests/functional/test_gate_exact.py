@@ -4,6 +4,7 @@ what the client measured, goodput judged per request; non-inference calls kept a
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,8 @@ from gpuwatch.series import sample_quantile
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from tests.functional.gatekit import rig
+from tests.functional.upstreams import CountingUpstream
+from tests.helpers import eventually
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 
@@ -174,3 +177,68 @@ async def test_a_big_status_read_never_holds_up_the_proxy(tmp_path: Path) -> Non
         # A blocked loop answers the one or two /health sent around the status read, then the
         # status (2 on the old code); off the loop, dozens come back meanwhile (about 50 here).
         assert answered >= 10, answered
+
+
+async def _read_to_done(url: str, body: bytes) -> bytes:
+    """A streaming request on a raw socket, read up to ``data: [DONE]`` and closed there, as
+    GuideLLM does: the connection goes while the gate may still be writing or reading."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: gate\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    seen = b""
+    try:
+        while b"data: [DONE]" not in seen:
+            more = await asyncio.wait_for(reader.read(4096), 10)
+            assert more, seen
+            seen += more
+    finally:
+        writer.close()
+    return seen
+
+
+async def test_a_client_that_closes_at_done_got_a_whole_answer(tmp_path: Path) -> None:
+    """Regression (issue 26, item 4): a client that closed its connection right after
+    ``data: [DONE]`` was counted failed (abandoned) and dropped from the exact tails."""
+    upstream = CountingUpstream(hold=False, linger=asyncio.Event())
+    up_url = await upstream.start()
+    _, served = await start_gate(
+        up_url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "state.json"
+    )
+    assert upstream.linger is not None
+    try:
+        async with httpx.AsyncClient() as client:
+
+            async def chat(n: int) -> dict:
+                params = {"ttft_s": "100"}
+                r = await client.get(f"{served.url}/admin/status", params=params)
+                lane: dict = r.json()["lanes"]["chat"]
+                return lane if lane["goodput"]["5m"]["ended"] == n else {}
+
+            body = json.dumps({"model": "m", "stream": True, "messages": []}).encode()
+            for n in (1, 2, 3):
+                seen = await _read_to_done(served.url, body)
+                assert seen.startswith(b"HTTP/1.1 200")
+                # the gate has let go of it (the client's close cancelled its handler) while
+                # the upstream's stream is still open after [DONE]
+                lane = await eventually(lambda n=n: chat(n), 10, message="not ended at the gate")
+            upstream.linger.set()
+            metrics = (await client.get(f"{served.url}/metrics")).text
+    finally:
+        upstream.linger.set()
+        await served.close()
+        await upstream.stop()
+    good = lane["goodput"]["5m"]
+    assert (good["ended"], good["good"], good["failed"]) == (3, 3, 0), good
+    assert lane["latency"]["5m"]["ttft"]["count"] == 3  # in the exact tails
+    broken = [
+        s.value
+        for f in text_string_to_metric_families(metrics)
+        if f.name == "gpuwatch_gate_streams_broken"
+        for s in f.samples
+        if s.name.endswith("_total") and s.labels.get("side") == "client"
+    ]
+    assert sum(broken) == 0

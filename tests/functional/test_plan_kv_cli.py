@@ -13,7 +13,7 @@ from aiohttp import web
 
 from tests.functional.servers import ThreadedServer
 from tests.helpers import refusing_port
-from tests.unit.test_plan_kv import LLAMA3_8B, MISTRAL_7B, OPT_125M
+from tests.unit.test_plan_kv import DEEPSEEK_V2_LITE, GEMMA2_9B, LLAMA3_8B, MISTRAL_7B, OPT_125M
 
 H100_TOTAL = 81_559 * 2**20  # what NVML says an H100 80GB HBM3 has
 
@@ -57,6 +57,23 @@ def test_table_for_llama3_8b(tmp_path: Path) -> None:
     assert "KV bytes per token  131,072 B (128 KiB)" in out
     assert "KV tokens that fit  456,496" in out
     assert "p50 sessions        713" in out
+
+
+def test_float32_gemma2_and_mla_from_the_command_line(tmp_path: Path) -> None:
+    proc = run("--config", write(tmp_path, GEMMA2_9B), "--gpu-memory", "81559MiB")
+    assert proc.returncode == 0, proc.stderr
+    assert "KV bytes per token  344,064 B (336 KiB)" in proc.stdout
+    assert "runs in bfloat16, vLLM's downcast" in proc.stdout
+    proc = run("--config", write(tmp_path, GEMMA2_9B), "--gpu-memory", "80", "--no-bf16")
+    assert "KV bytes per token  688,128 B" in proc.stdout  # float32 kept: no bf16, no fp16
+    proc = run("--config", write(tmp_path, DEEPSEEK_V2_LITE), "--gpu-memory", "81559MiB", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["kv_lora_rank"], data["kv_bytes_per_token"], data["dtype"]) == (
+        512,
+        31_104,
+        "bfloat16",
+    )
 
 
 def test_json_for_scripts(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from aiohttp import web
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.gate.config import GateConfig
-from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.limits import DEFAULT_LANES, LaneLimits
 from gpuwatch.gate.server import start_gate
 from gpuwatch.load import LoadRun, LoadSpec
 from gpuwatch.load.spec import Dist
@@ -277,3 +278,86 @@ async def test_url_mode_replays_a_recording_with_its_own_shapes(tmp_path: Path) 
     assert probe["arrived"] == len(expected) > 8  # looped: more than one pass in 2 s
     [engine] = map_page("sim", page).engines
     assert engine.prompt_tokens_total == sum(a.prompt for a in expected)  # the recorded sizes
+
+
+# -- the plan's gate is the gate -----------------------------------------------------------------
+
+# Overload (this profile's knee is ~3 req/s) through limits that each decide: the token budget
+# binds before max_inflight (without it the plan predicts ~10 points more), and the queue-wait
+# budget refuses most of the excess at once (estimated from the lane's measured drain rate) and
+# sheds the rest at its deadline. So the prediction is only right if the plan's gate makes the
+# real gate's decisions, on the same arrivals. Every millisecond the real stack's one event loop
+# is late (a busy machine) is AGREE_TIME_SCALE simulated ones, on each token and each release:
+# a 14B model streams half the tokens a second of the 8B one, and 2.5 x keeps the lateness small
+# where 5 x let it cost up to 10 points of goodput on a loaded 2-core machine.
+AGREE_PROFILE = get_profile("rtx4090-qwen2.5-14b-awq")
+AGREE_TIME_SCALE = 2.5
+AGREE_RATE = 5.0
+AGREE_SIM_S = 60.0  # 24 s of wall time
+AGREE_LIMITS = LaneLimits(
+    max_inflight=32, max_queue=6, queue_timeout_s=30.0, max_queue_wait_s=0.8,
+    max_inflight_tokens=12_000,
+)  # fmt: skip
+
+
+def _in_real_time(limits: LaneLimits, scale: float) -> LaneLimits:
+    """The same limits for a gate in front of a simulator running ``scale`` x faster: every
+    time bound shrinks by that factor; counts and tokens stay."""
+    wait = limits.max_queue_wait_s
+    return replace(
+        limits,
+        queue_timeout_s=limits.queue_timeout_s / scale,
+        max_queue_wait_s=None if wait is None else wait / scale,
+    )
+
+
+async def test_the_plans_gate_predicts_a_real_gates_goodput_on_the_same_arrivals(
+    tmp_path: Path,
+) -> None:
+    from gpuwatch.plan.probe import Target
+    from gpuwatch.plan.simulate import run_probe
+    from gpuwatch.plan.traffic import Traffic
+
+    target = Target(2.0)
+    traffic = Traffic()
+    arrivals = list(traffic.arrivals(AGREE_RATE, AGREE_SIM_S, seed=5))
+    predicted = run_probe(AGREE_PROFILE, traffic, AGREE_RATE, AGREE_SIM_S, target, AGREE_LIMITS,
+                          seed=5)  # fmt: skip
+    assert predicted.arrived == len(arrivals) and predicted.attainment is not None
+    no_budget = replace(AGREE_LIMITS, max_inflight_tokens=None)
+    loose = run_probe(AGREE_PROFILE, traffic, AGREE_RATE, AGREE_SIM_S, target, no_budget, seed=5)
+    assert loose.attainment is not None and loose.attainment - predicted.attainment > 0.05
+
+    lanes = tuple(
+        replace(lane, limits=_in_real_time(AGREE_LIMITS, AGREE_TIME_SCALE))
+        if lane.name == "chat"
+        else lane
+        for lane in DEFAULT_LANES
+    )
+    _, sim = await start_sim(AGREE_PROFILE, time_scale=AGREE_TIME_SCALE, seed=5)
+    _, gate = await start_gate(sim.url, GateConfig(lanes), state_file=tmp_path / "state.json")
+    try:
+        # The very arrivals the plan simulated, sent in real time: each request's time, prompt
+        # and max_tokens.
+        shapes = [(a.t / AGREE_TIME_SCALE, a.lane, a.prompt, a.output) for a in arrivals]
+        spec = LoadSpec(url=gate.url, rate=AGREE_RATE, duration_s=AGREE_SIM_S / AGREE_TIME_SCALE)
+        results = await LoadRun(spec, shapes=shapes).run()
+        async with httpx.AsyncClient() as c:
+            status = (await c.get(f"{gate.url}/admin/status")).json()["lanes"]["chat"]
+    finally:
+        await gate.close()
+        await sim.close()
+    assert len(results) == len(arrivals)
+    good = sum(r.ok and r.ttft is not None and r.ttft * AGREE_TIME_SCALE <= target.ttft_s
+               for r in results)  # fmt: skip
+    measured = good / len(results)
+    rejected = status["rejected_total"]
+    print(f"goodput predicted {predicted.attainment:.3f} (refused {predicted.refusals}), "
+          f"measured {measured:.3f} (refused {rejected})")  # fmt: skip
+    # The regime where the gate decides: it refused a good share, by its queue-wait budget.
+    assert rejected.get("queue_deadline", 0) > 0.2 * len(results)
+    # Reason by reason: a model that refused as many for another reason would be wrong too.
+    for reason in set(rejected) | set(predicted.refusals):
+        off = abs(predicted.refusals.get(reason, 0) - rejected.get(reason, 0))
+        assert off <= 0.05 * len(results), (reason, predicted.refusals, rejected)
+    assert abs(predicted.attainment - measured) <= 0.05, (predicted.attainment, measured)

@@ -73,6 +73,21 @@ async def test_json_lines_carry_each_value_with_its_window(node: tuple[str, str]
     breakdown = last["ttft_breakdown"]
     assert breakdown["measured_at"] == "gate" and "ttft_p99_1m" in breakdown
     assert set(breakdown["parts"]) == {"gate_queue", "engine_queue", "prefill"}
+    # goodput overall and per lane, with its window, and each lane's exact tails (issue 26)
+    users = last["users"]
+    assert users["window"] == "1m" and users["measured_at"] == "gate"
+    assert users["ended_1m"] > 0 and users["goodput_1m"] == users["good_1m"] / users["ended_1m"]
+    chat = users["lanes"]["chat"]
+    assert chat["judged"] is True and chat["requests_1m"] > 0
+    assert chat["goodput_1m"] == chat["good_1m"] / chat["ended_1m"]
+    for kind in ("ttft_1m", "queue_wait_1m", "itl_1m", "e2e_1m"):
+        assert {"count", "p50", "p99", "max"} <= set(chat[kind]), kind
+    worst = users["lanes"][users["worst_lane"]]
+    assert users["ttft_p99_1m"] == worst["ttft_1m"]["p99"] == breakdown["ttft_p99_1m"]
+    gate_entry = next(e for e in last["engines"] if e["dialect"] == "gate")
+    assert gate_entry["tails_from"] == "exact" and gate_entry["exact_lane"] == users["worst_lane"]
+    assert gate_entry["ttft_p99_1m"] == users["ttft_p99_1m"]
+    assert vllm["tails_from"] == "histogram" and vllm["exact_lane"] is None
     lanes = last["gate"]["lanes"]
     assert lanes["chat"]["max_inflight"] == 16 and "refused_per_s_10s" in lanes["chat"]
     assert frames[0]["time"] < frames[-1]["time"]

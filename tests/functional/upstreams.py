@@ -27,6 +27,9 @@ class CountingUpstream:
     release: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(0))
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     served: Served | None = None
+    # When set: after [DONE], the stream stays open until this event (an engine that ends
+    # its chunked body late), so a client that leaves at [DONE] leaves before the end.
+    linger: asyncio.Event | None = None
 
     async def start(self) -> str:
         app = web.Application()
@@ -71,6 +74,8 @@ class CountingUpstream:
                 await resp.write(f"data: {json.dumps({'i': i})}\n\n".encode())
                 await asyncio.sleep(float(body.get("gap", 0)))
             await resp.write(b"data: [DONE]\n\n")
+            if self.linger is not None:
+                await self.linger.wait()
             await resp.write_eof()
             self.completed += 1
             return resp

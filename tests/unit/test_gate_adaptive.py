@@ -75,12 +75,13 @@ def test_slow_start_doubles_until_the_first_cut_then_adds() -> None:
         d = ctl.decide(float(t), wide, limits[-1], window(0.5, queued=50))
         assert d is not None and d.direction == "up"
         limits.append(d.inflight)
-    # Doubling, or the additive step (252 // 32 = 7) where that is more.
-    assert limits == [4, 11, 22, 44, 88] and ctl.note == "slow start"
-    cut = ctl.decide(5.0, wide, 88, window(0.5, queued=50, preemptions=2))
-    assert cut is not None and cut.inflight == 66
-    d = ctl.decide(6.0, wide, 66, window(0.5, queued=50))
-    assert d is not None and d.inflight == 66 + 7 and ctl.note == "adding"
+    assert limits == [4, 8, 16, 32, 64] and ctl.note == "slow start"
+    cut = ctl.decide(5.0, wide, 64, window(0.5, queued=50, preemptions=2))
+    assert cut is not None and cut.inflight == 48
+    # Held after the cut, then the additive step: 5% of 48, within 1/32 of the span.
+    assert ctl.decide(5.0 + HOLD_S - 0.5, wide, 48, window(0.5, queued=50)) is None
+    d = ctl.decide(5.0 + HOLD_S, wide, 48, window(0.5, queued=50))
+    assert d is not None and d.inflight == 48 + 3 and ctl.note == "adding"
 
 
 def test_the_engines_queue_growing_cuts_at_once_to_what_it_batches() -> None:
@@ -94,7 +95,7 @@ def test_the_engines_queue_growing_cuts_at_once_to_what_it_batches() -> None:
     d = ctl.decide(2.0, LANE, 11, window(None, samples=0, engine_waiting=9))
     assert d is not None and d.inflight == 6  # at most half at once: 11 - 9 = 2 -> 5.5 -> 6
     # A queue that shrinks is the last cut working: no cut, and no increase while it lasts.
-    assert ctl.decide(3.0, LANE, 6, window(0.3, queued=40, engine_waiting=4)) is None
+    assert ctl.decide(3.0 + HOLD_S, LANE, 6, window(0.3, queued=40, engine_waiting=4)) is None
     assert ctl.note == "upstream queue 4: not adding"
 
 
@@ -230,10 +231,12 @@ def test_the_upstreams_page_in_its_own_dialect() -> None:
     assert reading_of(map_page("u", "<html>no</html>")) is None
 
 
-def test_the_step_up_is_a_constant_share_of_the_bounds() -> None:
-    wide = replace(LANE, min_inflight=4, max_inflight=260)  # span 256: +8 a decision
+def test_the_step_up_is_a_share_of_the_limit_within_a_share_of_the_bounds() -> None:
+    wide = replace(LANE, min_inflight=4, max_inflight=260)  # span 256: at most +8 a decision
     d = after_a_cut().decide(HOLD_S, wide, 60, window(0.5, queued=3))
-    assert d is not None and d.inflight == 68 and d.reason.startswith("+8:")
+    assert d is not None and d.inflight == 63 and d.reason.startswith("+3:")  # 5% of 60
+    d = after_a_cut().decide(HOLD_S, wide, 200, window(0.5, queued=3))
+    assert d is not None and d.inflight == 208  # 5% would be 10: the span's share caps it
     d = after_a_cut().decide(HOLD_S, wide, 257, window(0.5, queued=3))
     assert d is not None and d.inflight == 260  # never over the ceiling
     d = Aimd().decide(10.0, wide, 200, window(0.5, queued=3))

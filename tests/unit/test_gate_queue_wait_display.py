@@ -1,11 +1,9 @@
-"""The queue-wait budget where operators read and set it: the admission panel's column, the
-``e`` form's field (empty: derived), and ``gpuwatch limits``' table (``auto`` when derived)."""
+"""The queue-wait budget where operators read and set it: the admission panel's column and the
+``e`` form's field (empty: derived); ``gpuwatch limits``' table is checked beside the token
+budget's column (``test_gate_token_budget_display``)."""
 
 from __future__ import annotations
 
-import pytest
-
-from gpuwatch.cli.limits import print_limits
 from gpuwatch.tui.screens.edit import FIELDS, VALIDATORS, parse_field
 from gpuwatch.tui.widgets.admission import SHORT, _wait
 
@@ -26,17 +24,3 @@ def test_the_form_has_the_field_and_empty_means_derived() -> None:
     check = VALIDATORS["max_queue_wait_s"][0]
     assert check.validate("").is_valid and check.validate("0").is_valid
     assert not check.validate("-1").is_valid and not check.validate("soon").is_valid
-
-
-def test_the_cli_table_has_the_column(capsys: pytest.CaptureFixture[str]) -> None:
-    lane = {
-        "max_inflight": 8, "max_queue": 4, "queue_timeout_s": 30.0, "max_prompt_tokens": None,
-        "max_output_tokens": 1024, "output_tokens_policy": "clamp",
-    }  # fmt: skip
-    print_limits(
-        {"version": 2, "paused": False,
-         "lanes": {"chat": {**lane, "max_queue_wait_s": 1.5}, "old": lane}}
-    )  # fmt: skip
-    out = capsys.readouterr().out.splitlines()
-    assert out[1].split()[4] == "wait"
-    assert out[2].split()[4] == "1.5" and out[3].split()[4] == "auto"

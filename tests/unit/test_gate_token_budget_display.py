@@ -45,8 +45,12 @@ def test_the_cli_table_has_the_column(capsys: pytest.CaptureFixture[str]) -> Non
     }  # fmt: skip
     print_limits(
         {"version": 2, "paused": False,
-         "lanes": {"chat": {**lane, "max_inflight_tokens": 96000}, "old": lane}}
+         "lanes": {"chat": {**lane, "max_inflight_tokens": 96000, "max_queue_wait_s": 1.5},
+                   "old": lane}}
     )  # fmt: skip
     out = capsys.readouterr().out.splitlines()
     assert "tokens" in out[1]
     assert "96000" in out[2] and out[3].split()[-2] == "-"
+    # The queue-wait budget: as set, or ``auto`` when derived (an older gate's too).
+    assert out[1].split()[4] == "wait"
+    assert out[2].split()[4] == "1.5" and out[3].split()[4] == "auto"

@@ -107,6 +107,76 @@ QWEN25_14B_AWQ: dict[str, Any] = {
         "zero_point": True,
     },
 }
+# google/gemma-2-9b: float32 checkpoint, no tie_word_embeddings key (Gemma2Config ties), a
+# 4,096-token window on every second layer, head_dim 256 written out
+GEMMA2_9B: dict[str, Any] = {
+    "architectures": ["Gemma2ForCausalLM"],
+    "attention_bias": False,
+    "cache_implementation": "hybrid",
+    "head_dim": 256,
+    "hidden_size": 3584,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma2",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 42,
+    "num_key_value_heads": 8,
+    "query_pre_attn_scalar": 256,
+    "sliding_window": 4096,
+    "torch_dtype": "float32",
+    "vocab_size": 256000,
+}
+# deepseek-ai/DeepSeek-V2-Lite: MLA (no q_lora_rank in Lite), 64 routed + 2 shared experts,
+# the first layer dense
+DEEPSEEK_V2_LITE: dict[str, Any] = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "attention_bias": False,
+    "first_k_dense_replace": 1,
+    "hidden_size": 2048,
+    "intermediate_size": 10944,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408,
+    "moe_layer_freq": 1,
+    "n_routed_experts": 64,
+    "n_shared_experts": 2,
+    "num_attention_heads": 16,
+    "num_experts_per_tok": 6,
+    "num_hidden_layers": 27,
+    "num_key_value_heads": 16,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "v_head_dim": 128,
+    "vocab_size": 102400,
+}
+# Qwen/Qwen3-30B-A3B: 128 experts of 768 on every layer, GQA 32/4 with head_dim 128
+QWEN3_30B_A3B: dict[str, Any] = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "attention_bias": False,
+    "decoder_sparse_step": 1,
+    "head_dim": 128,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 48,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
 # facebook/opt-125m: no num_key_value_heads (MHA), no head_dim, no intermediate_size
 OPT_125M: dict[str, Any] = {
     "architectures": ["OPTForCausalLM"],
@@ -401,8 +471,12 @@ def test_bad_configs_are_one_line(tmp_path: Path) -> None:
         shape_from_config({**LLAMA3_8B, "torch_dtype": "int3"})
     with pytest.raises(ConfigError, match="num_key_value_heads must be a positive integer"):
         shape_from_config({**LLAMA3_8B, "num_key_value_heads": "8"})
-    with pytest.raises(ConfigError, match="kv_lora_rank"):
-        shape_from_config({**LLAMA3_8B, "kv_lora_rank": 512})
+    # Qwen3-Next-like: linear-attention layers hold a state per sequence, not KV per token
+    hybrid = {**QWEN3_30B_A3B, "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+    with pytest.raises(ConfigError, match=r"layer_types has linear_attention layers.*GPU KV"):
+        shape_from_config({**hybrid, "num_hidden_layers": 4})
+    with pytest.raises(ConfigError, match="missing qk_rope_head_dim"):
+        shape_from_config({**LLAMA3_8B, "kv_lora_rank": 512})  # MLA without its RoPE width
     with pytest.raises(ConfigError, match="not a JSON object"):
         shape_from_config([1, 2])
     (tmp_path / "config.json").write_text("{nope")
@@ -419,7 +493,99 @@ def test_multimodal_text_config_and_defaults() -> None:
     assert shape_from_config(cfg).kv_heads == 8
     mha = {k: v for k, v in LLAMA3_8B.items() if k not in ("num_key_value_heads", "torch_dtype")}
     s = shape_from_config(mha)
-    assert (s.kv_heads, s.dtype) == (32, "float16")
+    # no torch_dtype: vLLM takes float32 and downcasts it (bfloat16 on this Ampere-or-later GPU)
+    assert (s.kv_heads, s.config_dtype, s.dtype) == (32, None, "bfloat16")
     # 2 x 32 x 32 x 128 x 2 = 524,288 B: four times the GQA figure
     plan = plan_kv(inputs(s, 80 * GIB, weight_bytes=16e9))
     assert plan.bytes_per_token == 524_288
+
+
+# --- vLLM's --dtype auto, tied embeddings, MoE and MLA --------------------------------------
+
+
+def test_gemma2_9b_float32_runs_in_bfloat16_with_tied_embeddings() -> None:
+    s = shape_from_config(GEMMA2_9B)
+    # vLLM's auto downcasts a float32 checkpoint to the first 16-bit type the GPU has, and
+    # strikes float16 for gemma2: bfloat16 on Ampere or later ...
+    assert (s.config_dtype, s.dtype, s.dtype_bytes) == ("float32", "bfloat16", 2)
+    assert "never float16 for gemma2" in s.dtype_why
+    # ... and float32 kept before Ampere (no bfloat16, float16 refused)
+    assert shape_from_config(GEMMA2_9B, bf16=False).dtype == "float32"
+    # a Llama in float32 on a V100 runs in float16
+    assert shape_from_config({**LLAMA3_8B, "torch_dtype": "float32"}, bf16=False).dtype == (
+        "float16"
+    )
+    with pytest.raises(ConfigError, match="refuses it for gemma2"):
+        shape_from_config(GEMMA2_9B, dtype="float16")
+    assert shape_from_config(GEMMA2_9B, dtype="float32").dtype == "float32"
+    # tied (Gemma2Config's default; the key is absent): embeddings 256,000 x 3,584 =
+    # 917,504,000 once; a layer: q 3584 x 4096 + k, v 3584 x 2048 each + o 4096 x 3584 =
+    # 44,040,192, MLP 3 x 3584 x 14336 = 154,140,672, four norms 14,336: 198,195,200 x 42 =
+    # 8,324,198,400; + final norm 3,584 = 9,241,705,984: the published count (not 10.16 B)
+    assert s.params == 9_241_705_984
+    assert s.weight_bytes == 18_483_411_968  # x 2 bytes, not x 4
+    assert (s.sliding_window, s.sliding_layers) == (4096, 21)
+
+
+def test_gemma2_9b_kv_on_an_h100() -> None:
+    plan = plan_kv(inputs(shape_from_config(GEMMA2_9B), 81_559 * MIB))
+    # KV/token = 2 x 42 x 8 x 256 x 2 B = 344,064 B (336 KiB; float32 read it as 688,128)
+    assert plan.bytes_per_token == 344_064
+    # 85,520,809,984 x 0.9 = 76,968,728,985.6 - 18,483,411,968 - 1,073,741,824
+    # = 57,411,575,193.6; / (16 x 344,064 = 5,505,024) = 10,428.9 -> 10,428 blocks
+    assert (plan.blocks, plan.tokens) == (10_428, 166_848)
+    # 8,000-token sessions: 500 blocks on the 21 full layers, 257 on the 21 sliding ones:
+    # floor(10,428 x 42 / (21 x 500 + 21 x 257)) = floor(437,976 / 15,897) = 27
+    long = plan_kv(
+        inputs(
+            shape_from_config(GEMMA2_9B),
+            81_559 * MIB,
+            prompt_tokens=Dist("fixed", 6000),
+            output_tokens=Dist("fixed", 2000),
+        )
+    )
+    assert long.session("p50").sessions == 27
+    assert "dtype               bfloat16 (auto: torch_dtype float32 runs in bfloat16" in (
+        render_table(plan)
+    )
+
+
+def test_deepseek_v2_lite_mla_and_experts() -> None:
+    s = shape_from_config(DEEPSEEK_V2_LITE)
+    assert s.mla and (s.kv_lora_rank, s.qk_rope_head_dim, s.kv_width) == (512, 64, 576)
+    # attention (MLA, no q_lora_rank) a layer: q 2048 x 16 x (128 + 64) = 6,291,456,
+    # kv_a 2048 x (512 + 64) = 1,179,648, kv_b 512 x 16 x (128 + 128) = 2,097,152,
+    # o 16 x 128 x 2048 = 4,194,304: 13,762,560 x 27 = 371,589,120.
+    # MLP: layer 0 dense 3 x 2048 x 10944 = 67,239,936; 26 MoE layers of 64 experts x
+    # (3 x 2048 x 1408 + 2048 router) = 553,779,200 + 2 shared = 3 x 2048 x 2816 = 17,301,504:
+    # 571,080,704 x 26 = 14,848,098,304. Embeddings 102,400 x 2048 x 2 (untied) = 419,430,400;
+    # norms 27 x (2 x 2048 + 512 kv_a_layernorm) + 2048 = 126,464.
+    # Total 15,706,484,224: the published 15.7 B.
+    assert s.params == 15_706_484_224
+    plan = plan_kv(inputs(s, 81_559 * MIB))
+    # KV/token = (512 + 64) x 27 layers x 2 B = 31,104 B (not 2 x 27 x 16 x 128 x 2 = 221,184)
+    assert plan.bytes_per_token == 31_104
+    # 76,968,728,985.6 - 31,412,968,448 - 1,073,741,824 = 44,482,018,713.6;
+    # / (16 x 31,104 = 497,664) = 89,381.9 -> 89,381 blocks = 1,430,096 tokens
+    assert (plan.blocks, plan.tokens) == (89_381, 1_430_096)
+    assert "27 layers x MLA latent 512 + rope 64" in render_table(plan)
+    assert "(kv_lora_rank 512 + qk_rope_head_dim 64) (MLA latent) x 27 layers x 2 bytes" in (
+        render_explain(plan)
+    )
+    # an fp8 cache halves it: 15,552 B
+    assert plan_kv(inputs(s, 81_559 * MIB, kv_cache_dtype="fp8")).bytes_per_token == 15_552
+
+
+def test_qwen3_30b_a3b_counts_every_expert() -> None:
+    s = shape_from_config(QWEN3_30B_A3B)
+    # attention a layer: q 2048 x 4096 = 8,388,608, k, v 2048 x 512 = 1,048,576 each,
+    # o 8,388,608: 18,874,368; experts 128 x (3 x 2048 x 768 + 2048 router) = 604,241,920;
+    # 623,116,288 x 48 = 29,909,581,824; embeddings 151,936 x 2048 x 2 = 622,329,856; norms
+    # 48 x (2 x 2048 + q_norm, k_norm 2 x 128) + 2048 = 210,944: 30,532,122,624 (30.5 B)
+    assert s.params == 30_532_122_624
+    plan = plan_kv(inputs(s, 143_771 * MIB))
+    # KV/token = 2 x 48 x 4 x 128 x 2 B = 98,304 B (96 KiB)
+    assert plan.bytes_per_token == 98_304
+    # H200: 150,754,820,096 x 0.9 = 135,679,338,086.4 - 61,064,245,248 - 1,073,741,824
+    # = 73,541,351,014.4; / (16 x 98,304 = 1,572,864) = 46,756.3 -> 46,756 blocks
+    assert (plan.blocks, plan.tokens) == (46_756, 748_096)

@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import math
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.limits import DEFAULT_LANES, MAX_COUNT, MAX_TIMEOUT_S, LaneLimits
 from gpuwatch.load.spec import Dist, LoadSpec, arrival_times
 from gpuwatch.plan import planner, report
 from gpuwatch.plan.probe import Outcome, ProbeResult, Target, summarize
 from gpuwatch.plan.recommend import recommend
-from gpuwatch.plan.simulate import GateLimits, run_probe
+from gpuwatch.plan.simulate import run_probe
 from gpuwatch.plan.stats import judge, min_requests, wilson
 from gpuwatch.plan.sweep import Search, SearchSettings
 from gpuwatch.plan.traffic import Recording, Traffic
@@ -124,11 +125,13 @@ def test_no_knee_when_nothing_passes() -> None:
     assert search.run(_fake(0.01)) is None
 
 
-# -- the simulated gate ------------------------------------------------------------------------
+# -- the simulated gate: the gate's own lane -----------------------------------------------------
+
+UNBOUNDED = LaneLimits(max_inflight=MAX_COUNT, max_queue=MAX_COUNT, queue_timeout_s=MAX_TIMEOUT_S)
 
 
 def test_the_simulated_gate_bounds_what_the_engine_holds_and_refuses_past_its_queue() -> None:
-    limits = GateLimits(max_inflight=4, max_queue=2, queue_timeout_s=30.0)
+    limits = LaneLimits(max_inflight=4, max_queue=2, queue_timeout_s=30.0)
     result = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, limits, seed=1)
     assert result.batch_max == 4
     assert result.refused > 0 and result.queue_peak is not None and result.queue_peak <= 2 + 4
@@ -138,15 +141,52 @@ def test_the_simulated_gate_bounds_what_the_engine_holds_and_refuses_past_its_qu
 
 
 def test_queue_timeouts_refuse_and_the_output_cap_clamps() -> None:
-    limits = GateLimits(max_inflight=1, max_queue=1000, queue_timeout_s=1.0)
+    limits = LaneLimits(max_inflight=1, max_queue=1000, queue_timeout_s=1.0)
     slow = run_probe(PROFILE, Traffic(), 10.0, 20.0, TARGET, limits, seed=1)
     assert slow.refused > 0.5 * slow.arrived  # most waited past 1 s in the queue
     long = Traffic(output_tokens=Dist("fixed", 400))
-    capped = run_probe(PROFILE, long, 1.0, 20.0, TARGET, GateLimits(max_output_tokens=50), seed=1)
-    full = run_probe(PROFILE, long, 1.0, 20.0, TARGET, seed=1)
+    capped = run_probe(PROFILE, long, 1.0, 20.0, TARGET, replace(UNBOUNDED, max_output_tokens=50),
+                       seed=1)  # fmt: skip
+    full = run_probe(PROFILE, long, 1.0, 20.0, TARGET, UNBOUNDED, seed=1)
     # 50 tokens instead of 400: each request holds the engine an eighth as long.
     assert capped.batch_max is not None and full.batch_max is not None
     assert capped.batch_max < full.batch_max
+    # Under the reject policy the same cap refuses every request instead.
+    rejected = replace(UNBOUNDED, max_output_tokens=50, output_tokens_policy="reject")
+    refused = run_probe(PROFILE, long, 1.0, 20.0, TARGET, rejected, seed=1)
+    assert refused.refused == refused.arrived and refused.good == 0
+
+
+def test_the_token_budget_reserves_prompt_and_output_bound_as_the_proxy_does() -> None:
+    """Fixed 400 + 100 tokens a request: a budget of 2,000 holds 4 of them in the engine,
+    whatever max_inflight says; a request over the whole budget is refused outright."""
+    fixed = Traffic(prompt_tokens=Dist("fixed", 400), output_tokens=Dist("fixed", 100))
+    budget = replace(UNBOUNDED, max_inflight_tokens=2_000)
+    held = run_probe(PROFILE, fixed, 20.0, 20.0, TARGET, budget, seed=1)
+    assert held.batch_max == 4 and held.refused == 0
+    free = run_probe(PROFILE, fixed, 20.0, 20.0, TARGET, UNBOUNDED, seed=1)
+    assert free.batch_max is not None and free.batch_max > 4
+    over = run_probe(PROFILE, fixed, 2.0, 10.0, TARGET, replace(budget, max_inflight_tokens=499),
+                     seed=1)  # fmt: skip
+    assert over.refused == over.arrived > 0
+
+
+def test_the_queue_wait_budget_sheds_what_cannot_start_in_time() -> None:
+    """The gate's queues bounded by time, simulated by the gate's own code: set as
+    max_queue_wait_s, or derived from the gate's [slo] less the lane's measured prefill."""
+    deep = LaneLimits(max_inflight=8, max_queue=1000, queue_timeout_s=30.0)
+    by_count = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, deep, seed=1)
+    assert "queue_deadline" not in by_count.refusals and by_count.ttft_p99_s is not None
+    assert by_count.ttft_p99_s > 5.0  # a deep queue: the wait is the TTFT
+    waited = replace(deep, max_queue_wait_s=0.5)
+    timed = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, waited, seed=1)
+    assert timed.refusals["queue_deadline"] > 0.5 * timed.arrived
+    assert timed.ttft_p99_s is not None and timed.ttft_p99_s < 1.5  # 0.5 s + the engine's part
+    derived = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, deep, seed=1, slo_ttft_s=2.0)
+    assert derived.refusals["queue_deadline"] > 0.5 * derived.arrived
+    assert derived.ttft_p99_s is not None and derived.ttft_p99_s < 2.5
+    assert derived.attainment is not None and by_count.attainment is not None
+    assert derived.attainment > by_count.attainment
 
 
 def test_a_probe_is_reproducible_for_a_seed_and_differs_with_another() -> None:
@@ -169,14 +209,6 @@ def test_arrivals_are_the_load_generators_own() -> None:
     spec = LoadSpec(url="x", rate=3.0, duration_s=50.0, burstiness=0.5)
     theirs = [t for t in arrival_times(spec, random.Random(9)) if t <= 50.0]
     assert ours == theirs
-
-
-def test_the_plan_knows_the_gates_own_defaults() -> None:
-    chat = next(lane for lane in DEFAULT_LANES if lane.name == "chat").limits
-    d = planner.GATE_DEFAULT_CHAT
-    assert (d.max_inflight, d.max_queue, d.queue_timeout_s) == (
-        chat.max_inflight, chat.max_queue, chat.queue_timeout_s,
-    )  # fmt: skip
 
 
 # -- replaying a recording ---------------------------------------------------------------------
@@ -274,7 +306,11 @@ def test_the_sweep_finds_a_knee_and_its_checks_agree(plan: planner.Plan) -> None
     assert (min(failed) - plan.knee) / plan.knee <= 0.05 + 1e-9
     boring, over = plan.checks
     assert boring.probe.passed and boring.limits["max_inflight"] == plan.recommended.max_inflight
-    assert not over.probe.passed and over.limits["max_inflight"] == 16
+    # The recommendation in a fresh gate's chat lane; the other check, that lane as it is.
+    chat = next(lane.limits for lane in DEFAULT_LANES if lane.name == "chat")
+    assert boring.limits == {**over.limits, **plan.recommended.limits()}
+    assert not over.probe.passed and over.limits["max_inflight"] == chat.max_inflight == 16
+    assert over.limits["queue_timeout_s"] == chat.queue_timeout_s
     assert plan.simulated_s > 600
 
 

@@ -39,6 +39,40 @@ def test_a_scrape_survives_the_codec(page: str) -> None:
     assert codec.decode_payload("scrape", codec.unpack(data)) == result
 
 
+def test_the_gate_page_is_recorded_as_the_dashboard_reads_it() -> None:
+    """Issue 26, item 6: the gate's page, recorded whole, was the biggest thing in the file
+    (13.9 of 30 MB/h in bench/record.py). A recording keeps what the dashboard shows of it
+    (in flight, queued, TTFT and queue-wait histograms), not its request-duration histogram,
+    and replays it to the same figures."""
+    from prometheus_client import generate_latest
+
+    from gpuwatch.gate.metrics import GateMetrics
+
+    gate = GateMetrics(["chat", "embed"])
+    chat = gate.lanes["chat"]
+    for i in range(200):
+        chat.ttft.observe(0.01 * i)
+        chat.queue_wait.observe(0.005 * i)
+        chat.duration.observe(0.1 * i)
+    chat.inflight.set(7)
+    chat.queued.set(3)
+    result = map_page("http://node:9000/metrics", generate_latest(gate.registry).decode())
+    assert result.page is not None and "gpuwatch_gate_request_duration_seconds" in result.page
+    encoded = codec.encode_payload("scrape", result)
+    assert "gpuwatch_gate_request_duration_seconds" not in encoded["page"]
+    assert len(encoded["page"]) < 0.75 * len(result.page)
+    back = codec.decode_payload("scrape", codec.unpack(codec.pack(codec.to_json(encoded))))
+    replayed = map_page(back.source, back.text)
+    (live,), (again,) = result.engines, replayed.engines
+    assert (again.dialect, again.running, again.waiting) == ("gate", 7, 3)
+    for kind in ("ttft", "queue"):
+        assert again.histograms[kind] == live.histograms[kind]
+    assert "e2e" in live.histograms and "e2e" not in again.histograms
+    # an engine's page is kept as it was prefiltered, every family the dialects read
+    vllm = map_page("http://node:8000/metrics", (FIXTURES / "vllm-1.prom").read_text())
+    assert codec.encode_payload("scrape", vllm)["page"] == vllm.page
+
+
 def test_gpus_host_gate_and_events_survive_the_codec() -> None:
     gpus = GpuReading([GpuSample(0, "H100", memory_used_bytes=5, throttle_reasons=["power"],
                                  processes=[ProcessInfo(42, "vllm", cmdline="vllm serve m")])])  # fmt: skip

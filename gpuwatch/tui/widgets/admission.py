@@ -26,6 +26,7 @@ SHORT = {
     "max_input_tokens": "in_tok",
     "evicted": "evicted",
     "tenant_paused": "t_paused",
+    "upstream_stalled": "stalled",
 }
 
 
@@ -78,6 +79,10 @@ class AdmissionPanel(Panel):
             return
         limits = gate.limits
         paused = " [b $bad]PAUSED (draining)[/]" if limits["paused"] else ""
+        # The gate sheds these lanes while the upstream is stalled (gate/stallwatch.py).
+        shed = [name for name, live in gate.lanes.items() if live.get("shed")]
+        if shed:
+            paused += f" [b $bad]UPSTREAM STALLED: shedding {escape(', '.join(shed))}[/]"
         state = (
             ""
             if gate.status.state == "UP"

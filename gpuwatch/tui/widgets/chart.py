@@ -37,6 +37,9 @@ class Line:
     label: str
     points: Sequence[Point]
     color: str  # a theme variable: "ttft", "queue", "kv", ...
+    # Drawn over the others where they cross (lines are drawn in order, the last on top), so
+    # the line that matters can come first in the title and still be seen.
+    on_top: bool = False
 
 
 def nice_max(value: float) -> float:
@@ -247,13 +250,16 @@ class Chart(Widget):
     def _build(self, width: int, height: int) -> list[Strip]:
         styles = self._styles()
         base = styles[""]
+        values = [self.fmt(line.points[-1].v) if line.points else "-" for line in self.lines]
+        wide = len(self.title) + sum(3 + len(ln.label) + len(v)
+                                     for ln, v in zip(self.lines, values, strict=True))  # fmt: skip
+        gap = "  " if wide <= width else " "  # one space apart rather than a value cut off
         head = [Segment(self.title, styles["bold"])]
-        for line in self.lines:
-            last = line.points[-1].v if line.points else None
+        for line, value in zip(self.lines, values, strict=True):
             head += [
-                Segment("  ", base),
+                Segment(gap, base),
                 Segment(line.label, styles[line.color]),
-                Segment(" " + (self.fmt(last) if last is not None else "-"), base),
+                Segment(" " + value, base),
             ]
         strips = [Strip(head).crop(0, width).extend_cell_length(width, base)]
         # Title, plot rows, then the time axis when there is room for a plot of two rows.
@@ -286,8 +292,10 @@ class Chart(Widget):
         ):
             self._columns, self._top = ColumnCache(rows, threshold_y), top
         cache = self._columns
-        heights = [dot_heights(b, top, dots_h) for b in binned]  # [0]: the dot before the first
-        colors = [line.color for line in self.lines]
+        order = sorted(range(len(self.lines)), key=lambda i: self.lines[i].on_top)  # stable
+        # [0] of each: the dot before the first
+        heights = [dot_heights(binned[i], top, dots_h) for i in order]
+        colors = [self.lines[i].color for i in order]
         columns = []
         for c in range(cols):
             # The threshold is dotted every third dot, counted in time so it moves with the plot.

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from gpuwatch.fmt import NA, num, pct, seconds
+from gpuwatch.fmt import NA, duration, num, pct, seconds
 from gpuwatch.monitor.figures import EngineFigures, engine_figures
-from gpuwatch.monitor.state import Endpoint
+from gpuwatch.monitor.state import Endpoint, UsersView, short_url
 from gpuwatch.tui.widgets.bars import gauge, level_color
 from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
 
 STATE_COLOR = {"UP": "$ok", "DOWN": "$bad", "STALE": "$warn", "WAITING": "$foreground"}
-
-
-def short_url(url: str) -> str:
-    return url.split("://", 1)[-1].removesuffix("/metrics")
 
 
 def kv_text(f: EngineFigures) -> str:
@@ -41,12 +37,19 @@ def _p99_color(p99: float | None, slo: float | None) -> str:
     return level_color(p99 / slo if p99 is not None and slo else None, 0.8, 1.0)
 
 
+def tails_label(f: EngineFigures) -> str:
+    """Whose tails these are: the gate's exact ones for a lane, or its histogram's."""
+    if f.exact_lane is not None:
+        return f"({escape(f.exact_lane)}, exact)"
+    return "(histogram)"
+
+
 def gate_segments(f: EngineFigures, ttft_slo: float | None) -> list[str]:
     """The gate's own view: what users feel, queue wait included."""
     return [
         f"in-flight [b]{num(f.running)}[/]",
         f"queued [$queue][b]{num(f.waiting)}[/][/]",
-        f"user TTFT [dim]{f.window}[/] p50 {seconds(f.ttft_p50)} "
+        f"user TTFT [dim]{f.window} {tails_label(f)}[/] p50 {seconds(f.ttft_p50)} "
         f"p99 [{_p99_color(f.ttft_p99, ttft_slo)}][b]{seconds(f.ttft_p99)}[/][/]",
         f"queue wait p99 {seconds(f.queue_p99)} [dim]{f.window}[/]",
     ]
@@ -74,12 +77,26 @@ def engine_segments(f: EngineFigures, ttft_slo: float | None) -> list[str]:
     ]
 
 
+def stall_badge(f: EngineFigures) -> str:
+    """`` STALLED 23s`` on a stalled engine's line (gpuwatch/stall.py), else nothing."""
+    if f.stalled_s is None:
+        return ""
+    return f" [b reverse $bad] STALLED {duration(f.stalled_s)} [/]"
+
+
 class EnginePanel(Panel):
     DEFAULT_CSS = "EnginePanel { height: auto; }"
 
     def render_engines(
-        self, endpoints: list[Endpoint], ttft_slo: float | None, hint: str | None
+        self,
+        endpoints: list[Endpoint],
+        ttft_slo: float | None,
+        hint: str | None,
+        users: UsersView | None = None,
+        now: float | None = None,
     ) -> None:
+        """``users``: the gate's exact view, which the gate's own line shows when it has it;
+        ``now``: the instant shown (the monitor's clock), up to which a stall is counted."""
         if not endpoints:
             self.show(f"[$warn]{escape(hint or 'no endpoints')}[/]")
             return
@@ -96,10 +113,11 @@ class EnginePanel(Panel):
                 continue
             for view in ep.engines.values():
                 model = escape((view.snap.model or "").rsplit("/", 1)[-1])
+                figures = engine_figures(ep, view, users, now)
                 out.append(
                     f"[{color}]●[/] [b]{view.snap.dialect}[/] {model} "
                     f"[dim]@ {escape(short_url(ep.url))}[/]"
-                    f" [{color}]{ep.status.state}[/]{reason}"
+                    f" [{color}]{ep.status.state}[/]{reason}{stall_badge(figures)}"
                 )
-                out.extend(flow(engine_segments(engine_figures(ep, view), ttft_slo), width))
+                out.extend(flow(engine_segments(figures, ttft_slo), width))
         self.show("\n".join(out))

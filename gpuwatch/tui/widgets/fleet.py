@@ -21,6 +21,7 @@ from textual.strip import Strip
 
 from gpuwatch.fmt import clip
 from gpuwatch.monitor.fleet import COLUMNS, FleetState
+from gpuwatch.monitor.health import badge_text
 from gpuwatch.sources.promql import FleetRow
 
 RowKey = tuple[str, str, str]
@@ -71,9 +72,10 @@ class FleetTable(ScrollView, can_focus=True):
         """Take the rows to show; the cursor stays on its row (by key) where it still is."""
         keep = self.cursor_key()
         self.keys = [r.key for r in rows]
-        self.levels = [state.verdict(r).level for r in rows]
+        verdicts = [state.verdict(r) for r in rows]
+        self.levels = [v.level for v in verdicts]
         self.cells = [
-            _cells(r, level, r.key in marked) for r, level in zip(rows, self.levels, strict=True)
+            _cells(r, badge_text(v), r.key in marked) for r, v in zip(rows, verdicts, strict=True)
         ]
         keys = [c.key for c in COLUMNS]
         # Narrow: the node names a row; instance and dialect make room for the numbers.

@@ -7,7 +7,7 @@ import time
 
 from rich.markup import escape
 
-from gpuwatch.monitor.health import Verdict
+from gpuwatch.monitor.health import Verdict, badge_text
 from gpuwatch.tui.widgets.panel import Panel
 
 BADGE = {"NO DATA": "$foreground", "OK": "$ok", "TIGHT": "$warn", "OVERLOADED": "$bad"}
@@ -33,7 +33,7 @@ class HeaderBar(Panel):
     ) -> None:
         """``clock_label`` names a clock that is not now (``REPLAY``)."""
         color = BADGE[verdict.level]
-        badge = f"[b reverse {color}] {verdict.level} [/]"
+        badge = f"[b reverse {color}] {badge_text(verdict)} [/]"
         waiting = f" [dim]({pending[0].lower()} in {pending[1]:.0f}s?)[/]" if pending else ""
         mode = "[b reverse $warn] RO [/]" if read_only else "[b reverse $primary] RW [/]"
         freeze = " [b reverse $warn] FROZEN [/]" if frozen else ""
