@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -33,9 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -59,8 +61,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(args: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def start(args: list[str], url: str, log: Path, code: Path = ROOT) -> subprocess.Popen[bytes]:
+    """``gpuwatch ARGS`` from the checkout at ``code``, once ``url``/health answers."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuwatch", *args],
         stdout=log.open("wb"),
@@ -153,21 +156,56 @@ async def watch_gate(admin: str, until: float, trace: list[tuple[float, int]]) -
             await asyncio.sleep(1.0)
 
 
-def run_one(label: str, lane: dict[str, Any], t: Traffic2, args: argparse.Namespace,
-            work: Path) -> dict[str, Any]:  # fmt: skip
+class Node(NamedTuple):
+    sim_url: str
+    gate_url: str
+    sim: subprocess.Popen[bytes]
+    gate: subprocess.Popen[bytes]
+
+
+@contextlib.contextmanager
+def sim_and_gate(
+    label: str,
+    lane: dict[str, Any],
+    work: Path,
+    time_scale: float,
+    seed: int,
+    gate_args: Sequence[str] = (),
+    code: Path = ROOT,
+    profile: str = PROFILE,
+) -> Iterator[Node]:
+    """A fresh simulator (this checkout's) and a gate with ``lane`` as its chat lane in front of
+    it (the code at ``code``), each its own process on a free port, both stopped on the way
+    out."""
     sim_port, gate_port = free_port(), free_port()
     sim_url, gate_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gate_port}"
     (work / f"{label}.toml").write_text(gate_toml(lane))
-    sim = start(["sim", "--profile", PROFILE, "--listen", f"127.0.0.1:{sim_port}",
-                 "--time-scale", str(args.time_scale), "--seed", str(args.seed)],
-                sim_url, work / f"{label}-sim.log")  # fmt: skip
-    gate = start(["gate", "--upstream", sim_url, "--listen", f"127.0.0.1:{gate_port}",
-                  "--config", str(work / f"{label}.toml"), "--state-file",
-                  str(work / f"{label}-state.json"), "--upstream-metrics", f"{sim_url}/metrics",
-                  "--controller", args.controller,
-                  "--adaptive-pace", str(1 / args.time_scale)],
-                 gate_url, work / f"{label}-gate.log")  # fmt: skip
+    procs: list[subprocess.Popen[bytes]] = []
     try:
+        procs.append(start(["sim", "--profile", profile, "--listen", f"127.0.0.1:{sim_port}",
+                            "--time-scale", str(time_scale), "--seed", str(seed)],
+                           sim_url, work / f"{label}-sim.log"))  # fmt: skip
+        procs.append(start(["gate", "--upstream", sim_url, "--listen", f"127.0.0.1:{gate_port}",
+                            "--config", str(work / f"{label}.toml"), "--state-file",
+                            str(work / f"{label}-state.json"),
+                            "--upstream-metrics", f"{sim_url}/metrics",
+                            "--adaptive-pace", str(1 / time_scale), *gate_args],
+                           gate_url, work / f"{label}-gate.log", code))  # fmt: skip
+        yield Node(sim_url, gate_url, *procs)
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def run_one(label: str, lane: dict[str, Any], t: Traffic2, args: argparse.Namespace,
+            work: Path) -> dict[str, Any]:  # fmt: skip
+    gate_args = ["--controller", args.controller]
+    with sim_and_gate(label, lane, work, args.time_scale, args.seed, gate_args) as node:
+        sim_url, gate_url = node.sim_url, node.gate_url
         spec = LoadSpec(gate_url, 1.0, requests=len(t.shapes), seed=args.seed)
         run = LoadRun(spec, shapes=t.shapes)
         wall_half = t.half_s / args.time_scale
@@ -194,13 +232,6 @@ def run_one(label: str, lane: dict[str, Any], t: Traffic2, args: argparse.Namesp
         rows = halves(run.results, t, args.time_scale)
         rows[0]["preemptions"], rows[1]["preemptions"] = pre[1] - pre[0], pre[2] - pre[1]
         return {"label": label, "halves": rows, "wall_s": wall, "trace": trace}
-    finally:
-        for proc in (gate, sim):
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def fmt(row: dict[str, Any]) -> str:
