@@ -131,14 +131,17 @@ def print_limits(limits: dict[str, Any]) -> None:
 
     print(f"version {limits['version']}  paused {str(limits['paused']).lower()}")
     print(
-        f"{'lane':<10}{'inflight':>9}{'queue':>7}{'timeout':>9}{'wait':>7}{'prompt':>8}"
-        f"{'output':>8}{'tokens':>10}  policy"
+        f"{'lane':<10}{'inflight':>9}{'queue':>7}{'timeout':>9}{'wait':>7}{'ttfb':>6}"
+        f"{'idle':>6}{'prompt':>8}{'output':>8}{'tokens':>10}  policy"
     )
     for name, lane in limits["lanes"].items():
         print(
             f"{_show(name):<10}{_show(lane['max_inflight']):>9}{_show(lane['max_queue']):>7}"
             f"{_show(lane['queue_timeout_s']):>9}"
             f"{_show(lane.get('max_queue_wait_s'), 'auto'):>7}"
+            # The upstream timeouts (first byte, idle between chunks); an older gate has none.
+            f"{_show(lane.get('upstream_first_byte_timeout_s')):>6}"
+            f"{_show(lane.get('upstream_idle_timeout_s')):>6}"
             f"{_show(lane['max_prompt_tokens']):>8}{_show(lane['max_output_tokens']):>8}"
             f"{_show(lane.get('max_inflight_tokens')):>10}"
             f"  {_show(lane['output_tokens_policy'])}"

@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="N tenants (x-gateway-inference-fairness-id), Zipf-skewed",
+        help="N tenants (x-llm-d-inference-fairness-id), Zipf-skewed",
     )
     load.add_argument("--tenant-skew", type=float, default=1.0, metavar="S", help="Zipf exponent")
     load.add_argument(
@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
         "--classes",
         default="",
         metavar="critical=W,standard=W",
-        help="objective names sent in x-gateway-inference-objective, by weight",
+        help="objective names sent in x-llm-d-inference-objective, by weight",
     )
     load.add_argument(
         "--slo",

@@ -7,6 +7,7 @@ runs. The change itself (If-Match, audit entry, persist or roll back) is ``GateS
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 import unicodedata
@@ -25,13 +26,12 @@ from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.body import BodyRefused, read_body
 from gpuwatch.gate.classes import Fairness
 from gpuwatch.gate.errors import MESSAGE_MAX, openai_error
-from gpuwatch.gate.latency import WINDOWS_S, LaneLatency
+from gpuwatch.gate.latency import LaneLatency
 from gpuwatch.gate.limits import Limits, LimitsError
 from gpuwatch.gate.stallwatch import StallWatch
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
 from gpuwatch.gate.tenantstatus import lane_status
 from gpuwatch.safejson import JSONError, loads_bounded
-from gpuwatch.series import window_label
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PATCH_MAX_BYTES = 64 * 1024
@@ -188,6 +188,11 @@ class Admin:
             slo = {key: _seconds_param(request, key) for key in ("ttft_s", "itl_s")}
         except ValueError as exc:
             return openai_error(str(exc), 400, "invalid_request_error", str(exc).split()[0])
+        # What users felt is computed off the event loop (LaneLatency.report): a read after a
+        # flood sorts up to 300,000 records per lane, and the proxy must not wait on it.
+        felt = await asyncio.gather(
+            *(self.latency[name].report(slo["ttft_s"], slo["itl_s"]) for name in self.lanes)
+        )
         now = time.monotonic()
         limits = self.state.limits
         lanes = {
@@ -201,11 +206,7 @@ class Admin:
                 "queue_wait": _queue_wait(lane),
                 "admitted_total": lane.admitted_total,
                 "rejected_total": dict(lane.rejected_total),
-                "latency": {window_label(w): self.latency[name].summary(w) for w in WINDOWS_S},
-                "goodput": {
-                    window_label(w): self.latency[name].goodput(w, slo["ttft_s"], slo["itl_s"])
-                    for w in WINDOWS_S
-                },
+                **report,
                 **lane_status(lane, self.fairness),
                 # Configured (what the operator set) apart from effective (in force: the
                 # controller's on an adaptive lane). ``adaptive`` (null on a static lane):
@@ -217,7 +218,7 @@ class Admin:
                 # The reason new requests are refused with while the upstream is stalled.
                 "shed": lane.shed[0] if lane.shed else None,
             }
-            for name, lane in self.lanes.items()
+            for (name, lane), report in zip(self.lanes.items(), felt, strict=True)
         }
         return web.json_response(
             {

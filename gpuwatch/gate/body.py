@@ -9,24 +9,32 @@ that stalls longer than the body timeout between two pieces is a 408, like nginx
 from __future__ import annotations
 
 import asyncio
-import sys
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
+from gpuwatch.gate.watchdog import within
 
-async def _next_piece(request: web.Request, timeout_s: float) -> bytes:
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(timeout_s):
-            return await request.content.readany()
-    return await asyncio.wait_for(request.content.readany(), timeout_s)  # pragma: no cover
+# The error code of each refusal, for the reply and the bad-requests count.
+CODES = {413: "body_too_large", 408: "body_timeout", 400: "body_undecodable"}
 
 
 class BodyRefused(Exception):
-    """``status`` 413 or 408, with the reason."""
+    """``status`` 413, 408 or 400 (a compressed body that does not inflate), with the reason;
+    ``code`` names it."""
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status = status
+        self.code = CODES[status]
+
+
+def inflated(request: web.Request) -> bool:
+    """Whether aiohttp inflates the body as it comes in (a gzip, deflate, br or zstd
+    Content-Encoding): what is read is not what was sent. (The stream counts the bytes it
+    inflated from only when it inflates them; a request without a body has an empty stream
+    without the count.)"""
+    return getattr(request.content, "total_compressed_bytes", None) is not None
 
 
 async def read_body(request: web.Request, max_body: int, timeout_s: float) -> bytes:
@@ -38,18 +46,26 @@ async def read_body(request: web.Request, max_body: int, timeout_s: float) -> by
     body = bytearray()
     content = request.content
     while True:
-        # What has arrived already is taken without a timer: most bodies come with their
-        # headers, and a timer per read is a measurable share of a short request's cost.
-        chunk = content.read_nowait()
-        if not chunk and content.at_eof():
-            return bytes(body)
         try:
+            # What has arrived already is taken without a timer: most bodies come with their
+            # headers, and a timer per read is a measurable share of a short request's cost.
+            chunk = content.read_nowait()
+            if not chunk and content.at_eof():
+                return bytes(body)
             if not chunk:
-                chunk = await _next_piece(request, timeout_s)
+                chunk = await within(request.content.readany(), timeout_s)
         except asyncio.TimeoutError:
             raise BodyRefused(
                 408, f"the body stalled for {timeout_s:g} s after {len(body)} bytes"
             ) from None
+        except RequestPayloadError:
+            # Bytes that do not inflate (or a broken framing): the client's error, named
+            # without echoing anything of it.
+            what = "decode as its Content-Encoding says" if inflated(request) else "parse"
+            # Nothing more of it can be read: marked ended, so that aiohttp does not try to
+            # drain it after the reply (and log the same error again with a traceback).
+            content.feed_eof()
+            raise BodyRefused(400, f"the body does not {what}") from None
         if not chunk:
             return bytes(body)
         if len(body) + len(chunk) > max_body:

@@ -7,8 +7,10 @@ server accepts for it: vLLM coerces ``500.0`` and ``"500"`` to 500, so they are 
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwatch.gate.limits import LaneLimits
@@ -30,6 +32,24 @@ CHOICE_KEYS = ("n", "best_of")
 # Fields that carry a prompt, by API: all are counted, so a prompt in one field cannot hide
 # behind an empty other one.
 PROMPT_KEYS = ("messages", "prompt", "input")
+# Fields beside those that a server renders into the prompt too: tool definitions (a chat
+# template prints their JSON schema; ``functions`` is the older name), the Responses API's
+# ``instructions``, a completion's ``suffix`` (fill in the middle), the documents of vLLM's
+# RAG chat templates, a request's own ``chat_template``, and Anthropic-style ``system``.
+EXTRA_PROMPT_KEYS = (
+    "tools",
+    "functions",
+    "instructions",
+    "suffix",
+    "documents",
+    "chat_template",
+    "system",
+)
+# Content parts that carry media: their bytes are not text tokens (a vision model turns an
+# image into its own count of tokens), so they are not counted as text.
+MEDIA_PARTS = frozenset(
+    ("image_url", "input_image", "image", "input_audio", "audio", "file", "input_file", "video_url")
+)
 _NUMERIC = re.compile(r"\s*\+?(\d{1,18})(?:\.0*)?\s*")
 
 
@@ -70,6 +90,30 @@ def _messages(body: dict[str, Any]) -> list[Any] | None:
     return messages
 
 
+def _as_text(value: Any) -> str:
+    """A field as the prompt will hold it: a string as is, anything else as compact JSON
+    (a chat template prints a tool's schema or a call's arguments about so)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _message_extras(message: dict[str, Any]) -> list[str]:
+    """What a chat template renders of a message beside its role and content text: tool
+    calls and their arguments, a name, a tool_call_id, reasoning; and content parts that are
+    neither text nor media (an input item, a tool result)."""
+    rest = {k: v for k, v in message.items() if k not in ("role", "content") and v is not None}
+    out = [_as_text(rest)] if rest else []
+    content = message.get("content")
+    if isinstance(content, list):
+        out.extend(
+            _as_text(part)
+            for part in content
+            if "text" not in part and part.get("type") not in MEDIA_PARTS
+        )
+    return out
+
+
 def _prompt_texts(key: str, value: Any) -> tuple[list[str], int]:
     """(texts to count, token ids already counted) of one prompt field."""
     if value is None:
@@ -88,26 +132,75 @@ def _prompt_texts(key: str, value: Any) -> tuple[list[str], int]:
     raise BodyError(key, "must be a string, a list of strings or a list of token ids")
 
 
-def prompt_text(body: dict[str, Any]) -> str:
-    """All the prompt text a body carries (for an upstream tokenizer); BodyError on bad types."""
+@dataclass
+class Prompt:
+    """Everything of a body that becomes prompt tokens: chat message lists (``messages``,
+    the Responses API's ``input`` items), plain texts, and token ids given as such."""
+
+    chats: list[list[Any]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    ids: int = 0
+
+    @property
+    def found(self) -> bool:
+        return bool(self.chats or self.texts or self.ids)
+
+    def estimate(self) -> int:
+        return (
+            sum(estimate_chat(c) for c in self.chats)
+            + sum(estimate_text(t) for t in self.texts)
+            + self.ids
+        )
+
+    def text(self) -> str:
+        """The text to count with a tokenizer (the ids are counted apart)."""
+        return "\n".join([*(chat_text(c) for c in self.chats), *self.texts])
+
+
+def read_prompt(body: dict[str, Any]) -> Prompt:
+    """Every prompt field of a body, type-checked (BodyError naming the first bad one)."""
+    out = Prompt()
     messages = _messages(body)
-    parts = [chat_text(messages)] if messages is not None else []
+    if messages is not None:
+        out.chats.append(messages)
+        for message in messages:
+            out.texts.extend(_message_extras(message))
     for key in PROMPT_KEYS[1:]:
-        texts, _ = _prompt_texts(key, body.get(key))
-        parts.extend(texts)
-    return "\n".join(parts)
+        value = body.get(key)
+        if (
+            key == "input"
+            and isinstance(value, list)
+            and value
+            and all(isinstance(item, dict) for item in value)
+        ):
+            # The Responses API's input items: messages, function calls and their outputs.
+            for i, item in enumerate(value):
+                _check_message(f"input[{i}]", item)
+                out.texts.extend(_message_extras(item))
+            out.chats.append(value)
+            continue
+        texts, ids = _prompt_texts(key, value)
+        out.texts.extend(texts)
+        out.ids += ids
+    for key in EXTRA_PROMPT_KEYS:
+        if body.get(key) is not None:
+            out.texts.append(_as_text(body[key]))
+    return out
 
 
 def estimate_prompt(body: dict[str, Any]) -> int | None:
     """Prompt tokens by the shared estimate, over every prompt field; None when there is none."""
-    messages = _messages(body)
-    total = estimate_chat(messages) if messages is not None else 0
-    found = messages is not None
-    for key in PROMPT_KEYS[1:]:
-        texts, ids = _prompt_texts(key, body.get(key))
-        total += ids + sum(estimate_text(t) for t in texts)
-        found = found or bool(texts) or ids > 0
-    return total if found else None
+    prompt = read_prompt(body)
+    return prompt.estimate() if prompt.found else None
+
+
+def prompts(body: dict[str, Any]) -> int:
+    """How many prompts a body carries: a completions ``prompt`` list of strings or of
+    token-id lists is a batch, each prompt its own completion(s) (OpenAI and vLLM alike)."""
+    value = body.get("prompt")
+    if isinstance(value, list) and value and all(isinstance(p, (str, list)) for p in value):
+        return len(value)
+    return 1
 
 
 def output_tokens(key: str, value: Any) -> int | None:
@@ -134,8 +227,9 @@ class OverCap(Exception):
     """An output bound over the cap under the ``reject`` policy; ``str()`` says which."""
 
 
-def choices(body: dict[str, Any]) -> int:
-    """How many answers the request asks for (``n``, ``best_of``): each is generated."""
+def answers(body: dict[str, Any]) -> int:
+    """How many answers the request asks for: ``n`` (``best_of``) for each of its prompts;
+    each is generated."""
     wanted = 1
     for key in CHOICE_KEYS:
         value = output_tokens(key, body.get(key))
@@ -143,14 +237,14 @@ def choices(body: dict[str, Any]) -> int:
             if value < 1:
                 raise BodyError(key, f"must be at least 1, got {value}")
             wanted = max(wanted, value)
-    return wanted
+    return wanted * prompts(body)
 
 
 def cap_output(body: dict[str, Any], cap: int, reject: bool, default_key: str, lane: str) -> bool:
     """Hold the request's output, over all the answers it asks for, to ``cap`` tokens: clamp
-    every output bound over ``cap // choices`` (``reject``: raise OverCap instead); set
+    every output bound over ``cap // answers`` (``reject``: raise OverCap instead); set
     ``default_key`` when the body has none. True when the body changed."""
-    n = choices(body)
+    n = answers(body)
     per_answer = cap // n
     if per_answer < 1:
         raise OverCap(f"{n} answers cannot fit lane {lane!r}'s output cap of {cap} tokens")
@@ -228,4 +322,4 @@ def output_bound(body: dict[str, Any], cap: int | None, default: int) -> int:
     bounds = [output_tokens(k, body[k]) for k in OUTPUT_KEYS if k in body]
     given = [b for b in bounds if b is not None and b >= 1]
     per_answer = max(given) if given else (cap or default)
-    return per_answer * choices(body)
+    return per_answer * answers(body)

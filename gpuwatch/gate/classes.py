@@ -1,10 +1,12 @@
 """Who a request is: its tenant and its class, from headers the operator mapped. Pure: no I/O.
 
-The headers are the Gateway API Inference Extension's: ``x-gateway-inference-objective``
-names an objective, ``x-gateway-inference-fairness-id`` a tenant. With ``api_keys = true`` the
-bearer key of ``Authorization`` identifies the tenant instead, by its hash: a key holder cannot
-pass for another tenant by sending another fairness id, and the raw key is never kept, shown
-or counted anywhere.
+The headers are the llm-d router's: ``x-llm-d-inference-objective`` names an objective,
+``x-llm-d-inference-fairness-id`` a tenant. Their older names (the Gateway API Inference
+Extension's ``x-gateway-inference-objective`` and ``x-gateway-inference-fairness-id``) are read
+as deprecated aliases: a request has one value of each, the new name's when it sends both.
+With ``api_keys = true`` the bearer key of ``Authorization`` identifies the tenant instead, by
+its hash: a key holder cannot pass for another tenant by sending another fairness id, and the
+raw key is never kept, shown or counted anywhere.
 
 A class is only ever one the operator mapped: an objective (or key hash) the config does not
 name gets ``default_class``. A client cannot promote itself by sending ``critical``.
@@ -17,7 +19,7 @@ api_keys = false                   # true: tenant = "key:" + sha256(bearer key)[
 critical = 10
 standard = 0
 sheddable = -10
-[fairness.objectives]              # x-gateway-inference-objective value -> class
+[fairness.objectives]              # x-llm-d-inference-objective value -> class
 interactive = "critical"
 batch = "sheddable"
 [fairness.keys]                    # "key:<hash>" -> class (with api_keys)
@@ -39,8 +41,11 @@ from typing import Any, TypeVar
 
 from gpuwatch.config import ConfigError
 
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
-FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
+OBJECTIVE_HEADER = "x-llm-d-inference-objective"
+FAIRNESS_HEADER = "x-llm-d-inference-fairness-id"
+# Each header under its current name first, then the deprecated ones llm-d still reads.
+OBJECTIVE_HEADERS = (OBJECTIVE_HEADER, "x-gateway-inference-objective")
+FAIRNESS_HEADERS = (FAIRNESS_HEADER, "x-gateway-inference-fairness-id")
 DEFAULT_CLASSES: Mapping[str, int] = {"critical": 10, "standard": 0, "sheddable": -10}
 # A fairness id is shown on terminals and used as a key in the limits: one that is not a
 # short plain token is replaced by its hash, so hostile ids can neither smuggle control
@@ -49,6 +54,17 @@ TENANT_ID = re.compile(r"[A-Za-z0-9._:@/+-]{1,64}")
 ANONYMOUS = "-"
 _RESERVED = ("key:", "id:")  # the prefixes of hashed tenant ids
 _MAX_CLASSES = 16  # classes are metric labels: their number stays small
+
+
+def header_value(headers: Mapping[str, str], names: tuple[str, ...]) -> str:
+    """One value of a header that goes by several ``names``: the first name's the request
+    carries (not blank), so a client sending both spellings cannot have each read by a
+    different reader; a name sent twice counts by its first value. Empty when none."""
+    for name in names:
+        value = headers.get(name, "").strip()
+        if value:
+            return value
+    return ""
 
 
 def hashed(prefix: str, value: str) -> str:
@@ -94,13 +110,13 @@ class Fairness:
                 tenant = key_hash(key.strip())
                 klass = self.keys.get(tenant)
         if tenant == ANONYMOUS:
-            given = headers.get(FAIRNESS_HEADER, "").strip()
+            given = header_value(headers, FAIRNESS_HEADERS)
             if given:
                 # A header cannot name a key's tenant: "key:..." (and "id:...") are hashed too.
                 plain = TENANT_ID.fullmatch(given) and not given.startswith(_RESERVED)
                 tenant = given if plain else hashed("id", given)
         if klass is None:
-            klass = self.objectives.get(headers.get(OBJECTIVE_HEADER, "").strip())
+            klass = self.objectives.get(header_value(headers, OBJECTIVE_HEADERS))
         if klass is None:
             klass = self.default_class
         return Who(tenant, klass, self.classes[klass])

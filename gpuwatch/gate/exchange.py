@@ -102,10 +102,12 @@ class Exchange:
             # Left the queue without a slot (refused on timeout, or the client gave up): the
             # wait was real, and the worst of them belong in the queue-wait tail.
             self.record.queue_wait_s = now - self._queued_at
-        e2e = now - self.received
-        self.record.e2e_s = e2e
-        if self.record.outcome in ("ok", "failed"):
-            self.metrics.duration.observe(e2e)
         self._flush_gaps(now)
         if self._max_gap:
             self.record.max_itl_s = self._max_gap
+        e2e = now - self.received
+        if self.record.outcome in ("ok", "failed"):
+            self.metrics.duration.observe(e2e)
+        # Written last: a record with its e2e_s is final, and a status read in a worker
+        # thread relies on it (latency.LatencyView).
+        self.record.e2e_s = e2e

@@ -21,6 +21,7 @@ POLICIES = ("clamp", "reject")
 # moves the effective limits between the lane's bounds to hold target_ttft_p99_s).
 ADMISSION_POLICIES = ("static", "adaptive")
 MEDIA_CAPS = ("max_pixels", "max_steps", "max_n", "max_inputs", "max_input_tokens")
+UPSTREAM_TIMEOUTS = ("upstream_first_byte_timeout_s", "upstream_idle_timeout_s")
 REASONS = (
     "queue_full",
     "queue_timeout",
@@ -56,6 +57,11 @@ class LaneLimits:
     # The longest a request may wait for a slot before it is refused (deadline.py); None:
     # derived from the lane's TTFT target (or the gate's SLO) less its recent prefill time.
     max_queue_wait_s: float | None = None
+    # A silent upstream (watchdog.py): no byte of its answer within the first of sending, or
+    # no chunk within the second of the last, and the request ends (504, or mid-stream the
+    # client's connection is cut) and the upstream connection is closed. None: no limit.
+    upstream_first_byte_timeout_s: float | None = 300.0
+    upstream_idle_timeout_s: float | None = 60.0
     max_prompt_tokens: int | None = None
     max_output_tokens: int | None = None
     output_tokens_policy: str = "clamp"
@@ -227,6 +233,8 @@ def _lane_patch(path: str, current: LaneLimits, patch: Any) -> LaneLimits:
         elif key == "max_queue_wait_s":
             # 0 is a lane without a queue in time: a request starts at once or is refused.
             changes[key] = _seconds(at, value, allow_zero=True)
+        elif key in UPSTREAM_TIMEOUTS:
+            changes[key] = _seconds(at, value, allow_zero=False)
         elif key == "policy":
             if not isinstance(value, str) or value not in ADMISSION_POLICIES:
                 raise LimitsError(

@@ -1,8 +1,9 @@
 """Image and embedding caps applied to a parsed request body. Pure: no I/O.
 
 Image generation costs steps x pixels x images, so the image lane caps each factor:
-``max_pixels`` (width x height of ``size``), ``max_steps`` (``steps``, or diffusers'
-``num_inference_steps``) and ``max_n``. Embeddings cost tokens per item, and a request can
+``max_pixels`` (width x height of ``size``), ``max_steps`` (``steps``, diffusers'
+``num_inference_steps``, LocalAI's ``step``: each capped, each absent one filled) and
+``max_n``. Embeddings cost tokens per item, and a request can
 carry thousands of items: ``max_inputs`` (items per request) and ``max_input_tokens`` (per
 item, by the shared estimate or the token ids given).
 
@@ -25,7 +26,11 @@ from gpuwatch.tokens import estimate_text
 CLAMP_HEADER = "X-Gpuwatch-Clamped"
 # What the OpenAI Images API generates when a body names no size (DALL-E 2 and 3 both).
 DEFAULT_SIZE = (1024, 1024)
-STEP_KEYS = ("steps", "num_inference_steps")
+# Every name an image server reads its denoising steps under: ``steps`` (the simulator, A1111-
+# style servers), diffusers' ``num_inference_steps`` (diffusers-based servers, SGLang's and
+# vLLM-Omni's), LocalAI's ``step``. A server reads one and runs its own default when that one
+# is absent, so every name is capped and every absent one filled in (``_fill_steps``).
+STEP_KEYS = ("steps", "num_inference_steps", "step")
 # Where embedding-lane routes carry their items: ``input`` (embeddings), ``documents``
 # (vLLM's and Cohere's rerank), ``texts`` (TEI's rerank), ``text_1``/``text_2`` (vLLM's
 # score). Each is held to the caps on its own: a rerank of 10,000 documents costs what 10,000
@@ -94,11 +99,6 @@ def _image(body: dict[str, Any], limits: LaneLimits, lane: str, reject: bool) ->
             w, h = fit_pixels(width, height, limits.max_pixels)
             body["size"] = f"{w}x{h}"
             notes.append(f"size {width}x{height}->{w}x{h}")
-    if limits.max_steps is not None and all(body.get(k) is None for k in STEP_KEYS):
-        # No steps named: the server runs its own default (the simulator's is 30, diffusers'
-        # 50), which may be over the cap, so the cap is sent as the bound.
-        body[STEP_KEYS[0]] = limits.max_steps
-        notes.append(f"steps default->{limits.max_steps}")
     for key, cap, keys in (
         ("max_steps", limits.max_steps, STEP_KEYS),
         ("max_n", limits.max_n, ("n",)),
@@ -115,7 +115,23 @@ def _image(body: dict[str, Any], limits: LaneLimits, lane: str, reject: bool) ->
                 raise MediaRefused(key, f"{field} {value} is over lane {lane!r}'s {key} of {cap}")
             body[field] = cap
             notes.append(f"{field} {value}->{cap}")
+    if limits.max_steps is not None:
+        notes += _fill_steps(body, limits.max_steps)
     return notes
+
+
+def _fill_steps(body: dict[str, Any], cap: int) -> list[str]:
+    """Every step name a server may read, present: an absent one runs the server's default
+    (the simulator's 30, diffusers' 50), which may be over the cap. Each gets the value of a
+    name the client sent (already within the cap), or the cap when it sent none."""
+    given = [body[k] for k in STEP_KEYS if body.get(k) is not None]
+    value = output_tokens("steps", given[0]) if given else cap
+    missing = [k for k in STEP_KEYS if body.get(k) is None]
+    for key in missing:
+        body[key] = value
+    # The client's own steps spelled the other ways is no clamp; only the cap in place of
+    # the server's default is.
+    return [] if given or not missing else [f"steps default->{value}"]
 
 
 def _items(value: Any) -> list[Any]:
@@ -182,8 +198,11 @@ def _embed_field(
     return [f"{key} {cut} item(s) cut to {cap} tokens"]
 
 
-def apply_media_caps(body: dict[str, Any], limits: LaneLimits, lane: str) -> list[str]:
+def apply_media_caps(body: dict[str, Any], limits: LaneLimits, lane: str) -> tuple[list[str], bool]:
     """Hold ``body`` to the lane's image and embedding caps, in place. Returns what was
-    clamped (empty: unchanged); raises MediaRefused or BodyError."""
+    clamped (for ``X-Gpuwatch-Clamped``) and whether the body changed: a step name filled in
+    with the client's own value is a change but no clamp. Raises MediaRefused or BodyError."""
     reject = limits.media_policy == "reject"
-    return _image(body, limits, lane, reject) + _embed(body, limits, lane, reject)
+    keys = len(body)  # caps replace values (each noted) or add keys (the names filled in)
+    notes = _image(body, limits, lane, reject) + _embed(body, limits, lane, reject)
+    return notes, bool(notes) or len(body) != keys

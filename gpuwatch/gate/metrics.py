@@ -56,6 +56,13 @@ class GateMetrics:
         self.upstream_errors = Counter(
             "gpuwatch_gate_upstream_errors", "Upstream connection failures (502s).", registry=r
         )
+        self.upstream_timeouts = Counter(
+            "gpuwatch_gate_upstream_timeouts",
+            "Answers the upstream stopped sending: no first byte (first_byte, a 504) or no next "
+            "chunk (idle) within the lane's upstream timeout.",
+            ["lane", "kind"],
+            registry=r,
+        )
         self.upstream_retries = Counter(
             "gpuwatch_gate_upstream_retries",
             "Requests sent again on a new connection: a kept-alive one was closed under them.",

@@ -20,25 +20,24 @@ import aiohttp
 from aiohttp import web
 
 from gpuwatch.gate.admission import AdmissionLane, Refused
-from gpuwatch.gate.body import BodyRefused, read_body
+from gpuwatch.gate.body import BodyRefused, inflated, read_body
 from gpuwatch.gate.caps import (
     BodyError,
     CapRefused,
     apply_text_caps,
-    estimate_prompt,
-    prompt_text,
+    read_prompt,
 )
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.errors import openai_error
 from gpuwatch.gate.exchange import Exchange
 from gpuwatch.gate.latency import LaneLatency
-from gpuwatch.gate.limits import MEDIA_CAPS, Lane
+from gpuwatch.gate.limits import MEDIA_CAPS, Lane, LaneLimits
 from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, apply_media_caps, has_media_caps
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.paths import PathError, split_target
 from gpuwatch.gate.stallwatch import StreamTally
 from gpuwatch.gate.upstream import Upstream, UpstreamError
-from gpuwatch.gate.watchdog import SendWatchdog
+from gpuwatch.gate.watchdog import IdleWatchdog, SendWatchdog, UpstreamTimeout, within
 from gpuwatch.safejson import JSONError, loads_bounded
 
 log = logging.getLogger("gpuwatch.gate")
@@ -131,6 +130,7 @@ class Proxy:
         self.latency = latency
         self._unreachable = _Throttled()
         self._broken = _Throttled()
+        self._silent = _Throttled()
         # Streams being relayed and their chunks, for the stall watch (stallwatch.py).
         self.streams = StreamTally()
         # Longest prefix first, so /v1/images/ wins over a shorter overlapping prefix.
@@ -209,8 +209,7 @@ class Proxy:
                 request, self.lane_defs[name].max_body, self.config.client_body_timeout_s
             )
         except BodyRefused as exc:
-            code = "body_too_large" if exc.status == 413 else "body_timeout"
-            return self._client_error(exc.status, code, str(exc), close=True)
+            return self._client_error(exc.status, exc.code, str(exc), close=True)
         who = self.config.fairness.who(request.headers)
         inference = self.is_inference(request.method, path)
         ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
@@ -226,7 +225,7 @@ class Proxy:
             ex.queueing()
             async with lane.slot(tokens, who) as ticket:
                 ex.admitted(ticket.queue_wait_s, ticket.first_token)
-                return await self._forward(request, ex, path, query, raw)
+                return await self._forward(request, ex, path, query, raw, name, lane.limits)
         except Refused as refused:
             lane.tenants.refused[(who.klass, refused.reason)] += 1
             ex.outcome("refused")
@@ -273,11 +272,10 @@ class Proxy:
         changed = False
         if media:
             try:
-                notes = apply_media_caps(body, limits, name)
+                notes, changed = apply_media_caps(body, limits, name)
             except MediaRefused as exc:
                 raise lane.refuse(exc.reason, str(exc)) from None
             clamped.extend(notes)
-            changed = bool(notes)
         if not text_caps and budget is None:
             return (json.dumps(body).encode() if changed else raw), 0
         tokens = None
@@ -292,17 +290,28 @@ class Proxy:
         return (json.dumps(body).encode() if changed or capped else raw), reserve
 
     async def _prompt_tokens(self, name: str, body: dict[str, Any]) -> int | None:
-        estimate = estimate_prompt(body)  # also the type check of every prompt field
-        if not self.lane_defs[name].tokenize or estimate is None:
+        prompt = read_prompt(body)  # also the type check of every prompt field
+        if not prompt.found:
+            return None
+        estimate = prompt.estimate()
+        text = prompt.text()
+        if not self.lane_defs[name].tokenize or not text:
             return estimate
-        text = prompt_text(body)
         model = body.get("model")
         payload = {
             "model": model if isinstance(model, str) else None,
             "prompt": text,
             "content": text,
         }
-        answer = await self.upstream.post_json("/tokenize", payload, _TOKENIZE_ANSWER_MAX)
+        try:
+            # A tokenizer that does not answer is a silent upstream too: past the lane's
+            # first-byte timeout the estimate stands in, as for any other hiccup.
+            answer = await within(
+                self.upstream.post_json("/tokenize", payload, _TOKENIZE_ANSWER_MAX),
+                self.lanes[name].limits.upstream_first_byte_timeout_s,
+            )
+        except asyncio.TimeoutError:
+            answer = None
         if answer is not None:
             try:
                 data = loads_bounded(answer)
@@ -310,40 +319,89 @@ class Proxy:
                 data = None
             if isinstance(data, dict):
                 count, tokens = data.get("count"), data.get("tokens")
+                # The tokenizer counts the text; token ids given as such are counted apart.
                 if isinstance(count, int) and not isinstance(count, bool):
-                    return count
+                    return count + prompt.ids
                 if isinstance(tokens, list):
-                    return len(tokens)
+                    return len(tokens) + prompt.ids
         return estimate  # a tokenizer hiccup falls back to the estimate rather than refuse
 
     async def _forward(
-        self, request: web.Request, ex: Exchange, path: str, query: str, body: bytes
+        self,
+        request: web.Request,
+        ex: Exchange,
+        path: str,
+        query: str,
+        body: bytes,
+        lane: str,
+        limits: LaneLimits,
     ) -> web.StreamResponse:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        # aiohttp's parser inflated a gzip, deflate, br or zstd body as it came in (so the caps
+        # and the size limit saw what the upstream will parse): it goes on as read, without
+        # the Content-Encoding that no longer describes it.
+        decoded = inflated(request)
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in HOP_BY_HOP and not (decoded and k.lower() == "content-encoding")
+        }
+        first_s = limits.upstream_first_byte_timeout_s
+        sent = time.monotonic()
         try:
-            upstream = await self.upstream.request(
-                request.method, self.upstream.url(path, query), headers, body or None
+            upstream = await within(
+                self.upstream.request(
+                    request.method, self.upstream.url(path, query), headers, body or None
+                ),
+                first_s,
             )
+        except asyncio.TimeoutError:
+            assert first_s is not None
+            return self._timed_out(ex, lane, UpstreamTimeout("first_byte", first_s))
         except UpstreamError as exc:
             ex.outcome("failed")
             self.metrics.upstream_errors.inc()
             # The upstream's address stays in the log: clients learn only that it failed.
             self._unreachable.warning("upstream %s unreachable: %s", self.upstream.base, exc.kind)
             return openai_error(f"upstream unreachable: {exc.kind}", 502, "upstream_error")
+        watch = IdleWatchdog(
+            upstream.content,
+            None if first_s is None else sent + first_s,
+            first_s,
+            limits.upstream_idle_timeout_s,
+        )
         try:
             if upstream.status >= 400:
                 ex.outcome("failed")  # answered, but not with what the user asked for
-            return await self._relay(request, upstream, ex)
+            return await self._relay(request, upstream, ex, watch, lane)
         finally:
+            watch.stop()
             if upstream.content.at_eof():
                 upstream.release()  # back to the pool for the next request
             else:
-                # Cancelled (the client left) or broken: close the upstream connection now,
-                # so the engine aborts the generation and frees its KV blocks.
+                # Cancelled (the client left), broken or silent: close the upstream connection
+                # now, so the engine aborts the generation and frees its KV blocks.
                 upstream.close()
 
+    def _timed_out(self, ex: Exchange, lane: str, exc: UpstreamTimeout) -> web.Response:
+        """A 504 for an upstream that sent nothing in time; the caller closes its connection."""
+        ex.outcome("failed")
+        self.metrics.upstream_timeouts.labels(lane, exc.kind).inc()
+        self._silent.warning("upstream %s: %s (lane %s)", self.upstream.base, exc, lane)
+        setting = f"upstream_{exc.kind}_timeout_s"
+        return openai_error(
+            f"{exc} (lane {lane!r}'s {setting}); the request was cancelled upstream",
+            504,
+            "upstream_error",
+            f"upstream_{exc.kind}_timeout",
+        )
+
     async def _relay(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        ex: Exchange,
+        watch: IdleWatchdog,
+        lane: str,
     ) -> web.StreamResponse:
         # The clamp header is the gate's word alone: an upstream's own (in any case) is dropped,
         # so a client never reads a clamp the gate did not make, nor two values.
@@ -355,22 +413,33 @@ class Proxy:
         if _CLAMPED in request:
             out_headers[CLAMP_HEADER] = request[_CLAMPED]
         length = upstream.content_length
-        if length is not None and length <= _WHOLE_BODY_MAX:
-            try:
-                data = await upstream.read()
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-                ex.outcome("failed")
-                self.metrics.upstream_errors.inc()
-                self._broken.warning(
-                    "upstream broke before its answer was complete: %s", type(exc).__name__
-                )
-                return openai_error(f"upstream broke: {type(exc).__name__}", 502, "upstream_error")
+        whole = length is not None and length <= _WHOLE_BODY_MAX
+        # The first chunk (a short answer: all of it) is read before anything goes to the
+        # client, so an upstream that never sends one is still a clean 504.
+        try:
+            chunk = await upstream.content.readany()
+            watch.progress()
+            if whole:
+                data = bytearray(chunk)
+                while chunk := await upstream.content.readany():
+                    watch.progress()
+                    data += chunk
+        except UpstreamTimeout as exc:
+            return self._timed_out(ex, lane, exc)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            ex.outcome("failed")
+            self.metrics.upstream_errors.inc()
+            self._broken.warning(
+                "upstream broke before its answer was complete: %s", type(exc).__name__
+            )
+            return openai_error(f"upstream broke: {type(exc).__name__}", 502, "upstream_error")
+        if whole:
             ex.first_byte()
-            return web.Response(body=data, status=upstream.status, headers=out_headers)
+            return web.Response(body=bytes(data), status=upstream.status, headers=out_headers)
         response = web.StreamResponse(status=upstream.status, headers=out_headers)
         try:
             await response.prepare(request)
-            return await self._stream(request, upstream, response, ex)
+            return await self._stream(request, upstream, response, ex, watch, chunk, lane)
         except ConnectionError:
             ex.outcome("abandoned")
             # The client left while a write was under way (headers, a chunk, the last chunk):
@@ -391,15 +460,18 @@ class Proxy:
         upstream: aiohttp.ClientResponse,
         response: web.StreamResponse,
         ex: Exchange,
+        watch: IdleWatchdog,
+        chunk: bytes,
+        lane: str,
     ) -> web.StreamResponse:
-        watchdog = SendWatchdog(request.transport, self.config.client_send_timeout_s)
+        send = SendWatchdog(request.transport, self.config.client_send_timeout_s)
         self.streams.begin()
         try:
-            return await self._pump(request, upstream, response, ex, watchdog)
+            return await self._pump(request, upstream, response, ex, send, watch, chunk, lane)
         finally:
             self.streams.end()
-            watchdog.stop()
-            if watchdog.fired:
+            send.stop()
+            if send.fired:
                 log.info(
                     "client stopped reading for %g s mid-stream: connection closed",
                     self.config.client_send_timeout_s,
@@ -411,39 +483,50 @@ class Proxy:
         upstream: aiohttp.ClientResponse,
         response: web.StreamResponse,
         ex: Exchange,
-        watchdog: SendWatchdog,
+        send: SendWatchdog,
+        watch: IdleWatchdog,
+        chunk: bytes,
+        lane: str,
     ) -> web.StreamResponse:
+        """Relay ``chunk`` (the first, already read) and every next one to the client."""
         first = True
         tail = b""  # the last bytes written, for a [DONE] split across two chunks
-        while True:
-            # Reading from the upstream and writing to the client fail for different reasons
-            # and mean different things; each gets its own handler and its own count.
-            try:
-                chunk = await upstream.content.readany()
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-                ex.outcome("failed")
-                self.metrics.upstream_errors.inc()
-                self.metrics.streams_broken.labels("upstream").inc()
-                self._broken.warning("upstream broke mid-stream: %s", type(exc).__name__)
-                # End the client's connection without the final chunk: a clean end would
-                # pass a truncated answer off as a whole one.
-                if request.transport is not None:
-                    request.transport.close()
-                return response
-            if not chunk:
-                ex.answered_whole()  # the upstream's last chunk, every byte written
-                break
+        while chunk:
             self.streams.chunk()
             if first:
                 ex.first_byte()
                 first = False
             else:
                 ex.chunk()
-            watchdog.writing()
+            send.writing()
             await response.write(chunk)
-            watchdog.written()
+            send.written()
             if _DONE in tail + chunk:
                 ex.answered_whole()
             tail = (tail + chunk)[-len(_DONE) :]
+            # Reading from the upstream and writing to the client fail for different reasons
+            # and mean different things; each gets its own handler and its own count.
+            try:
+                chunk = await upstream.content.readany()
+            except (
+                UpstreamTimeout,
+                aiohttp.ClientPayloadError,
+                aiohttp.ClientConnectionError,
+            ) as exc:
+                ex.outcome("failed")
+                self.metrics.streams_broken.labels("upstream").inc()
+                if isinstance(exc, UpstreamTimeout):
+                    self.metrics.upstream_timeouts.labels(lane, exc.kind).inc()
+                    self._silent.warning("upstream %s: %s mid-stream", self.upstream.base, exc)
+                else:
+                    self.metrics.upstream_errors.inc()
+                    self._broken.warning("upstream broke mid-stream: %s", type(exc).__name__)
+                # End the client's connection without the final chunk: a clean end would
+                # pass a truncated answer off as a whole one.
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+            watch.progress()
+        ex.answered_whole()  # the upstream's last chunk, every byte written
         await response.write_eof()
         return response

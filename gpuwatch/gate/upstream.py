@@ -7,6 +7,10 @@ to the next queued request, which dies with ServerDisconnectedError before a byt
 Such a request never reached the server (a server closes idle connections, never one whose
 request it is answering), so it is sent again, once, on a new connection. A request that got
 anything back, or failed on a new connection, is never sent twice: it may be running.
+
+Redirects are never followed: a 3xx goes back to the client as the upstream sent it. Following
+one would send the request (a 307 or 308: its body too) to whatever origin the upstream names,
+past the gate's routing, and pass that origin's answer off as the upstream's.
 """
 
 from __future__ import annotations
@@ -107,7 +111,9 @@ class Upstream:
         assert self._pooled is not None and self._fresh is not None
         _reused.set(False)
         try:
-            return await self._pooled.request(method, url, data=body, headers=headers)
+            return await self._pooled.request(
+                method, url, data=body, headers=headers, allow_redirects=False
+            )
         except (
             aiohttp.ServerDisconnectedError,
             aiohttp.ClientOSError,
@@ -119,7 +125,9 @@ class Upstream:
             raise UpstreamError(type(exc).__name__) from exc
         self._on_retry()
         try:
-            return await self._fresh.request(method, url, data=body, headers=headers)
+            return await self._fresh.request(
+                method, url, data=body, headers=headers, allow_redirects=False
+            )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise UpstreamError(type(exc).__name__) from exc
 
@@ -127,7 +135,9 @@ class Upstream:
         """A small side request (the tokenizer): the body when 200 and under ``max_bytes``."""
         assert self._pooled is not None
         try:
-            async with self._pooled.post(self.url(path), json=payload) as resp:
+            async with self._pooled.post(
+                self.url(path), json=payload, allow_redirects=False
+            ) as resp:
                 if resp.status != 200:
                     return None
                 if resp.content_length is not None and resp.content_length > max_bytes:

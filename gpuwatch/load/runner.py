@@ -5,8 +5,8 @@ E2E = start to the last of them; TPOT = (E2E - TTFT) / (output tokens - 1). Outp
 from ``usage`` when the server sends it, else from the number of content chunks.
 Embeddings and images are not streamed: they have an E2E latency only.
 Non-2xx responses fail by status code and are never retried. With tenants or classes, each
-request carries the Gateway API Inference Extension's headers: ``x-gateway-inference-
-fairness-id`` (the tenant) and ``x-gateway-inference-objective`` (the class).
+request carries the llm-d router's headers (``gate/classes.py``): ``x-llm-d-inference-
+fairness-id`` (the tenant) and ``x-llm-d-inference-objective`` (the class).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER
 from gpuwatch.load.spec import LoadSpec, arrival_times
 from gpuwatch.tokens import CHARS_PER_TOKEN, single_message_chars
 
@@ -36,11 +37,6 @@ _DEAD_AFTER = 3
 
 class NothingListening(Exception):
     """The target never answered; the message is the one line the CLI prints."""
-
-
-# The Gateway API Inference Extension's request headers: the objective (class) and the tenant.
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
-FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
 
 
 @dataclass

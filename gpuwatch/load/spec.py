@@ -223,7 +223,7 @@ class LoadSpec:
     embed: EmbedShape = field(default_factory=EmbedShape)
     image: ImageShape = field(default_factory=ImageShape)
     tenancy: Tenancy = field(default_factory=Tenancy)
-    # Objective (class) names sent in x-gateway-inference-objective, by weight; empty: none.
+    # Objective (class) names sent in x-llm-d-inference-objective, by weight; empty: none.
     classes: dict[str, float] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)
     seed: int = 0

@@ -25,11 +25,14 @@ class RecordingUpstream(CountingUpstream):
     """A counting upstream that also records the path of each request it got."""
 
     paths: list[str] = field(default_factory=list)
+    # The Content-Encoding of each request, as it arrived.
+    encodings: list[str | None] = field(default_factory=list)
     # Headers added to each answer (a hostile or confused upstream).
     extra_headers: dict[str, str] = field(default_factory=dict)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.paths.append(request.raw_path)
+        self.encodings.append(request.headers.get("Content-Encoding"))
         response = await super().handle(request)
         if not response.prepared:
             response.headers.update(self.extra_headers)

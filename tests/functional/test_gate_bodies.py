@@ -4,7 +4,9 @@ of an output bound. Always a 4xx with a reason, never a 500, never an unchecked 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
+import logging
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -259,3 +261,158 @@ async def test_a_body_that_stalls_is_408(tmp_path: Path) -> None:
         assert "stalled for 0.3 s after 30 bytes" in reply.json()["error"]["message"]
         assert time.monotonic() - started < 3
         assert r.upstream.arrivals == []
+
+
+@pytest.mark.parametrize(
+    ("prompt", "count"),
+    [(["hi"] * 4, 4), ([[1, 2]] * 8, 8), (["hi", "there"], 2), ([7, 8, 9], 1), ("hi", 1)],
+    ids=["strings", "id-lists", "two", "one-id-list", "one-string"],
+)
+async def test_a_batch_of_prompts_shares_the_output_cap(
+    tmp_path: Path, prompt: object, count: int
+) -> None:
+    """Regression: a completions ``prompt`` list is one completion per prompt (OpenAI, vLLM),
+    but only ``n`` counted: 50 prompts x 64 tokens passed a cap of 64."""
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)  # chat: max_output_tokens 64, clamp
+        body = json.dumps({"prompt": prompt, "max_tokens": 64}).encode()
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 200, reply
+        assert r.upstream.bodies[-1]["max_tokens"] == 64 // count
+        body = json.dumps({"prompt": prompt, "n": 2}).encode()
+        reply = await r.request("POST", "/v1/completions", body)
+        assert reply.status == 200 and r.upstream.bodies[-1]["max_tokens"] == 32 // count
+        if count > 1:
+            await r.patch({"lanes": {"chat": {"output_tokens_policy": "reject"}}})
+            body = json.dumps({"prompt": prompt, "max_tokens": 64}).encode()
+            reply = await r.request("POST", "/v1/completions", body)
+            assert reply.status == 400, reply
+            assert f"for each of {count} answers" in reply.json()["error"]["message"]
+
+
+async def test_a_batch_too_big_for_the_cap_is_refused(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        await r.patch(CAPS)
+        for prompt in (["hi"] * 500, [[1]] * 65):
+            body = json.dumps({"prompt": prompt, "max_tokens": 1}).encode()
+            reply = await r.request("POST", "/v1/completions", body)
+            assert reply.status == 400, reply
+            assert f"{len(prompt)} answers cannot fit" in reply.json()["error"]["message"]
+        assert r.upstream.arrivals == []
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"d": "x" * 120_000}}}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "x" * 120_000}}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL]}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "assistant", "content": None, "tool_calls": [CALL]}]},
+        ),
+        ("/v1/chat/completions", {"messages": [{"role": "tool", "content": "ok",
+                                                "tool_call_id": "x" * 120_000}]}),
+        ("/v1/chat/completions", {"messages": [], "functions": [TOOL["function"]]}),
+        ("/v1/chat/completions", {"messages": [], "documents": [{"text": "x" * 120_000}]}),
+        ("/v1/responses", {"input": "hi", "instructions": "x" * 120_000}),
+        ("/v1/responses", {"input": [{"role": "user", "content": "x" * 120_000}]}),
+        (
+            "/v1/responses",
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": "x" * 120_000}]},
+        ),
+        ("/v1/completions", {"prompt": "def f(", "suffix": "x" * 120_000}),
+    ],
+    ids=[
+        "tools",
+        "tool-call-arguments",
+        "tool-call-id",
+        "functions",
+        "documents",
+        "instructions",
+        "responses-input-items",
+        "function-call-output",
+        "suffix",
+    ],
+)  # fmt: skip
+async def test_prompt_fields_outside_the_messages_count(
+    tmp_path: Path, path: str, body: dict
+) -> None:
+    """Regression: 120 KB in tools[], a tool call's arguments or the Responses API's
+    instructions passed a 2,000-token prompt cap: only messages[].content was counted."""
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"chat": {"max_prompt_tokens": 2000}}})
+        reply = await r.request("POST", path, json.dumps(body).encode())
+        assert reply.status == 400, reply
+        assert reply.json()["error"]["code"] == "prompt_too_long"
+        assert "30" in reply.json()["error"]["message"]  # ~30,000 tokens, not ~70
+        assert r.upstream.arrivals == []
+
+
+async def test_media_parts_are_not_counted_as_text(tmp_path: Path) -> None:
+    """An image's base64 is not 4 characters a token: it passes a text cap it is far over."""
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"chat": {"max_prompt_tokens": 2000}}})
+        image = {
+            "type": "image_url",
+            "image_url": {"url": "data:image/png;base64," + "A" * 100_000},
+        }
+        body = {
+            "tag": "t",
+            "messages": [{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}],
+        }
+        reply = await r.request("POST", "/v1/chat/completions", json.dumps(body).encode())
+        assert reply.status == 200, reply
+
+
+@pytest.mark.parametrize("caps", [True, False], ids=["capped", "uncapped"])
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_compressed_body_goes_on_decoded_without_its_encoding(
+    tmp_path: Path, caps: bool, encoding: str
+) -> None:
+    """Regression: a gzip body was checked decoded and forwarded decoded with
+    ``Content-Encoding: gzip`` still set: the upstream failed to inflate plain JSON."""
+    import zlib
+
+    body = {"tag": "z", "prompt": "hi", "max_tokens": 500}
+    raw = json.dumps(body).encode()
+    packed = gzip.compress(raw) if encoding == "gzip" else zlib.compress(raw)
+    async with rig(tmp_path) as r:
+        if caps:
+            await r.patch(CAPS)
+        headers = {"Content-Encoding": encoding}
+        reply = await r.request("POST", "/v1/completions", packed, headers)
+        assert reply.status == 200, reply
+        assert r.upstream.encodings == [None]
+        sent = r.upstream.bodies[-1]
+        assert sent["prompt"] == "hi" and sent["max_tokens"] == (64 if caps else 500)
+        # An inflated body over the lane's max_body is refused as such (a bomb is a 413).
+        bomb = gzip.compress(b'{"prompt": "' + b"x" * (5 * 1024 * 1024) + b'"}')
+        reply = await r.request("POST", "/v1/completions", bomb, {"Content-Encoding": "gzip"})
+        assert reply.status == 413, reply
+        assert len(r.upstream.bodies) == 1
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_body_that_does_not_inflate_is_a_400_not_a_500(
+    tmp_path: Path, encoding: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression (found beside item 8): bytes that do not inflate as their Content-Encoding
+    says raised out of the body reader: a 500 and a traceback in the log."""
+    async with rig(tmp_path) as r:
+        for caps in (False, True):
+            if caps:
+                await r.patch(CAPS)
+            headers = {"Content-Encoding": encoding}
+            reply = await r.request("POST", "/v1/completions", b"not compressed", headers)
+            assert reply.status == 400, reply
+            error = reply.json()["error"]
+            assert error["code"] == "body_undecodable"
+            assert error["message"] == "the body does not decode as its Content-Encoding says"
+        reply = await r.request("PATCH", "/admin/limits", b"not compressed", headers)
+        assert reply.status == 400, reply
+        assert r.upstream.arrivals == []
+    # Refused, not crashed: nothing logged as an error (no traceback, while answering or after).
+    assert [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR] == []

@@ -286,3 +286,32 @@ async def test_a_capped_tenant_cannot_hold_every_place_in_the_queue(tmp_path: Pa
         answers = await asyncio.gather(quiet, *others)
         assert [a for a, _ in answers] == [200] * 4
         await asyncio.gather(*noisy)
+
+
+async def test_both_header_spellings_name_tenant_and_class_one_value_each(tmp_path: Path) -> None:
+    """The llm-d router renamed the headers (x-llm-d-inference-*) and reads the old
+    x-gateway-inference-* ones as deprecated aliases: the gate reads both, the new first."""
+    new_t, old_t = "x-llm-d-inference-fairness-id", "X-Gateway-Inference-Fairness-Id"
+    new_o, old_o = "x-llm-d-inference-objective", "x-gateway-inference-objective"
+    async with rig(tmp_path, CONFIG) as r, aiohttp.ClientSession() as s:
+        await r.patch({"tenants": {"acme": {"paused": True}}})
+        url = f"{r.url}/v1/completions"
+
+        async def status_of(headers: dict[str, str]) -> int:
+            async with s.post(url, json={"prompt": "hi"}, headers=headers) as resp:
+                return resp.status
+
+        assert await status_of({new_t: "acme", new_o: "batch"}) == 503
+        assert await status_of({old_t: "acme", old_o: "interactive"}) == 503
+        # Both sent: one value each, the new name's (the tenant is not paused acme; the class
+        # is the new name's sheddable, not the old name's critical).
+        assert (
+            await status_of({new_t: "acme", old_t: "bob", new_o: "batch", old_o: "interactive"})
+            == 503
+        )
+        assert await status_of({new_t: "bob", old_t: "acme"}) == 200
+        assert await status_of({new_t: " ", old_t: "acme"}) == 503  # a blank name is no name
+        classes = (await chat_status(r))["classes"]
+        assert classes["sheddable"]["rejected_total"] == {"tenant_paused": 2}
+        assert classes["critical"]["rejected_total"] == {"tenant_paused": 1}
+        assert classes["standard"]["rejected_total"] == {"tenant_paused": 1}

@@ -119,15 +119,43 @@ async def test_steps_left_out_or_below_one_are_held_to_the_cap(tmp_path: Path) -
         reply = await r.request("POST", IMAGE, b'{"prompt": "a cat"}')
         assert reply.status == 200, reply
         assert r.upstream.bodies[-1]["steps"] == 20
+        assert r.upstream.bodies[-1]["num_inference_steps"] == 20
+        assert r.upstream.bodies[-1]["step"] == 20
         assert reply.headers["x-gpuwatch-clamped"] == "steps default->20"
         for steps in (0, -1, 0.0):
             body = {"prompt": "a cat", "num_inference_steps": steps}
             reply = await r.request("POST", IMAGE, json.dumps(body).encode())
             assert reply.status == 200, reply
             assert r.upstream.bodies[-1]["num_inference_steps"] == 20, steps
+            assert r.upstream.bodies[-1]["steps"] == 20, steps
         await r.patch({"lanes": {"image": {"media_policy": "reject"}}})
         reply = await r.request("POST", IMAGE, b'{"prompt": "a cat", "steps": 0}')
         assert reply.status == 400 and reply.json()["error"]["code"] == "max_steps"
+
+
+@pytest.mark.parametrize("policy", ["clamp", "reject"])
+@pytest.mark.parametrize("name", ["num_inference_steps", "step", "steps"])
+async def test_every_name_for_steps_is_capped_and_filled(
+    tmp_path: Path, policy: str, name: str
+) -> None:
+    """Regression: ``num_inference_steps: 10`` alone skipped the cap: the gate added ``steps``
+    only when both names were absent, so a server reading ``steps`` ran its default (30)."""
+    async with rig(tmp_path) as r:
+        await r.patch({"lanes": {"image": {"max_steps": 20, "media_policy": policy}}})
+        reply = await r.request("POST", IMAGE, json.dumps({"prompt": "a", name: "10"}).encode())
+        assert reply.status == 200, reply
+        sent = r.upstream.bodies[-1]
+        assert [sent.get(k) for k in ("steps", "num_inference_steps", "step")] == [
+            10 if k != name else "10" for k in ("steps", "num_inference_steps", "step")
+        ]
+        assert "x-gpuwatch-clamped" not in reply.headers
+        reply = await r.request("POST", IMAGE, json.dumps({"prompt": "a", name: 50}).encode())
+        if policy == "reject":
+            assert reply.status == 400 and reply.json()["error"]["code"] == "max_steps"
+        else:
+            assert reply.status == 200, reply
+            sent = r.upstream.bodies[-1]
+            assert [sent[k] for k in ("steps", "num_inference_steps", "step")] == [20] * 3
 
 
 @pytest.mark.parametrize(

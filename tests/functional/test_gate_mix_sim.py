@@ -73,6 +73,26 @@ async def test_image_over_max_pixels_clamped_or_refused(stack) -> None:
         assert await metric(sim, "sim_image_requests_total") == made  # never reached it
 
 
+@pytest.mark.parametrize("policy", ["clamp", "reject"])
+async def test_steps_under_another_name_still_bind_the_simulator(stack, policy: str) -> None:
+    """Regression: ``num_inference_steps: 10`` skipped the cap, and the simulator (which reads
+    ``steps``) ran its default 30 against a cap of 20, under clamp and reject alike."""
+    gate, _ = stack
+    async with aiohttp.ClientSession() as s:
+        await patch(s, gate, {"lanes": {"image": {"max_steps": 20, "media_policy": policy}}})
+        for name in ("num_inference_steps", "step"):
+            body = {"prompt": "a cat", "size": "256x256", name: 10}
+            status, headers, data = await call(s, f"{gate}{IMAGES}", body)
+            assert status == 200, data
+            assert data["steps"] == 10, data  # what the simulator ran
+            body[name] = 50
+            status, headers, data = await call(s, f"{gate}{IMAGES}", body)
+            if policy == "reject":
+                assert status == 400 and data["error"]["code"] == "max_steps", data
+            else:
+                assert status == 200 and data["steps"] == 20, data
+
+
 async def test_embeddings_over_max_inputs_refused_naming_the_limit(stack) -> None:
     gate, sim = stack
     async with aiohttp.ClientSession() as s:

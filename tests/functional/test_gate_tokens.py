@@ -280,3 +280,81 @@ async def test_a_lane_that_tokenizes_reserves_the_upstreams_count(tmp_path: Path
     finally:
         await gate.close()
         await upstream.stop()
+
+
+async def test_a_batch_of_prompts_reserves_each_prompts_output(tmp_path: Path) -> None:
+    """Regression: 50 prompts with max_tokens 64 reserved 64 output tokens, not 3,200."""
+    async with rig(tmp_path, hold=True) as r, aiohttp.ClientSession() as s:
+        await patch(r, {"max_inflight_tokens": 100_000})
+        body = {"prompt": ["hi"] * 50, "max_tokens": 64}
+        task = asyncio.create_task(s.post(f"{r.url}/v1/completions", json=body))
+        await r.upstream.wait_until(lambda: r.upstream.active == 1)
+        assert (await lane_status(r.url))["inflight_tokens"] == 50 * 1 + 50 * 64
+        free(r, 1)
+        async with await task as reply:
+            assert reply.status == 200
+        await patch(r, {"max_inflight_tokens": 3000})
+        reply2 = await r.request("POST", "/v1/completions", json.dumps(body).encode())
+        assert reply2.status == 400 and reply2.json()["error"]["code"] == "over_token_budget"
+
+
+async def test_a_lane_that_tokenizes_counts_token_ids_too(tmp_path: Path) -> None:
+    """Regression: with tokenize on, a prompt of token ids sent empty text to the tokenizer,
+    whose count replaced the ids: 100,000 ids passed a 2,000-token cap."""
+    upstream = TokenizingUpstream(hold=False)
+    url = await upstream.start()
+    lanes = tuple(
+        Lane(lane.name, lane.prefixes, lane.limits, tokenize=True) if lane.name == "chat" else lane
+        for lane in DEFAULT_LANES
+    )
+    _, gate = await start_gate(url, GateConfig(lanes), state_file=tmp_path / "s.json")
+    try:
+        async with aiohttp.ClientSession() as s:
+            patch_body = {"lanes": {"chat": {"max_prompt_tokens": 2000}}}
+            async with s.patch(f"{gate.url}/admin/limits", json=patch_body) as r:
+                assert r.status == 200
+            for prompt in ([1] * 100_000, [[1] * 1500, [2] * 1500]):
+                body = {"prompt": prompt, "max_tokens": 1}
+                async with s.post(f"{gate.url}/v1/completions", json=body) as reply:
+                    assert reply.status == 400
+                    assert (await reply.json())["error"]["code"] == "prompt_too_long"
+            # Text and ids together: the tokenizer's 1000 for the text, plus the ids.
+            for ids, status in ((1500, 400), (500, 200)):
+                body = {"prompt": [1] * ids, "suffix": "x", "max_tokens": 1}
+                async with s.post(f"{gate.url}/v1/completions", json=body) as reply:
+                    assert reply.status == status
+        assert len(upstream.bodies) == 1
+    finally:
+        await gate.close()
+        await upstream.stop()
+
+
+class SilentTokenizer(TokenizingUpstream):
+    async def tokenize(self, _: web.Request) -> web.Response:
+        await asyncio.Event().wait()  # never answers
+        raise AssertionError("unreachable")
+
+
+async def test_a_tokenizer_that_never_answers_falls_back_to_the_estimate(tmp_path: Path) -> None:
+    """Regression: the /tokenize side request had no timeout: a silent tokenizer held every
+    request of a tokenizing lane before admission, for as long as the client waited."""
+    upstream = SilentTokenizer(hold=False)
+    url = await upstream.start()
+    lanes = tuple(
+        Lane(lane.name, lane.prefixes, lane.limits, tokenize=True) if lane.name == "chat" else lane
+        for lane in DEFAULT_LANES
+    )
+    _, gate = await start_gate(url, GateConfig(lanes), state_file=tmp_path / "s.json")
+    try:
+        async with aiohttp.ClientSession() as s:
+            lane = {"upstream_first_byte_timeout_s": 0.3, "max_prompt_tokens": 100}
+            async with s.patch(f"{gate.url}/admin/limits", json={"lanes": {"chat": lane}}) as r:
+                assert r.status == 200
+            async with s.post(f"{gate.url}/v1/completions", json={"prompt": "hi"}) as reply:
+                assert reply.status == 200
+            async with s.post(f"{gate.url}/v1/completions", json={"prompt": "x" * 800}) as reply:
+                assert reply.status == 400  # the estimate (200 tokens) still holds the cap
+        assert len(upstream.bodies) == 1
+    finally:
+        await gate.close()
+        await upstream.stop()

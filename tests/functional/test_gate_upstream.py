@@ -145,3 +145,44 @@ async def test_a_cookie_the_upstream_set_for_one_client_never_reaches_another(
     finally:
         await served.close()
         await upstream.close()
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_an_upstream_redirect_goes_back_to_the_client_unfollowed(
+    tmp_path: Path, status: int
+) -> None:
+    """Regression: the gate followed upstream redirects (a 307 re-sent the POST body to
+    another origin, and the client got that origin's answer as a 200)."""
+    elsewhere: list[bytes] = []
+
+    async def other(request: web.Request) -> web.Response:
+        elsewhere.append(await request.read())
+        return web.json_response({"from": "elsewhere"})
+
+    other_app = web.Application()
+    other_app.router.add_route("*", "/{tail:.*}", other)
+    other_server = await serve(other_app, "127.0.0.1", 0)
+
+    async def redirect(_: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": f"{other_server.url}/steal"})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", redirect)
+    upstream = await serve(app, "127.0.0.1", 0)
+    _, served = await start_gate(upstream.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s")
+    try:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                f"{served.url}/v1/completions",
+                json={"prompt": "secret"},
+                allow_redirects=False,
+            ) as r,
+        ):
+            assert r.status == status
+            assert r.headers["Location"] == f"{other_server.url}/steal"
+        assert elsewhere == []
+    finally:
+        await served.close()
+        await upstream.close()
+        await other_server.close()

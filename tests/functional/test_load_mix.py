@@ -18,7 +18,6 @@ from aiohttp import web
 
 from gpuwatch.aioserve import serve
 from gpuwatch.load import LoadRun, LoadSpec, build_report
-from gpuwatch.load.runner import FAIRNESS_HEADER, OBJECTIVE_HEADER
 from gpuwatch.load.spec import Dist, EmbedShape, ImageShape, Tenancy
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
@@ -94,7 +93,9 @@ class Recorder:
         text = body["input"] if isinstance(body["input"], str) else body["input"][0]
         tag = int(re.match(r"req (\d+)", text).group(1))  # type: ignore[union-attr]
         headers = request.headers
-        self.seen.append((tag, headers.get(FAIRNESS_HEADER), headers.get(OBJECTIVE_HEADER)))
+        # The llm-d router's names (the x-gateway-inference-* ones are its deprecated aliases).
+        tenant, objective = "x-llm-d-inference-fairness-id", "x-llm-d-inference-objective"
+        self.seen.append((tag, headers.get(tenant), headers.get(objective)))
         return web.json_response({"object": "list", "data": []})
 
 

@@ -334,6 +334,9 @@ async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
             ),
         )
         form.query_one("#max_queue_wait_s").value = "1.5"
+        # The upstream timeouts: empty is no limit.
+        form.query_one("#upstream_first_byte_timeout_s").value = "120"
+        form.query_one("#upstream_idle_timeout_s").value = ""
         form.query_one("#apply", Button).scroll_visible(animate=False)
         await pilot.pause()
         await pilot.click("#apply")
@@ -341,10 +344,18 @@ async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
         chat = limits["lanes"]["chat"]
         assert chat["max_inflight"] == 12 and chat["max_output_tokens"] == 700
         assert chat["max_queue_wait_s"] == 1.5
+        assert chat["upstream_first_byte_timeout_s"] == 120.0
+        assert chat["upstream_idle_timeout_s"] is None
         [entry] = await client.audit(10)
         assert entry["change"] == {
             "lanes": {
-                "chat": {"max_inflight": 12, "max_output_tokens": 700, "max_queue_wait_s": 1.5}
+                "chat": {
+                    "max_inflight": 12,
+                    "max_output_tokens": 700,
+                    "max_queue_wait_s": 1.5,
+                    "upstream_first_byte_timeout_s": 120.0,
+                    "upstream_idle_timeout_s": None,
+                }
             }
         }
         # The panel shows the budget in force: the one just set.

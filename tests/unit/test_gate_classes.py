@@ -96,3 +96,13 @@ def test_tenant_limits_are_validated_bounded_and_audited_as_changes() -> None:
         with pytest.raises(LimitsError) as caught:
             apply_patch(base, bad)
         assert caught.value.field == field
+
+
+def test_the_new_header_names_first_and_the_old_ones_as_aliases() -> None:
+    new, old = "x-llm-d-inference-objective", "x-gateway-inference-objective"
+    tenant_new, tenant_old = "x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id"
+    assert FAIR.who({new: "chat", tenant_new: "acme"}) == Who("acme", "critical", 10)
+    assert FAIR.who({old: "chat", tenant_old: "acme"}) == Who("acme", "critical", 10)
+    both = FAIR.who({new: "none", old: "chat", tenant_new: "bob", tenant_old: "acme"})
+    assert both == Who("bob", "standard", 0)  # one value each: the new name's
+    assert FAIR.who({new: "  ", old: "chat"}).klass == "critical"  # blank is absent

@@ -37,6 +37,14 @@ from gpuwatch.gate.config import load_gate_config
         ("[slo]\nkv_usage_high = true\n", "key 'slo.kv_usage_high' must be a share"),
         ("[slo]\nitl = 1\n", "unknown key 'slo.itl'"),
         ("[lanes.chat]\nmax_queue_wait_s = -1\n", "key 'lanes.chat.max_queue_wait_s' must be >= 0"),
+        (
+            "[lanes.chat]\nupstream_idle_timeout_s = 0\n",
+            "key 'lanes.chat.upstream_idle_timeout_s' must be > 0",
+        ),
+        (
+            "[lanes.chat]\nupstream_first_byte_timeout_s = 'soon'\n",
+            "key 'lanes.chat.upstream_first_byte_timeout_s' must be a number",
+        ),
     ],
 )
 def test_bad_config_is_one_line_naming_the_file(tmp_path: Path, text: str, reason: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -68,3 +69,33 @@ def test_answers_are_reused_for_a_second_and_the_cache_stays_small() -> None:
     lane.goodput(60, 1.0, None)
     assert lane.cached_answers == 1
     assert lane.summary(60)["requests"] == 2
+
+
+async def test_a_report_is_one_computation_however_many_ask() -> None:
+    """Status readers asking at once share one worker-thread computation (and its answer);
+    one that leaves does not cancel it for the others."""
+    lane = LaneLatency()
+    for i in range(1000):
+        r = lane.start()
+        r.ttft_s, r.e2e_s = 0.001 * i, 0.002 * i
+    leaving = asyncio.create_task(lane.report(None, None))
+    await asyncio.sleep(0)  # it has started the computation
+    staying = asyncio.create_task(lane.report(None, None))
+    leaving.cancel()
+    answer = await staying
+    assert answer["latency"]["1m"]["ttft"]["count"] == 1000
+    assert await lane.report(None, None) is answer  # reused within the second
+    other = await lane.report(0.5, None)  # another SLO: its own computation
+    assert other["goodput"]["1m"]["good"] == 501 and lane.cached_answers == 2
+
+
+def test_a_view_does_not_change_with_the_record() -> None:
+    clock = Clock()
+    lane = LaneLatency(clock)
+    lane.start().e2e_s = 0.1
+    lane.itl.add([0.01])
+    view = lane.view()
+    lane.start().e2e_s = 0.2
+    lane.itl.add([0.02])
+    assert view.summary(60)["requests"] == 1 and view.summary(60)["itl"]["count"] == 1
+    assert lane.view().summary(60)["itl"]["count"] == 2

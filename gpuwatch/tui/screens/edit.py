@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.validation import Function, Integer, Number, ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Select, Static
 
-from gpuwatch.gate.limits import ADMISSION_POLICIES, MEDIA_CAPS, POLICIES
+from gpuwatch.gate.limits import ADMISSION_POLICIES, MEDIA_CAPS, POLICIES, UPSTREAM_TIMEOUTS
 from gpuwatch.tui.markup import escape
 
 FIELDS = (
@@ -20,6 +20,9 @@ FIELDS = (
     ("max_queue", "max queued", ""),
     ("queue_timeout_s", "queue timeout (s)", ""),
     ("max_queue_wait_s", "max queue wait (s)", "empty: the TTFT target less prefill"),
+    # A silent upstream: no first byte of the answer, or no next chunk, within these.
+    ("upstream_first_byte_timeout_s", "upstream 1st byte (s)", "empty: no limit"),
+    ("upstream_idle_timeout_s", "upstream idle (s)", "empty: no limit"),
     ("max_prompt_tokens", "max prompt tokens", "empty: no cap"),
     ("max_output_tokens", "max output tokens", "empty: no cap"),
     ("max_inflight_tokens", "max tokens in flight", "empty: no budget"),
@@ -75,6 +78,10 @@ VALIDATORS: dict[str, list[Validator]] = {
     "max_inflight_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     "target_ttft_p99_s": [Function(_optional_seconds, "empty, or a number of seconds > 0")],
     "max_queue_wait_s": [Function(_optional_wait, "empty, or a number of seconds >= 0")],
+    **{
+        k: [Function(_optional_seconds, "empty, or a number of seconds > 0")]
+        for k in UPSTREAM_TIMEOUTS
+    },
     "min_inflight": [Function(_optional_int, "a whole number >= 1")],
     "min_inflight_tokens": [Function(_optional_int, "empty, or a whole number >= 1")],
     **{k: [Function(_optional_int, "empty, or a whole number >= 1")] for k in MEDIA_CAPS},
@@ -88,12 +95,19 @@ def parse_field(key: str, text: str) -> Any:
     ):
         return None
     if (
-        key in ("target_ttft_p99_s", "max_queue_wait_s", "min_inflight", "min_inflight_tokens")
+        key
+        in (
+            "target_ttft_p99_s",
+            "max_queue_wait_s",
+            "min_inflight",
+            "min_inflight_tokens",
+            *UPSTREAM_TIMEOUTS,
+        )
         and text == ""
     ):
         # (min_inflight is empty only from a gate without adaptive admission: left as it is)
         return None
-    if key in ("queue_timeout_s", "target_ttft_p99_s", "max_queue_wait_s"):
+    if key in ("queue_timeout_s", "target_ttft_p99_s", "max_queue_wait_s", *UPSTREAM_TIMEOUTS):
         return float(text)
     return int(text)
 
