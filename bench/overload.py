@@ -253,6 +253,11 @@ def row(run: Run, knee: float, seconds: float, scale: float) -> dict[str, Any]:
         "good_rps": good / seconds,
         "good_share_of_knee": good / seconds / knee,
         "p99_ttft_s": sample_quantile(ttfts, 0.99) if ttfts else None,
+        # When the admitted requests over the SLO were sent (simulated s): an overload's onset,
+        # a spike, or all along.
+        "slow_sent_at_s": sorted(
+            round(r.planned * scale, 1) for r in ok if r.ttft is not None and r.ttft * scale > SLO_S
+        ),
         "refused": len(refused),
         "refused_share": len(refused) / sent if sent else 0.0,
         "refusal_p50_ms": statistics.median(refusal_ms) if refusal_ms else None,

@@ -71,6 +71,10 @@ DECREASE = 0.75  # multiplicative cut: -25%
 # fast cut are what keep it from ringing.
 INCREASE_SHARE = 32
 PROBE_SHARE = 0.05  # ... and 5% of the limit: see step_up
+# Add only while the tail has this much room under its target. Between it and the target the
+# limit holds: probing there is what overshoots (each step's wave waits in the engine's queue
+# before the tail shows it), and the p99 the users get is made of those waves.
+HEADROOM = 0.75
 KV_HIGH = 0.95  # upstream KV usage that cuts (the gate's [slo] kv_usage_high)
 KV_CUT = 0.9  # ... by this much: the KV is full, not overflowing (that is preemptions)
 # Requests in the engine's own queue that are no sign of over-admission: a request that arrives
@@ -296,6 +300,9 @@ class Aimd:
             return None
         if current >= high:
             self.note = f"at the ceiling {high}: {m.queued} queued, {m.turned_away} turned away"
+            return None
+        if p99 > target * HEADROOM:
+            self.note = f"in the zone: p99 TTFT {_s(p99)} within {_s(target)}"
             return None
         slow = self._ssthresh is None or current < self._ssthresh
         if slow:

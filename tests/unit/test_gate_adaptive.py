@@ -47,17 +47,24 @@ def after_a_cut(at: float = 0.0) -> Aimd:
 
 
 def test_under_target_with_a_queue_adds_one_after_the_first_cut() -> None:
-    d = after_a_cut().decide(HOLD_S, LANE, 12, window(0.8, queued=5))
+    d = after_a_cut().decide(HOLD_S, LANE, 12, window(0.7, queued=5))
     assert d is not None and d.direction == "up" and d.inflight == 13
-    assert d.reason == "+1: p99 TTFT 0.80s <= 1.0s, 5 queued"
+    assert d.reason == "+1: p99 TTFT 0.70s <= 1.0s, 5 queued"
+
+
+def test_close_under_the_target_it_holds() -> None:
+    # 0.8 s of the engine's 1.0 s: no cut, and no probing either (probing there overshoots).
+    ctl = after_a_cut()
+    assert ctl.decide(HOLD_S, LANE, 12, window(0.8, queued=5)) is None
+    assert ctl.note == "in the zone: p99 TTFT 0.80s within 1.0s"
 
 
 def test_demand_turned_away_is_demand_too() -> None:
     # A queue short in time refuses rather than queues: no one waits, yet the limit binds.
-    d = after_a_cut().decide(HOLD_S, LANE, 12, window(0.8, turned_away=30))
-    assert d is not None and d.reason == "+1: p99 TTFT 0.80s <= 1.0s, 30 turned away"
+    d = after_a_cut().decide(HOLD_S, LANE, 12, window(0.7, turned_away=30))
+    assert d is not None and d.reason == "+1: p99 TTFT 0.70s <= 1.0s, 30 turned away"
     ctl = after_a_cut()
-    assert ctl.decide(HOLD_S, LANE, 12, window(0.8)) is None and "not binding" in ctl.note
+    assert ctl.decide(HOLD_S, LANE, 12, window(0.7)) is None and "not binding" in ctl.note
 
 
 def test_the_engine_holds_its_share_of_the_target_the_queue_the_rest() -> None:

@@ -53,10 +53,11 @@ def serve(lane: AdmissionLane, clock: Clock, loop: asyncio.AbstractEventLoop, n:
 def test_the_budget_and_its_source() -> None:
     plain = LaneLimits()
     assert deadline.budget(plain, None, 0.4) is None and deadline.source(plain, None) is None
-    assert deadline.budget(plain, 2.0, 0.4) == pytest.approx(1.6)  # the gate's SLO less prefill
+    assert deadline.budget(plain, 2.0, 1.4) == pytest.approx(0.6)  # the gate's SLO less prefill
+    assert deadline.budget(plain, 2.0, 0.4) == 1.0  # never more than the queue's half
     assert deadline.source(plain, 2.0) == "slo"
     target = replace(plain, target_ttft_p99_s=1.5)
-    assert deadline.budget(target, 2.0, 0.5) == pytest.approx(1.0)  # the lane's own target wins
+    assert deadline.budget(target, 2.0, 1.0) == pytest.approx(0.5)  # the lane's own target wins
     assert deadline.budget(target, 2.0, 3.0) == 0.0  # the engine alone takes it all: no queue
     assert deadline.budget(target, None, None) == 0.75  # not measured yet: the engine's share
     fixed = replace(target, max_queue_wait_s=0.25)
@@ -165,8 +166,8 @@ def test_the_slo_of_the_gate_gives_a_lane_its_budget(loop: asyncio.AbstractEvent
     lane = lane_with(clock)
     assert lane.wait_budget() is None
     lane.slo_ttft_s = 2.0
-    serve(lane, clock, loop, 5, prefill_s=0.5, held_s=1.0)
-    assert lane.wait_budget() == pytest.approx(1.5)
+    serve(lane, clock, loop, 5, prefill_s=1.2, held_s=2.0)
+    assert lane.wait_budget() == pytest.approx(0.8)
 
 
 async def test_the_gates_timer_sheds_a_waiter_at_its_deadline() -> None:
