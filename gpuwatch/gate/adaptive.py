@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gpuwatch.gate.deadline import ENGINE_SHARE
+from gpuwatch.gate import deadline
 from gpuwatch.gate.latency import Record
 from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.series import sample_quantile
@@ -83,7 +83,6 @@ WAITING_SLACK = 1.0
 WAITING_CUT_MAX = 0.5  # a waiting-queue cut takes at most half the limit at once
 # The engine's share of the target is deadline.ENGINE_SHARE: the rest is the queue's budget,
 # so that a request that waited its whole budget is still served in time.
-MIN_ENGINE_SHARE = 0.1  # with a fixed max_queue_wait_s as long as the target itself
 
 Direction = Literal["up", "down"]
 
@@ -151,14 +150,8 @@ def measure(
 
 
 def engine_target(limits: LaneLimits) -> float | None:
-    """The p99 TTFT after admission the controller holds: the target less the queue's part
-    (``max_queue_wait_s`` when set, else ``1 - ENGINE_SHARE`` of the target)."""
-    target = limits.target_ttft_p99_s
-    if target is None:
-        return None
-    if limits.max_queue_wait_s is not None:
-        return max(target * MIN_ENGINE_SHARE, target - limits.max_queue_wait_s)
-    return target * ENGINE_SHARE
+    """The p99 TTFT after admission the controller holds (``deadline.engine_target``)."""
+    return deadline.engine_target(limits)
 
 
 def bounds(limits: LaneLimits) -> tuple[int, int]:

@@ -101,6 +101,9 @@ def _queue_wait(lane: AdmissionLane) -> dict[str, Any]:
         "source": deadline.source(lane.limits, lane.slo_ttft_s),
         "prefill_s": _rounded(lane.times.prefill_s(lane.clock())),
         "drain_per_s": _rounded(lane.drain_per_s()),
+        # Streaming requests admitted without a first token yet, and how many may be.
+        "prefilling": lane.prefilling,
+        "prefill_cap": lane.prefill_cap(),
     }
 
 

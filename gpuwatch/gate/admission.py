@@ -69,18 +69,26 @@ class Ticket:
     who: Who = field(default_factory=Who)
     admitted_at: float = 0.0
     first_at: float | None = None
+    # A streamed answer: until its first token it holds one of the lane's prefills.
+    streams: bool = False
 
     def first_token(self) -> None:
-        """The request's first token came out: the lane learns its time to it (once)."""
+        """The request's first token came out: the lane learns its time to it (once), and a
+        streaming request's prefill is done."""
         if self.first_at is None:
             self.first_at = self.lane.clock()
             self.lane.times.first_token(self.first_at, self.first_at - self.admitted_at)
+            if self.streams and not self.released:
+                self.lane.prefilling -= 1
+                self.lane.pump()
 
     def release(self) -> None:
         if not self.released:
             self.released = True
             now = self.lane.clock()
             self.lane.times.released(now, now - self.admitted_at)
+            if self.streams and self.first_at is None:
+                self.lane.prefilling -= 1
             self.lane._live.discard(self)
             self.lane.inflight_tokens -= self.tokens
             self.lane.tenants.give(self.who)
@@ -97,6 +105,7 @@ class Waiter:
     deadline: float = math.inf
     deadline_reason: str = "queue_timeout"
     budget_s: float | None = None
+    streams: bool = False
 
 
 @dataclass(eq=False)
@@ -119,6 +128,8 @@ class AdmissionLane:
     # (reason, message) every new request is refused with while the upstream is stalled
     # (stallwatch.py); None: admitted as usual.
     shed: tuple[str, str] | None = None
+    # Streaming requests admitted that have no first token yet (deadline.prefill_cap).
+    prefilling: int = 0
 
     def __post_init__(self) -> None:
         self.queue.blocked = self.tenants.blocked
@@ -140,9 +151,18 @@ class AdmissionLane:
     def drain_per_s(self) -> float | None:
         return self.times.drain_per_s(self.clock(), self.inflight)
 
-    def _can_admit(self, tokens: int = 0) -> bool:
+    def prefill_cap(self) -> int | None:
+        """How many streaming requests may wait for their first token (``deadline``)."""
+        rate = self.times.first_tokens_per_s(self.clock())
+        return deadline.prefill_cap(self.limits, self.slo_ttft_s, rate)
+
+    def _can_admit(self, tokens: int = 0, streams: bool = False) -> bool:
         if self.paused or self.inflight >= self.limits.max_inflight:
             return False
+        if streams:
+            cap = self.prefill_cap()
+            if cap is not None and self.prefilling >= cap:
+                return False
         budget = self.limits.max_inflight_tokens
         return budget is None or self.inflight_tokens + tokens <= budget
 
@@ -160,9 +180,10 @@ class AdmissionLane:
         self.rejected_total[reason] += 1
         return Refused(reason, message, retry_after_s)
 
-    def _issue(self, since: float, tokens: int, who: Who) -> Ticket:
+    def _issue(self, since: float, tokens: int, who: Who, streams: bool = False) -> Ticket:
         now = self.clock()
-        ticket = Ticket(self, now - since, tokens, who=who, admitted_at=now)
+        ticket = Ticket(self, now - since, tokens, who=who, admitted_at=now, streams=streams)
+        self.prefilling += streams
         self._live.add(ticket)
         self.inflight_tokens += tokens
         self.tenants.take(who)
@@ -170,17 +191,26 @@ class AdmissionLane:
         return ticket
 
     @contextlib.asynccontextmanager
-    async def slot(self, tokens: int = 0, who: Who | None = None) -> AsyncIterator[Ticket]:
+    async def slot(
+        self, tokens: int = 0, who: Who | None = None, streams: bool = False
+    ) -> AsyncIterator[Ticket]:
         """Hold a slot (and ``tokens`` of the lane's token budget) for the block; raises
-        Refused (paused, queue full, queue timeout, over the token budget, evicted)."""
-        ticket = await self.admit(tokens, who)
+        Refused (paused, queue full, queue timeout, over the token budget, evicted).
+        ``streams``: a streamed answer, which holds one of the lane's prefills until its first
+        token (``Ticket.first_token``)."""
+        ticket = await self.admit(tokens, who, streams)
         try:
             yield ticket
         finally:
             ticket.release()
 
     def enter(
-        self, tokens: int, who: Who, started: float, loop: asyncio.AbstractEventLoop
+        self,
+        tokens: int,
+        who: Who,
+        started: float,
+        loop: asyncio.AbstractEventLoop,
+        streams: bool = False,
     ) -> Ticket | Waiter:
         """The step of ``admit`` that takes no time: a ticket at once, or a ``Waiter`` put in
         the queue (its future, made on ``loop``, gets the ticket); raises Refused. Apart so
@@ -196,11 +226,11 @@ class AdmissionLane:
         if over is not None:
             raise over
         if (
-            self._can_admit(tokens)
+            self._can_admit(tokens, streams)
             and self.queue.peek() is None
             and not self.tenants.blocked(who.tenant)
         ):
-            return self._issue(started, tokens, who)
+            return self._issue(started, tokens, who, streams)
         budget = self.wait_budget()
         drain = self.drain_per_s()
         ahead = self.queue.ahead_of(who.priority)
@@ -222,7 +252,9 @@ class AdmissionLane:
                 f"{len(self.queue)} queued (max_queue {self.limits.max_queue})",
                 deadline.retry_after(ahead, drain, budget or 0.0),
             )
-        waiter = Waiter(loop.create_future(), started, tokens, who, budget_s=budget)
+        waiter = Waiter(
+            loop.create_future(), started, tokens, who, budget_s=budget, streams=streams
+        )
         timeout = self.limits.queue_timeout_s
         if budget is not None and budget < timeout:
             waiter.deadline, waiter.deadline_reason = started + budget, "queue_deadline"
@@ -231,10 +263,10 @@ class AdmissionLane:
         self.queue.append(waiter)
         return waiter
 
-    async def admit(self, tokens: int = 0, who: Who | None = None) -> Ticket:
+    async def admit(self, tokens: int = 0, who: Who | None = None, streams: bool = False) -> Ticket:
         """A ticket the caller must release (prefer ``slot()``); raises Refused."""
         loop = asyncio.get_running_loop()
-        waiter = self.enter(tokens, who or Who(), self.clock(), loop)
+        waiter = self.enter(tokens, who or Who(), self.clock(), loop, streams)
         if isinstance(waiter, Ticket):
             return waiter
         timer = loop.call_later(max(0.0, waiter.deadline - self.clock()), self._expire, waiter)
@@ -325,10 +357,12 @@ class AdmissionLane:
                 self.queue.remove(waiter)
                 waiter.future.set_exception(over)
                 continue
-            if not self._can_admit(waiter.tokens):
+            if not self._can_admit(waiter.tokens, waiter.streams):
                 break  # the head waits, even if a smaller request behind it would fit
             self.queue.served(waiter)
-            waiter.future.set_result(self._issue(waiter.since, waiter.tokens, waiter.who))
+            waiter.future.set_result(
+                self._issue(waiter.since, waiter.tokens, waiter.who, waiter.streams)
+            )
 
     def refuse_queued(self, reason: str, message: str) -> int:
         """Refuse every request waiting in the queue (a stalled upstream: they would wait for

@@ -38,6 +38,9 @@ RETRY_AFTER_MAX_S = 60
 # admission, which the adaptive controller steers) is this share of it; the rest is the queue's.
 # Until the lane has measured its own prefill, the queue gets the rest of this split.
 ENGINE_SHARE = 0.5
+MIN_ENGINE_SHARE = 0.1  # with a fixed max_queue_wait_s as long as the target itself
+# Prefills in flight (admitted, streaming, no first token yet) never fewer than this.
+MIN_PREFILLS = 4
 
 
 def source(limits: LaneLimits, slo_s: float | None) -> str | None:
@@ -83,3 +86,34 @@ def retry_after(ahead: int, drain_per_s: float | None, budget_s: float) -> int:
     if wait is None:
         return 1
     return max(1, min(RETRY_AFTER_MAX_S, math.ceil(wait - budget_s)))
+
+
+def engine_target(limits: LaneLimits, slo_s: float | None = None) -> float | None:
+    """The part of the target the engine may take, TTFT after admission: the target less the
+    queue's part (``max_queue_wait_s`` when set, else ``1 - ENGINE_SHARE`` of the target)."""
+    target = limits.target_ttft_p99_s if limits.target_ttft_p99_s is not None else slo_s
+    if target is None:
+        return None
+    if limits.max_queue_wait_s is not None:
+        return max(target * MIN_ENGINE_SHARE, target - limits.max_queue_wait_s)
+    return target * ENGINE_SHARE
+
+
+def prefill_cap(
+    limits: LaneLimits, slo_s: float | None, first_tokens_per_s: float | None
+) -> int | None:
+    """How many streaming requests may be admitted and still wait for their first token.
+
+    The in-flight limit bounds how many requests the engine holds, not how many prefills it is
+    handed at once. After a lull the lane has many free slots, and the burst that follows lands
+    in the engine in one second: every prompt queued behind the others for the prefill budget,
+    the last first tokens seconds later (measured at 2x the knee: 40 admitted within a second
+    after a lull to 14 of 54 in flight, first tokens up to 2.7 s later against a 2 s target,
+    the engine prefilling ~9 requests a second). By Little's law, prefills finish at the rate
+    first tokens come out, so holding ``rate x the engine's part of the target`` in prefill keeps
+    each within that part; the rest wait at the gate, where their deadline applies and a
+    refusal can come at once. None: no target, or no rate measured yet (no cap)."""
+    target = engine_target(limits, slo_s)
+    if target is None or first_tokens_per_s is None:
+        return None
+    return max(MIN_PREFILLS, math.ceil(first_tokens_per_s * target))

@@ -50,6 +50,14 @@ class LaneTimes:
             return None
         return sample_quantile(values, PREFILL_QUANTILE)
 
+    def first_tokens_per_s(self, now: float) -> float | None:
+        """First tokens a second over the window: how fast the engine finishes prefills (when
+        it has them to do; the arrival rate when it does not, which is all it then needs)."""
+        times = [t for t, _ in self._prefill if now - t <= WINDOW_S]
+        if len(times) < MIN_SAMPLES or times[-1] <= times[0]:
+            return None
+        return (len(times) - 1) / (times[-1] - times[0])
+
     def drain_per_s(self, now: float, inflight: int) -> float | None:
         """Slots freed per second with ``inflight`` requests holding them (Little's law)."""
         held = self._recent(self._held, now)

@@ -70,11 +70,13 @@ class OfflineLane(Generic[K]):
         self.lane.refuse(reason, message)
         self._refused(key, who or Who(), reason)
 
-    def first_token(self, key: K) -> None:
-        """``key``'s first token came out (the proxy's first body byte from upstream)."""
+    def first_token(self, key: K) -> list[K]:
+        """``key``'s first token came out (the proxy's first body byte from upstream); a
+        streaming request's prefill is done, which may admit the next."""
         ticket = self._tickets.get(key)
         if ticket is not None:
             ticket.first_token()
+        return self._settled()
 
     def finished(self, key: K) -> list[K]:
         """``key``'s answer ended: its slot goes back and the queue moves on."""

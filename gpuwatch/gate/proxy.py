@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from gpuwatch.gate import deadline
 from gpuwatch.gate.admission import AdmissionLane, Refused
 from gpuwatch.gate.body import BodyRefused, inflated, read_body
 from gpuwatch.gate.caps import (
@@ -111,6 +112,19 @@ class _Throttled:
             message += f" ({self._left_out} more like it in the last {now - self._last:.0f} s)"
         log.warning(message, *args)
         self._last, self._left_out = now, 0
+
+
+def _streams(lane: AdmissionLane, raw: bytes) -> bool:
+    """Whether the answer will be streamed: such a request holds one of the lane's prefills
+    until its first token (``deadline.prefill_cap``). Read only where prefills are capped (a
+    lane with a TTFT target), and only for a body that names ``stream`` at all."""
+    if b'"stream"' not in raw or deadline.engine_target(lane.limits, lane.slo_ttft_s) is None:
+        return False
+    try:
+        body = loads_bounded(raw)
+    except JSONError:
+        return False
+    return isinstance(body, dict) and body.get("stream") is True
 
 
 class Proxy:
@@ -223,7 +237,7 @@ class Proxy:
                 ex.outcome("invalid")
                 return self._client_error(400, "invalid_body", str(exc), param=exc.field)
             ex.queueing()
-            async with lane.slot(tokens, who) as ticket:
+            async with lane.slot(tokens, who, _streams(lane, raw)) as ticket:
                 ex.admitted(ticket.queue_wait_s, ticket.first_token)
                 return await self._forward(request, ex, path, query, raw, name, lane.limits)
         except Refused as refused:

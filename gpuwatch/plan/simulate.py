@@ -126,7 +126,7 @@ class _Probe:
                 if tr.first is None:
                     tr.first = ev.time
                     if self.gate is not None:
-                        self.gate.first_token(ev.request.rid)
+                        self.settle(self.gate.first_token(ev.request.rid))
                 if ev.gap is not None:
                     self.gaps.append(ev.gap)
                     tr.max_gap = max(tr.max_gap, ev.gap)

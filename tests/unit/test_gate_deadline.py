@@ -187,3 +187,42 @@ def test_max_queue_wait_is_validated() -> None:
             apply_patch(base, {"lanes": {"chat": {"max_queue_wait_s": bad}}})
     cleared = apply_patch(after, {"lanes": {"chat": {"max_queue_wait_s": None}}})
     assert cleared.lanes["chat"].max_queue_wait_s is None
+
+
+def test_prefills_are_capped_by_the_rate_first_tokens_come_out(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """After a lull the lane's free slots would hand the engine a burst of prompts at once;
+    streaming requests wait at the gate while ``rate x the engine's part of the target`` are
+    still waiting for their first token. Non-streamed answers are not held to it."""
+    clock = Clock()
+    lane = lane_with(clock, max_inflight=100, target_ttft_p99_s=2.0)
+    assert lane.prefill_cap() is None  # nothing measured: no cap
+    for _ in range(5):  # first tokens 0.25 s apart: 4 a second
+        ticket = lane.enter(0, Who(), clock.now, loop, streams=True)
+        assert isinstance(ticket, Ticket)
+        clock.now += 0.25
+        ticket.first_token()
+        ticket.release()
+    assert lane.times.first_tokens_per_s(clock.now) == pytest.approx(4.0)
+    assert deadline.engine_target(lane.limits) == 1.0
+    assert lane.prefill_cap() == 4  # 4 a second x the engine's 1 s
+    burst = [lane.enter(0, Who(), clock.now, loop, streams=True) for _ in range(6)]
+    assert [isinstance(t, Ticket) for t in burst] == [True] * 4 + [False] * 2
+    assert lane.prefilling == 4 and lane.inflight == 4
+    plain = lane.enter(0, Who(), clock.now, loop)  # not streamed: not a prefill to hold
+    assert isinstance(plain, Waiter)  # ... but it queues behind the streams (FIFO)
+    first = burst[0]
+    assert isinstance(first, Ticket)
+    first.first_token()  # a prefill done (and the rate measured anew): the next go
+    cap = lane.prefill_cap()
+    assert cap is not None and cap >= 4
+    assert all(isinstance(w, Ticket) or w.future.done() for w in burst)
+    assert lane.prefilling == min(cap, 5)
+    assert plain.future.done()  # the plain one was only behind them, never held to the cap
+    held = [t if isinstance(t, Ticket) else t.future.result() for t in burst[1:]]
+    before = lane.prefilling
+    held[0].release()  # gone before its first token: its prefill is given back
+    assert lane.prefilling == before - 1
+    no_target = lane_with(clock, max_inflight=100)
+    assert no_target.prefill_cap() is None  # no target: nothing to hold prefills to
