@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -257,8 +258,10 @@ class TokenizingUpstream(CountingUpstream):
         return web.json_response({"count": 1000})
 
 
-async def test_a_lane_that_tokenizes_reserves_the_upstreams_count(tmp_path: Path) -> None:
-    upstream = TokenizingUpstream(hold=True)
+@contextlib.asynccontextmanager
+async def tokenizing_gate(tmp_path: Path, upstream: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """A gate whose chat lane counts prompts with ``upstream``'s /tokenize, in front of it:
+    (the gate's listener, the upstream)."""
     url = await upstream.start()
     lanes = tuple(
         Lane(lane.name, lane.prefixes, lane.limits, tokenize=True) if lane.name == "chat" else lane
@@ -266,20 +269,27 @@ async def test_a_lane_that_tokenizes_reserves_the_upstreams_count(tmp_path: Path
     )
     _, gate = await start_gate(url, GateConfig(lanes), state_file=tmp_path / "s.json")
     try:
-        async with aiohttp.ClientSession() as s:
-            patch_body = {"lanes": {"chat": {"max_inflight_tokens": 5000}}}
-            async with s.patch(f"{gate.url}/admin/limits", json=patch_body) as r:
-                assert r.status == 200
-            task = asyncio.create_task(s.post(f"{gate.url}/v1/chat/completions", json=chat(8, 30)))
-            await upstream.wait_until(lambda: upstream.active == 1)
-            assert (await lane_status(gate.url))["inflight_tokens"] == 1000 + 30
-            upstream.release.release()
-            async with await task as reply:
-                assert reply.status == 200
-            await wait_for(lambda: _tokens_are(gate.url, 0))
+        yield gate, upstream
     finally:
         await gate.close()
         await upstream.stop()
+
+
+async def test_a_lane_that_tokenizes_reserves_the_upstreams_count(tmp_path: Path) -> None:
+    async with (
+        tokenizing_gate(tmp_path, TokenizingUpstream(hold=True)) as (gate, upstream),
+        aiohttp.ClientSession() as s,
+    ):
+        patch_body = {"lanes": {"chat": {"max_inflight_tokens": 5000}}}
+        async with s.patch(f"{gate.url}/admin/limits", json=patch_body) as r:
+            assert r.status == 200
+        task = asyncio.create_task(s.post(f"{gate.url}/v1/chat/completions", json=chat(8, 30)))
+        await upstream.wait_until(lambda: upstream.active == 1)
+        assert (await lane_status(gate.url))["inflight_tokens"] == 1000 + 30
+        upstream.release.release()
+        async with await task as reply:
+            assert reply.status == 200
+        await wait_for(lambda: _tokens_are(gate.url, 0))
 
 
 async def test_a_batch_of_prompts_reserves_each_prompts_output(tmp_path: Path) -> None:
@@ -301,14 +311,7 @@ async def test_a_batch_of_prompts_reserves_each_prompts_output(tmp_path: Path) -
 async def test_a_lane_that_tokenizes_counts_token_ids_too(tmp_path: Path) -> None:
     """Regression: with tokenize on, a prompt of token ids sent empty text to the tokenizer,
     whose count replaced the ids: 100,000 ids passed a 2,000-token cap."""
-    upstream = TokenizingUpstream(hold=False)
-    url = await upstream.start()
-    lanes = tuple(
-        Lane(lane.name, lane.prefixes, lane.limits, tokenize=True) if lane.name == "chat" else lane
-        for lane in DEFAULT_LANES
-    )
-    _, gate = await start_gate(url, GateConfig(lanes), state_file=tmp_path / "s.json")
-    try:
+    async with tokenizing_gate(tmp_path, TokenizingUpstream(hold=False)) as (gate, upstream):
         async with aiohttp.ClientSession() as s:
             patch_body = {"lanes": {"chat": {"max_prompt_tokens": 2000}}}
             async with s.patch(f"{gate.url}/admin/limits", json=patch_body) as r:
@@ -324,9 +327,6 @@ async def test_a_lane_that_tokenizes_counts_token_ids_too(tmp_path: Path) -> Non
                 async with s.post(f"{gate.url}/v1/completions", json=body) as reply:
                     assert reply.status == status
         assert len(upstream.bodies) == 1
-    finally:
-        await gate.close()
-        await upstream.stop()
 
 
 class SilentTokenizer(TokenizingUpstream):
@@ -338,14 +338,7 @@ class SilentTokenizer(TokenizingUpstream):
 async def test_a_tokenizer_that_never_answers_falls_back_to_the_estimate(tmp_path: Path) -> None:
     """Regression: the /tokenize side request had no timeout: a silent tokenizer held every
     request of a tokenizing lane before admission, for as long as the client waited."""
-    upstream = SilentTokenizer(hold=False)
-    url = await upstream.start()
-    lanes = tuple(
-        Lane(lane.name, lane.prefixes, lane.limits, tokenize=True) if lane.name == "chat" else lane
-        for lane in DEFAULT_LANES
-    )
-    _, gate = await start_gate(url, GateConfig(lanes), state_file=tmp_path / "s.json")
-    try:
+    async with tokenizing_gate(tmp_path, SilentTokenizer(hold=False)) as (gate, upstream):
         async with aiohttp.ClientSession() as s:
             lane = {"upstream_first_byte_timeout_s": 0.3, "max_prompt_tokens": 100}
             async with s.patch(f"{gate.url}/admin/limits", json={"lanes": {"chat": lane}}) as r:
@@ -355,6 +348,3 @@ async def test_a_tokenizer_that_never_answers_falls_back_to_the_estimate(tmp_pat
             async with s.post(f"{gate.url}/v1/completions", json={"prompt": "x" * 800}) as reply:
                 assert reply.status == 400  # the estimate (200 tokens) still holds the cap
         assert len(upstream.bodies) == 1
-    finally:
-        await gate.close()
-        await upstream.stop()
