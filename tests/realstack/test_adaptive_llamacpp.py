@@ -65,6 +65,9 @@ async def test_adaptive_settles_at_its_floor_and_requests_complete(
                 f"{served.url}/admin/limits", json={"lanes": {"chat": {"policy": "adaptive"}}}
             ) as r:
                 assert r.status == 200, await r.text()
+                # What was in flight at that instant (3, or 2 if one just ended).
+                start = (await r.json())["effective"]["chat"]["max_inflight"]
+            assert start in (2, 3)
             # The upstream's page is read in its own dialect (llama.cpp exports no KV usage).
             reading = await eventually(gate.upstream_metrics.latest, timeout=60)  # type: ignore[union-attr]
             assert reading.kv_usage is None
@@ -80,7 +83,8 @@ async def test_adaptive_settles_at_its_floor_and_requests_complete(
 
     cuts = [e for e in entries if e["actor"] == "adaptive"]
     steps = [e["change"]["lanes"]["chat"]["effective_max_inflight"] for e in reversed(cuts)]
-    assert steps == [2, 1]  # 3 -> 2 -> 1: -25% a step, floored, never under the bound
+    # -25% a step, floored, never under the bound: 3 -> 2 -> 1 (or 2 -> 1).
+    assert steps == [2, 1][3 - start :]
     assert all(e["version"] == 2 and "p99 TTFT" in e["reason"] for e in cuts)
     assert lane["max_inflight"] == 3 and lane["effective_max_inflight"] == 1
     assert "floor 1" in lane["adaptive"]["note"]
