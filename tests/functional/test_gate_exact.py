@@ -175,8 +175,9 @@ async def test_a_big_status_read_never_holds_up_the_proxy(tmp_path: Path) -> Non
         assert chat["latency"]["5m"]["ttft"]["count"] == 30_000
         assert chat["goodput"]["5m"]["refused"] == 270_000
         # A blocked loop answers the one or two /health sent around the status read, then the
-        # status (2 on the old code); off the loop, dozens come back meanwhile (about 50 here).
-        assert answered >= 10, answered
+        # status (2 on the old code); off the loop, dozens come back meanwhile (about 50 on a
+        # quiet machine, 8 seen under CI's load): more than the two a blocked loop allows.
+        assert answered >= 4, answered
 
 
 async def _read_to_done(url: str, body: bytes) -> bytes:
