@@ -114,6 +114,19 @@ class GateTarget:
 
 
 @dataclass
+class AlertSettings:
+    """``[alerts]``: the SLO's burn-rate alerts (gpuwatch/alerts/) and who hears of them."""
+
+    # The error budget's period. The workbook's windows (1h & 5m, 6h & 30m, 3d & 6h) are for
+    # 30 days and scale with it: a test runs them in seconds with a period of minutes.
+    slo_period_days: float = positive(30.0)
+    bell: bool = False  # ring the terminal's bell when a page-level (critical) alert fires
+    webhooks: list[str] = field(default_factory=list)  # Alertmanager v4 payloads POSTed here
+    runbook_url: str = ""  # each alert's runbook_url is this with "#alertname" added
+    group_by: list[str] = field(default_factory=lambda: ["job", "instance"])  # rules' "by"
+
+
+@dataclass
 class Settings:
     metrics: list[str] = field(default_factory=list)  # used when --metrics is not given
     interval_s: float = positive(1.0)
@@ -123,6 +136,7 @@ class Settings:
     read_only: bool = False
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
     slo: Slo = field(default_factory=Slo)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     gates: dict[str, GateTarget] = field(default_factory=dict)
 

@@ -16,6 +16,7 @@ from gpuwatch.cli import (
     plan,
     record,
     replay,
+    rules,
     sim,
     snapshot,
     watch,
@@ -23,7 +24,9 @@ from gpuwatch.cli import (
 from gpuwatch.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, fail
 
 # Order is the order of `gpuwatch --help`.
-SUBCOMMANDS = (dashboard, demo, snapshot, watch, record, replay, sim, gate, limits, load, plan)
+SUBCOMMANDS = (
+    dashboard, demo, snapshot, watch, record, replay, rules, sim, gate, limits, load, plan,
+)  # fmt: skip
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, set[str]]:
