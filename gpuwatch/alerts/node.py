@@ -1,0 +1,243 @@
+"""The burn-rate alerts on the node: fed from a ``Monitor`` (what the dashboard, ``gpuwatch
+watch`` and ``gpuwatch record`` poll), each change an event on the monitor, a bell, and a
+notification to the configured receivers.
+
+The SLIs are read from the same series the Prometheus rules query: each engine's TTFT
+histogram at the same bucket bound, and the gate's TTFT histogram and refusals for goodput
+(its /metrics scraped, its admin API polled). The caller ticks it after the monitor's own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwatch.alerts.burn import Change, SliBurn, TierState
+from gpuwatch.alerts.notify import Notifier
+from gpuwatch.alerts.payload import RESEND_S, Alert, replay_hint
+from gpuwatch.alerts.rules import BURN_ALERTS, Rules
+from gpuwatch.alerts.sli import GATE_BOUNDS, bound_at_or_under, ttft_sources
+from gpuwatch.alerts.slo import Objective, objectives, period_s
+from gpuwatch.config import AlertSettings, Slo
+from gpuwatch.fmt import duration
+from gpuwatch.model import Histogram
+from gpuwatch.monitor.state import Monitor
+
+TTFT_HISTOGRAMS = {s.dialect for s in ttft_sources()}
+TTFT_BOUNDS = {s.dialect: s.bounds for s in ttft_sources()}
+
+
+def under(hist: Histogram, bound: float | None) -> tuple[float, float] | None:
+    """(requests at or under ``bound``, all requests) from a cumulative histogram; None when
+    the histogram has no bucket at that bound (its stack exports other bounds)."""
+    total = hist.count
+    if total is None and hist.buckets and math.isinf(hist.buckets[-1][0]):
+        total = hist.buckets[-1][1]
+    if total is None:
+        return None
+    if bound is None:
+        return total, total
+    for le, count in hist.buckets:
+        if math.isclose(le, bound, rel_tol=1e-9):
+            return count, total
+    return None
+
+
+@dataclass
+class NodeAlerts:
+    monitor: Monitor
+    slo: Slo
+    settings: AlertSettings = field(default_factory=AlertSettings)
+    notifier: Notifier | None = None
+    bell: Callable[[], None] | None = None
+    recording: str | None = None  # the file ``gpuwatch record`` writes: linked from alerts
+    instance: str = ""
+    burns: dict[str, SliBurn] = field(init=False)
+    _fed: dict[str, float] = field(default_factory=dict)
+    _active: dict[tuple[str, str, str], Alert] = field(default_factory=dict)
+    _sent_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        p = period_s(self.settings)
+        self.burns = {o.sli: SliBurn(o, p) for o in objectives(self.slo)}
+        self.rules = Rules(self.slo, self.settings)
+
+    # -- readings -------------------------------------------------------------------------
+
+    def readings(self) -> tuple[float | None, dict[str, dict[object, tuple[float, float]]]]:
+        """The newest scrape time and, per SLI, each series' (good, total)."""
+        m = self.monitor
+        newest: float | None = None
+        out: dict[str, dict[object, tuple[float, float]]] = {sli: {} for sli in self.burns}
+        for ep in m.endpoints.values():
+            if ep.status.state != "UP" or ep.status.last_ok is None:
+                continue
+            newest = max(newest or ep.status.last_ok, ep.status.last_ok)
+            for key, view in ep.engines.items():
+                hist = view.snap.histograms.get("ttft")
+                if hist is None:
+                    continue
+                dialect = view.snap.dialect
+                if dialect == "gate" and "goodput" in self.burns:
+                    bound = self._bound(self.burns["goodput"].objective, GATE_BOUNDS)
+                    got = under(hist, bound)
+                    if got is not None:
+                        out["goodput"][(ep.url, key)] = got
+                elif dialect in TTFT_HISTOGRAMS and "ttft" in self.burns:
+                    bound = self._bound(self.burns["ttft"].objective, TTFT_BOUNDS[dialect])
+                    got = under(hist, bound)
+                    if got is not None and bound is not None:
+                        out["ttft"][(ep.url, key)] = got
+        gate = m.gate
+        if out.get("goodput") and gate is not None and gate.status.state == "UP":
+            # A refusal is a request that arrived and missed: counted in the total only.
+            for lane, data in gate.lanes.items():
+                refused = sum((data.get("rejected_total") or {}).values())
+                out["goodput"][("refused", lane)] = (0.0, float(refused))
+        elif "goodput" in out:
+            out["goodput"] = {}  # goodput needs the gate's refusals too: not judged without
+        return newest, out
+
+    @staticmethod
+    def _bound(objective: Objective, bounds: Any) -> float | None:
+        return None if objective.bound_s is None else bound_at_or_under(bounds, objective.bound_s)
+
+    # -- the tick -------------------------------------------------------------------------
+
+    def tick(self) -> list[Change]:
+        """Feed what was polled since the last tick, evaluate every tier, act on changes."""
+        m = self.monitor
+        newest, readings = self.readings()
+        for sli, burn in self.burns.items():
+            if newest is not None and readings.get(sli) and newest != self._fed.get(sli):
+                burn.feed(newest, readings[sli])
+                self._fed[sli] = newest
+        now = m.clock()
+        changes = [c for burn in self.burns.values() for c in burn.evaluate(now)]
+        wall = m.wall()
+        for change in changes:
+            self._act(change, wall - (now - change.at))
+        if self.notifier is not None and self._active and wall - self._sent_at >= RESEND_S:
+            # Alertmanager forgets a firing alert it is not told of again: re-sent each minute.
+            firing = [a for a in self._active.values() if a.ends_at is None]
+            self.notifier.send_api(firing)
+            self._sent_at = wall
+        return changes
+
+    def _act(self, change: Change, wall: float) -> None:
+        o, s = change.objective, change.state
+        name = BURN_ALERTS[o.sli]
+        burn_long, burn_short = (self.burns[o.sli].burn(r) for r in (s.long_ratio, s.short_ratio))
+        rates = f"burn {_x(burn_long)} over {s.long}, {_x(burn_short)} over {s.short}"
+        key = (name, s.long, s.short)
+        if change.firing:
+            self.monitor.event(
+                "bad" if s.tier.severity == "critical" else "warn",
+                f"ALERT {name} {s.tier.severity} ({s.long} & {s.short}): {o.what}: {rates} "
+                f"(alert at {s.tier.factor:g}x)",
+            )
+            alert = self._alert(o, s, wall)
+            self._active[key] = alert
+            if s.tier.severity == "critical" and self.settings.bell and self.bell is not None:
+                self.bell()
+        else:
+            alert = self._active.pop(key) if key in self._active else self._alert(o, s, wall)
+            alert.ends_at = wall
+            self.monitor.event(
+                "ok", f"RESOLVED {name} {s.tier.severity} ({s.long} & {s.short}): {rates}"
+            )
+        if self.notifier is not None:
+            self.notifier.send([alert])
+
+    def _alert(self, o: Objective, s: TierState, wall: float) -> Alert:
+        name = BURN_ALERTS[o.sli]
+        rule = next(
+            r
+            for r in self.rules.burn_alerts()
+            if r["alert"] == name and r["labels"]["long"] == s.long
+        )
+        labels = {
+            "alertname": name,
+            **rule["labels"],
+            "sli": o.sli,
+            "instance": self.instance or "gpuwatch",
+            "source": "gpuwatch-node",
+        }
+        burn = self.burns[o.sli].burn(s.short_ratio)
+        annotations = {
+            "summary": rule["annotations"]["summary"],
+            "description": (
+                f"{labels['instance']}: {o.what}: the error budget burns {_x(burn)} over "
+                f"{s.short} (alert at {s.tier.factor:g}x over {s.long} and {s.short}); "
+                "evaluated by gpuwatch on the node."
+            ),
+        }
+        if "runbook_url" in rule["annotations"]:
+            annotations["runbook_url"] = rule["annotations"]["runbook_url"]
+        if self.recording:
+            annotations["recording"] = replay_hint(self.recording, wall)
+        return Alert(labels, annotations, wall)
+
+    async def close(self) -> None:
+        """At the end: resolved notifications for what still fires are not sent (the node is
+        going away, not the trouble); queued ones get a bounded chance to go."""
+        if self.notifier is not None:
+            await self.notifier.flush()
+
+    # -- what is shown --------------------------------------------------------------------
+
+    def budget_line(self) -> str | None:
+        """``TTFT under 2s: budget 72% left of 30d (seen 2h); burn 3.1x 1h, 0.4x 5m``."""
+        parts = []
+        now = self.monitor.clock()
+        for burn in self.burns.values():
+            left = burn.budget_left(now)
+            if left is None:
+                continue
+            fast = burn.states[0]
+            firing = [s for s in burn.states if s.firing]
+            flag = f" FIRING {firing[0].tier.severity}" if firing else ""
+            parts.append(
+                f"{burn.objective.what}: budget {left[0]:.0%} left of "
+                f"{duration(burn.period_s)} (seen {duration(left[1])}); burn "
+                f"{_x(burn.burn(fast.long_ratio))} {fast.long}, "
+                f"{_x(burn.burn(fast.short_ratio))} {fast.short}{flag}"
+            )
+        return "; ".join(parts) or None
+
+    def to_json(self) -> dict[str, Any]:
+        """Per SLI: the budget left, each tier's burn rates over its windows and whether it
+        fires (``gpuwatch watch --json``)."""
+        now = self.monitor.clock()
+        out: dict[str, Any] = {}
+        for sli, burn in self.burns.items():
+            left = burn.budget_left(now)
+            out[sli] = {
+                "target": burn.objective.target,
+                "period_s": burn.period_s,
+                "budget_left": None if left is None else round(left[0], 6),
+                "seen_s": None if left is None else round(left[1], 3),
+                "tiers": [
+                    {
+                        "severity": s.tier.severity,
+                        "factor": s.tier.factor,
+                        "long": s.long,
+                        "short": s.short,
+                        f"burn_{s.long}": _round(burn.burn(s.long_ratio)),
+                        f"burn_{s.short}": _round(burn.burn(s.short_ratio)),
+                        "firing": s.firing,
+                    }
+                    for s in burn.states
+                ],
+            }
+        return out
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}x"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
