@@ -76,8 +76,8 @@ def test_the_node_and_prometheus_fire_together_within_one_evaluation_interval(
             for long in sorted(here)
         )
         checks.append(
-            f"      - expr: 'count by (long) (ALERTS{{alertstate=\"firing\", "
-            f"alertname=\"{BURN_ALERTS['ttft']}\"}})'\n        eval_time: {minute}m\n"
+            f'      - expr: \'count by (long) (ALERTS{{alertstate="firing", '
+            f'alertname="{BURN_ALERTS["ttft"]}"}})\'\n        eval_time: {minute}m\n'
             f"        exp_samples:{samples or ' []'}\n"
         )
     labels = 'job="vllm", instance="n1:8000"'
