@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpuwatch import polling
-from gpuwatch.config import ScrapeSettings
+from gpuwatch.alerts.node import node_alerts
+from gpuwatch.config import AlertSettings, ScrapeSettings
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.fmt import clip, duration, num, pct, seconds
@@ -45,6 +46,7 @@ class WatchOptions:
     slo: dict[str, float | None] = field(default_factory=dict)
     nvml: NvmlReader | None = None
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
 
 
 def frame(monitor: Monitor) -> dict[str, Any]:
@@ -149,15 +151,24 @@ class Watch:
         self.options = options
         self.out = out
         self.monitor = Monitor(options.urls, options.interval_s, options.slo, options.admin_url)
+        # The SLO's burn-rate alerts: events, and notifications where [alerts] names receivers.
+        self.alerts = node_alerts(self.monitor, options.alerts, report=self._say)
         self.lines = 0
+
+    def _say(self, text: str) -> None:
+        print(f"gpuwatch watch: {text}", file=sys.stderr, flush=True)
 
     def emit(self) -> None:
         m = self.monitor
         m.check_stale()
         m.evaluate()
+        changes = self.alerts.tick()
         if self.options.as_json:
-            self.out.write(json.dumps(frame(m), allow_nan=False) + "\n")
+            data = {**frame(m), "slo_alerts": self.alerts.to_json()}
+            self.out.write(json.dumps(data, allow_nan=False) + "\n")
         else:
+            for text in changes:
+                self.out.write(text + "\n")
             figures = all_figures(m)
             if self.lines % HEADER_EVERY == 0:
                 self.out.write(header(figures[0] if figures else None) + "\n")
@@ -189,6 +200,7 @@ class Watch:
             # Read-only: watch never changes anything, and says so to the one guard.
             client = GateClient(o.admin_url, o.admin_token, Guard(read_only=True))
             jobs.append(polling.poll_gate(m, client, o.interval_s))
+        jobs.append(self.alerts.run())
         tasks = [asyncio.create_task(job) for job in jobs]
         try:
             printed = 0
@@ -197,6 +209,7 @@ class Watch:
                 self.emit()
                 printed += 1
         finally:
+            await self.alerts.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

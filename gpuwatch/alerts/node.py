@@ -9,8 +9,10 @@ histogram at the same bucket bound, and the gate's TTFT histogram and refusals f
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +21,7 @@ from gpuwatch.alerts.notify import Notifier
 from gpuwatch.alerts.payload import RESEND_S, Alert, replay_hint
 from gpuwatch.alerts.rules import BURN_ALERTS, Rules
 from gpuwatch.alerts.sli import GATE_BOUNDS, bound_at_or_under, ttft_sources
-from gpuwatch.alerts.slo import Objective, objectives, period_s
+from gpuwatch.alerts.slo import Objective, objectives, period_s, window_text
 from gpuwatch.config import AlertSettings, Slo
 from gpuwatch.fmt import duration
 from gpuwatch.model import Histogram
@@ -106,8 +108,9 @@ class NodeAlerts:
 
     # -- the tick -------------------------------------------------------------------------
 
-    def tick(self) -> list[Change]:
-        """Feed what was polled since the last tick, evaluate every tier, act on changes."""
+    def tick(self) -> list[str]:
+        """Feed what was polled since the last tick, evaluate every tier, act on changes;
+        return the events written (one per alert that started or stopped firing)."""
         m = self.monitor
         newest, readings = self.readings()
         for sli, burn in self.burns.items():
@@ -117,27 +120,26 @@ class NodeAlerts:
         now = m.clock()
         changes = [c for burn in self.burns.values() for c in burn.evaluate(now)]
         wall = m.wall()
-        for change in changes:
-            self._act(change, wall - (now - change.at))
+        texts = [self._act(change, wall - (now - change.at)) for change in changes]
         if self.notifier is not None and self._active and wall - self._sent_at >= RESEND_S:
             # Alertmanager forgets a firing alert it is not told of again: re-sent each minute.
             firing = [a for a in self._active.values() if a.ends_at is None]
             self.notifier.send_api(firing)
             self._sent_at = wall
-        return changes
+        return texts
 
-    def _act(self, change: Change, wall: float) -> None:
+    def _act(self, change: Change, wall: float) -> str:
         o, s = change.objective, change.state
         name = BURN_ALERTS[o.sli]
         burn_long, burn_short = (self.burns[o.sli].burn(r) for r in (s.long_ratio, s.short_ratio))
         rates = f"burn {_x(burn_long)} over {s.long}, {_x(burn_short)} over {s.short}"
         key = (name, s.long, s.short)
         if change.firing:
-            self.monitor.event(
-                "bad" if s.tier.severity == "critical" else "warn",
+            text = (
                 f"ALERT {name} {s.tier.severity} ({s.long} & {s.short}): {o.what}: {rates} "
-                f"(alert at {s.tier.factor:g}x)",
+                f"(alert at {s.tier.factor:g}x)"
             )
+            self.monitor.event("bad" if s.tier.severity == "critical" else "warn", text)
             alert = self._alert(o, s, wall)
             self._active[key] = alert
             if s.tier.severity == "critical" and self.settings.bell and self.bell is not None:
@@ -145,11 +147,11 @@ class NodeAlerts:
         else:
             alert = self._active.pop(key) if key in self._active else self._alert(o, s, wall)
             alert.ends_at = wall
-            self.monitor.event(
-                "ok", f"RESOLVED {name} {s.tier.severity} ({s.long} & {s.short}): {rates}"
-            )
+            text = f"RESOLVED {name} {s.tier.severity} ({s.long} & {s.short}): {rates}"
+            self.monitor.event("ok", text)
         if self.notifier is not None:
             self.notifier.send([alert])
+        return text
 
     def _alert(self, o: Objective, s: TierState, wall: float) -> Alert:
         name = BURN_ALERTS[o.sli]
@@ -180,6 +182,11 @@ class NodeAlerts:
             annotations["recording"] = replay_hint(self.recording, wall)
         return Alert(labels, annotations, wall)
 
+    async def run(self) -> None:
+        """The notifications' sender (returns at once with no receiver configured)."""
+        if self.notifier is not None:
+            await self.notifier.run()
+
     async def close(self) -> None:
         """At the end: resolved notifications for what still fires are not sent (the node is
         going away, not the trouble); queued ones get a bounded chance to go."""
@@ -188,9 +195,10 @@ class NodeAlerts:
 
     # -- what is shown --------------------------------------------------------------------
 
-    def budget_line(self) -> str | None:
-        """``TTFT under 2s: budget 72% left of 30d (seen 2h); burn 3.1x 1h, 0.4x 5m``."""
-        parts = []
+    def budget_segments(self) -> list[str]:
+        """Per SLO: ``TTFT under 2s: budget 72% left of 30d (seen 2h)`` then ``burn 3.1x 1h,
+        0.4x 5m`` (the fast page's windows), and which tier fires; empty before any data."""
+        out = []
         now = self.monitor.clock()
         for burn in self.burns.values():
             left = burn.budget_left(now)
@@ -198,14 +206,16 @@ class NodeAlerts:
                 continue
             fast = burn.states[0]
             firing = [s for s in burn.states if s.firing]
-            flag = f" FIRING {firing[0].tier.severity}" if firing else ""
-            parts.append(
-                f"{burn.objective.what}: budget {left[0]:.0%} left of "
-                f"{duration(burn.period_s)} (seen {duration(left[1])}); burn "
-                f"{_x(burn.burn(fast.long_ratio))} {fast.long}, "
-                f"{_x(burn.burn(fast.short_ratio))} {fast.short}{flag}"
+            out.append(
+                f"{burn.objective.what}: {left[0]:.0%} left of {window_text(burn.period_s)} "
+                f"(seen {duration(left[1])})"
             )
-        return "; ".join(parts) or None
+            out.append(
+                f"burn {_x(burn.burn(fast.long_ratio))} {fast.long}, "
+                f"{_x(burn.burn(fast.short_ratio))} {fast.short}"
+                + (f" FIRING {firing[0].tier.severity}" if firing else "")
+            )
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """Per SLI: the budget left, each tier's burn rates over its windows and whether it
@@ -241,3 +251,37 @@ def _x(value: float | None) -> str:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def slo_of(thresholds: Mapping[str, float | None]) -> Slo:
+    """The ``[slo]`` back from its thresholds (None: switched off, 0)."""
+    names = {f.name for f in dataclasses.fields(Slo)}
+    return Slo(**{k: float(v or 0.0) for k, v in thresholds.items() if k in names})
+
+
+def node_alerts(
+    monitor: Monitor,
+    settings: AlertSettings,
+    *,
+    report: Callable[[str], None] | None = None,
+    bell: Callable[[], None] | None = None,
+    recording: str | None = None,
+) -> NodeAlerts:
+    """The node's alerts on the monitor's own ``[slo]``; a receiver's failure is an event on
+    the monitor (and told to ``report`` too)."""
+
+    def problem(text: str) -> None:
+        monitor.event("warn", text)
+        if report is not None:
+            report(text)
+
+    notifier = Notifier(list(settings.webhooks), problem) if settings.webhooks else None
+    return NodeAlerts(
+        monitor,
+        slo_of(monitor.health.slo),
+        settings,
+        notifier,
+        bell,
+        recording,
+        socket.gethostname(),
+    )

@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         hint=hint,
         read_only=settings.read_only,
         scrape=settings.scrape,
+        alerts=settings.alerts,
     )
     from gpuwatch.cli.record import recorder_from
     from gpuwatch.record.store import RecordingError

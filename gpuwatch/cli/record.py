@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         slo=settings.slo.thresholds(),
         nvml=gpu_reader(args.fake_gpu_from, settings.no_gpu),
         scrape=settings.scrape,
+        alerts=settings.alerts,
         duration_s=args.duration,
     )
     recorder = recorder_from(args, args.out)

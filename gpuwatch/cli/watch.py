@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         slo=settings.slo.thresholds(),
         nvml=gpu_reader(args.fake_gpu_from, settings.no_gpu),
         scrape=settings.scrape,
+        alerts=settings.alerts,
     )
     ok = asyncio.run(Watch(options).run())
     if options.nvml is not None:
