@@ -9,20 +9,37 @@ reads 1 minute and 5 seconds.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.functional.alertmanagerkit import alertmanager
-from tests.functional.fleetkit import child
+from tests.functional.fleetkit import child, start_prometheus
 from tests.helpers import eventually_sync
 
 PERIOD_DAYS = 0.5  # windows: 1m & 5s, 6m & 30s, 72m & 6m
 FAST = {"alertname": "LLMTTFTErrorBudgetBurn", "long": "1m", "short": "5s"}
+
+
+def stop(proc: subprocess.Popen[str] | None) -> None:
+    """Ended, whatever state it is in (an overloaded simulator may take its time)."""
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 @pytest.fixture
@@ -31,8 +48,7 @@ def sim() -> Iterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
 
 
 def overload(url: str, seconds: int) -> subprocess.Popen[str]:
@@ -84,10 +100,98 @@ def test_the_node_alerts_a_real_alertmanager_firing_then_resolved(tmp_path: Path
             light = light_load(sim)
             eventually_sync(lambda: not am.alerts(**FAST), 60, message="it never resolved")
         finally:
-            for proc in (load, light):
-                if proc is not None:
-                    proc.kill()
-                    proc.wait(10)
+            stop(load)
+            stop(light)
             record.send_signal(signal.SIGINT)
             _, err = record.communicate(timeout=20)
         assert "failed" not in err, err
+
+
+SCRAPE_S = 1
+EVALUATION_S = 2
+
+
+def prometheus_with_rules(root: Path, sim: str, rules: Path) -> tuple[subprocess.Popen[str], str]:
+    host = sim.split("://")[1]
+    (root / "prometheus.yml").write_text(
+        f"global:\n  scrape_interval: {SCRAPE_S}s\n  evaluation_interval: {EVALUATION_S}s\n"
+        f"rule_files: ['{rules}']\n"
+        f"scrape_configs:\n  - job_name: vllm\n    static_configs:\n      - targets: ['{host}']\n"
+    )
+    return start_prometheus(root)
+
+
+def prometheus_fast_page(url: str) -> dict[str, Any] | None:
+    r = httpx.get(f"{url}/api/v1/alerts", timeout=5)
+    r.raise_for_status()
+    for alert in r.json()["data"]["alerts"]:
+        if all(alert["labels"].get(k) == v for k, v in FAST.items()):
+            return dict(alert)
+    return None
+
+
+class NodeWatch:
+    """``gpuwatch watch --json``: each line's time and whether the fast page fires."""
+
+    def __init__(self, config: Path, sim: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuwatch", "watch", "--json", "--config", str(config),
+             "--metrics", f"{sim}/metrics", "--no-gpu", "--interval", str(SCRAPE_S)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        self.lines: list[tuple[float, bool]] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            frame = json.loads(line)
+            fast = frame["slo_alerts"]["ttft"]["tiers"][0]
+            assert (fast["long"], fast["short"]) == (FAST["long"], FAST["short"])
+            self.lines.append((frame["time"], fast["firing"]))
+
+    def first_firing(self) -> float | None:
+        return next((t for t, firing in self.lines if firing), None)
+
+    def close(self) -> None:
+        stop(self.proc)
+
+
+def test_the_rules_fire_in_prometheus_when_the_node_fires_within_an_evaluation_interval(
+    tmp_path: Path, sim: str
+) -> None:
+    """The same overload, read by a real Prometheus running ``gpuwatch rules`` and by
+    ``gpuwatch watch`` on the node: the fast page fires in both, and the instants agree within
+    one of Prometheus' evaluation intervals."""
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(f"[alerts]\nslo_period_days = {PERIOD_DAYS}\n")
+    rules = tmp_path / "rules.yml"
+    subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "rules", "--config", str(config), "-o", str(rules)],
+        check=True,
+    )
+    prom, prom_url = prometheus_with_rules(tmp_path, sim, rules)
+    node = NodeWatch(config, sim)
+    load = None
+    try:
+        # Both read the idle simulator first: neither fires on no traffic.
+        eventually_sync(lambda: len(node.lines) >= 3, 30, message="watch printed nothing")
+        load = overload(sim, 30)
+        fired = eventually_sync(
+            lambda: prometheus_fast_page(prom_url) if node.first_firing() else None,
+            60,
+            message=lambda: (
+                f"node fired at {node.first_firing()}, prometheus {prometheus_fast_page(prom_url)}"
+            ),
+        )
+        # Prometheus says when the alert became active: its first evaluation over the bound.
+        active_at = datetime.fromisoformat(fired["activeAt"].replace("Z", "+00:00")).timestamp()
+        node_at = node.first_firing()
+        assert node_at is not None
+        assert fired["state"] == "firing"
+        assert abs(node_at - active_at) <= EVALUATION_S, (node_at, active_at)
+    finally:
+        stop(load)
+        node.close()
+        stop(prom)
