@@ -161,8 +161,8 @@ class Watch:
     def emit(self) -> None:
         m = self.monitor
         m.check_stale()
-        m.evaluate()
         changes = self.alerts.tick()
+        m.evaluate()
         if self.options.as_json:
             data = {**frame(m), "slo_alerts": self.alerts.to_json()}
             self.out.write(json.dumps(data, allow_nan=False) + "\n")

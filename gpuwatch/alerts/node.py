@@ -121,6 +121,7 @@ class NodeAlerts:
         changes = [c for burn in self.burns.values() for c in burn.evaluate(now)]
         wall = m.wall()
         texts = [self._act(change, wall - (now - change.at)) for change in changes]
+        self.monitor.set_slo_budget(self.budget_segments())
         if self.notifier is not None and self._active and wall - self._sent_at >= RESEND_S:
             # Alertmanager forgets a firing alert it is not told of again: re-sent each minute.
             firing = [a for a in self._active.values() if a.ends_at is None]

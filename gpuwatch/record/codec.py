@@ -114,6 +114,8 @@ def encode_payload(kind: str, payload: Any) -> Any:
     if kind == "event":
         e: Event = payload
         return {"t": e.time, "level": e.level, "text": e.text}
+    if kind == "slo":
+        return {"budget": list(payload)}
     return None  # "stale", "evaluate": the call is all there is
 
 
@@ -140,6 +142,8 @@ def decode_payload(kind: str, data: Any) -> Any:
             if not plausible_wall(data["t"]):
                 raise ValueError(f"an event at {str(data['t'])[:40]} is at no date")
             return Event(float(data["t"]), data["level"], str(data["text"]))
+        if kind == "slo":
+            return [str(segment) for segment in data["budget"]]
         if kind in ("stale", "evaluate"):
             return None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -257,6 +257,8 @@ class Player:
             m.check_stale()
         elif kind == "evaluate":
             m.evaluate()
+        elif kind == "slo":
+            m.set_slo_budget(payload)
 
     def tick_in(self, wall: float) -> float | None:
         """The last recorded tick (the badge's evaluation, after which the live screen was

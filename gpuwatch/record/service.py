@@ -80,8 +80,8 @@ async def record(options: RecordOptions, recorder: Recorder, err: IO[str] = sys.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
             m.check_stale()
+            alerts.tick()  # before the badge: a replay moved to the tick shows its budget
             m.evaluate()
-            alerts.tick()
             if o.duration_s is not None and loop.time() - started >= o.duration_s:
                 break
     finally:

@@ -306,9 +306,9 @@ class GpuwatchApp(App[None]):
     def _tick(self) -> None:
         if self.polling:
             self.monitor.check_stale()
-            self.monitor.evaluate()
             if self.alerts is not None:
-                self.alerts.tick()
+                self.alerts.tick()  # before the badge: the tick's screen shows its budget
+            self.monitor.evaluate()
         if not self.frozen:
             self.paint()
 
@@ -389,7 +389,7 @@ class GpuwatchApp(App[None]):
             users,
             m.health.slo,
             compact=narrow or short,
-            budget=self.alerts.budget_segments() if self.alerts is not None else None,
+            budget=m.slo_budget,
         )
         dash.query_one(EventsPanel).render_events(m.events)
         now = time.monotonic()

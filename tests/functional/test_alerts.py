@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gpuwatch.record.player import Player
 from tests.functional.alertmanagerkit import alertmanager
 from tests.functional.fleetkit import child, start_prometheus
 from tests.helpers import eventually_sync
@@ -105,6 +106,18 @@ def test_the_node_alerts_a_real_alertmanager_firing_then_resolved(tmp_path: Path
             record.send_signal(signal.SIGINT)
             _, err = record.communicate(timeout=20)
         assert "failed" not in err, err
+    # The recording holds the alert's events and the budget line as shown: a replay has them.
+    player = Player(recording)
+    try:
+        texts = [mark.text for mark in player.marks]
+        assert any(t.startswith("ALERT LLMTTFTErrorBudgetBurn critical (1m & 5s)") for t in texts)
+        assert any(
+            t.startswith("RESOLVED LLMTTFTErrorBudgetBurn critical (1m & 5s)") for t in texts
+        )
+        player.seek(player.end)
+        assert player.monitor.slo_budget[0].startswith("TTFT under 2s: ")
+    finally:
+        player.close()
 
 
 SCRAPE_S = 1
