@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
@@ -41,16 +43,25 @@ class Receiver:
         return web.Response(status=status)
 
 
-async def test_the_webhook_gets_alertmanagers_payload_firing_then_resolved() -> None:
-    receiver = Receiver(200)
-    lines: list[str] = []
+@asynccontextmanager
+async def notifying(receiver: Receiver, lines: list[str]) -> AsyncIterator[Notifier]:
+    """A notifier sending to ``receiver`` over real HTTP, its failures into ``lines``."""
     with ThreadedServer({"/hook": receiver.handle}) as server:
         notifier = Notifier([server.url("/hook")], lines.append, backoff_s=0.01)
         task = asyncio.create_task(notifier.run())
+        try:
+            yield notifier
+        finally:
+            task.cancel()
+
+
+async def test_the_webhook_gets_alertmanagers_payload_firing_then_resolved() -> None:
+    receiver = Receiver(200)
+    lines: list[str] = []
+    async with notifying(receiver, lines) as notifier:
         notifier.send([alert()])
         notifier.send([alert(ends_at=1_700_000_300.0)])
         await eventually(lambda: len(receiver.bodies) == 2)
-        task.cancel()
     firing, resolved = receiver.bodies
     assert firing["version"] == "4" and firing["status"] == "firing"
     assert firing["alerts"][0]["labels"]["alertname"] == "LLMTTFTErrorBudgetBurn"
@@ -62,31 +73,26 @@ async def test_the_webhook_gets_alertmanagers_payload_firing_then_resolved() -> 
 async def test_a_receiver_that_fails_then_answers_is_retried_without_a_line() -> None:
     receiver = Receiver(500, 503, 200)
     lines: list[str] = []
-    with ThreadedServer({"/hook": receiver.handle}) as server:
-        notifier = Notifier([server.url("/hook")], lines.append, backoff_s=0.01)
-        task = asyncio.create_task(notifier.run())
+    async with notifying(receiver, lines) as notifier:
         notifier.send([alert()])
         await eventually(lambda: receiver.bodies)
-        task.cancel()
     assert receiver.tries == 3 and lines == []
 
 
 async def test_a_failing_receiver_is_one_line_and_its_return_another() -> None:
     receiver = Receiver(500)
     lines: list[str] = []
-    with ThreadedServer({"/hook": receiver.handle}) as server:
-        notifier = Notifier([server.url("/hook")], lines.append, backoff_s=0.01)
-        task = asyncio.create_task(notifier.run())
+    async with notifying(receiver, lines) as notifier:
         notifier.send([alert()])
         notifier.send([alert()])
         await eventually(lambda: receiver.tries == 2 * TRIES)
         await notifier.flush()
         assert len(lines) == 1, lines  # two notifications lost, one line
-        assert "failed 4 tries: HTTP 500" in lines[0] and server.url("/hook") in lines[0]
+        assert "failed 4 tries: HTTP 500" in lines[0]
+        assert notifier.receivers[0].url in lines[0]
         receiver.statuses = [200]
         notifier.send([alert()])
         await eventually(lambda: len(lines) == 2)
-        task.cancel()
     assert "answers again" in lines[1]
 
 

@@ -25,22 +25,10 @@ import pytest
 from gpuwatch.record.player import Player
 from tests.functional.alertmanagerkit import alertmanager
 from tests.functional.fleetkit import child, start_prometheus
-from tests.helpers import eventually_sync
+from tests.helpers import eventually_sync, stop_process
 
 PERIOD_DAYS = 0.5  # windows: 1m & 5s, 6m & 30s, 72m & 6m
 FAST = {"alertname": "LLMTTFTErrorBudgetBurn", "long": "1m", "short": "5s"}
-
-
-def stop(proc: subprocess.Popen[str] | None) -> None:
-    """Ended, whatever state it is in (an overloaded simulator may take its time)."""
-    if proc is None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 @pytest.fixture
@@ -49,7 +37,7 @@ def sim() -> Iterator[str]:
     try:
         yield url
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 def overload(url: str, seconds: int) -> subprocess.Popen[str]:
@@ -101,8 +89,8 @@ def test_the_node_alerts_a_real_alertmanager_firing_then_resolved(tmp_path: Path
             light = light_load(sim)
             eventually_sync(lambda: not am.alerts(**FAST), 60, message="it never resolved")
         finally:
-            stop(load)
-            stop(light)
+            stop_process(load)
+            stop_process(light)
             record.send_signal(signal.SIGINT)
             _, err = record.communicate(timeout=20)
         assert "failed" not in err, err
@@ -168,7 +156,7 @@ class NodeWatch:
         return next((t for t, firing in self.lines if firing), None)
 
     def close(self) -> None:
-        stop(self.proc)
+        stop_process(self.proc)
 
 
 def test_the_rules_fire_in_prometheus_when_the_node_fires_within_an_evaluation_interval(
@@ -205,6 +193,6 @@ def test_the_rules_fire_in_prometheus_when_the_node_fires_within_an_evaluation_i
         assert fired["state"] == "firing"
         assert abs(node_at - active_at) <= EVALUATION_S, (node_at, active_at)
     finally:
-        stop(load)
+        stop_process(load)
         node.close()
-        stop(prom)
+        stop_process(prom)
