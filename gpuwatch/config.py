@@ -124,6 +124,7 @@ class AlertSettings:
     webhooks: list[str] = field(default_factory=list)  # Alertmanager v4 payloads POSTed here
     runbook_url: str = ""  # each alert's runbook_url is this with "#alertname" added
     group_by: list[str] = field(default_factory=lambda: ["job", "instance"])  # rules' "by"
+    target_selector: str = ""  # the targets LLMTargetDown watches, e.g. 'job=~"vllm|gate"'
 
 
 @dataclass

@@ -152,11 +152,14 @@ class Watch:
         self.out = out
         self.monitor = Monitor(options.urls, options.interval_s, options.slo, options.admin_url)
         # The SLO's burn-rate alerts: events, and notifications where [alerts] names receivers.
-        self.alerts = node_alerts(self.monitor, options.alerts, report=self._say)
+        self.alerts = node_alerts(self.monitor, options.alerts, report=self._say, bell=self._bell)
         self.lines = 0
 
     def _say(self, text: str) -> None:
         print(f"gpuwatch watch: {text}", file=sys.stderr, flush=True)
+
+    def _bell(self) -> None:
+        print("\a", end="", file=sys.stderr, flush=True)  # the terminal's bell, off stdout
 
     def emit(self) -> None:
         m = self.monitor

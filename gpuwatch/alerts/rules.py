@@ -187,7 +187,9 @@ class Rules:
         out.append(
             self._alert(
                 "LLMTargetDown",
-                "up == 0",
+                f"up{{{self.alerts.target_selector}}} == 0"
+                if self.alerts.target_selector
+                else "up == 0",
                 w,
                 "warning",
                 "A scrape target is down.",
