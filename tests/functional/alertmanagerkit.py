@@ -30,11 +30,18 @@ class Alertmanager:
 
 
 @contextmanager
-def alertmanager(root: Path) -> Iterator[Alertmanager]:
+def alertmanager(root: Path, webhook: str | None = None) -> Iterator[Alertmanager]:
+    """With ``webhook``, Alertmanager sends its notifications there at once (no group wait)."""
     if shutil.which(BINARY) is None:
         pytest.skip("prometheus-alertmanager not installed (Debian; .ci/run installs it)")
     config = root / "alertmanager.yml"
-    config.write_text("route:\n  receiver: nowhere\nreceivers:\n  - name: nowhere\n")
+    if webhook is None:
+        config.write_text("route:\n  receiver: nowhere\nreceivers:\n  - name: nowhere\n")
+    else:
+        config.write_text(
+            "route:\n  receiver: hook\n  group_by: [alertname]\n  group_wait: 0s\n"
+            f"receivers:\n  - name: hook\n    webhook_configs:\n      - url: '{webhook}'\n"
+        )
     proc, url = start_on_a_free_port(
         "alertmanager",
         lambda port: [

@@ -8,12 +8,14 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from gpuwatch.alerts.notify import QUEUE_SIZE, TRIES, Notifier
-from gpuwatch.alerts.payload import Alert
+from gpuwatch.alerts.payload import Alert, webhook
+from tests.functional.alertmanagerkit import alertmanager
 from tests.functional.servers import ThreadedServer
 from tests.helpers import eventually, refusing_port
 
@@ -126,3 +128,26 @@ async def test_a_hanging_receiver_holds_no_more_than_the_queue() -> None:
         assert r.queue.qsize() <= QUEUE_SIZE
         assert r.dropped >= QUEUE_SIZE * 3 - QUEUE_SIZE - 1
         task.cancel()
+
+
+async def test_the_webhook_payload_has_what_alertmanagers_own_has(tmp_path: Path) -> None:
+    """Alertmanager itself, given our alert on its API, sends its receivers its own payload:
+    ours has the same fields, the same version, the same fields per alert."""
+    receiver = Receiver(200)
+    lines: list[str] = []
+    hook = ThreadedServer({"/hook": receiver.handle})
+    with hook as server, alertmanager(tmp_path, webhook=server.url("/hook")) as am:
+        notifier = Notifier([f"{am.url}/api/v2/alerts"], lines.append, backoff_s=0.01)
+        task = asyncio.create_task(notifier.run())
+        try:
+            notifier.send([alert()])
+            await eventually(lambda: receiver.bodies, 30, message="alertmanager sent nothing")
+        finally:
+            task.cancel()
+    assert lines == []
+    theirs, mine = receiver.bodies[0], webhook([alert()])
+    assert theirs["version"] == mine["version"] == "4"
+    assert set(theirs) == set(mine)
+    assert set(theirs["alerts"][0]) == set(mine["alerts"][0])
+    assert theirs["alerts"][0]["labels"] == mine["alerts"][0]["labels"]
+    assert theirs["groupLabels"] == mine["groupLabels"] == {"alertname": "LLMTTFTErrorBudgetBurn"}
