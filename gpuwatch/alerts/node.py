@@ -4,7 +4,8 @@ notification to the configured receivers.
 
 The SLIs are read from the same series the Prometheus rules query: each engine's TTFT
 histogram at the same bucket bound, and the gate's TTFT histogram and refusals for goodput
-(its /metrics scraped, its admin API polled). The caller ticks it after the monitor's own.
+(its /metrics scraped, its admin API polled). The caller ticks it before the monitor's
+own evaluation, so that the tick's recorded budget line is in place when a replay reaches it.
 """
 
 from __future__ import annotations
