@@ -22,7 +22,7 @@ from gpuwatch.alerts.notify import Notifier
 from gpuwatch.alerts.payload import RESEND_S, Alert, replay_hint
 from gpuwatch.alerts.rules import BURN_ALERTS, Rules
 from gpuwatch.alerts.sli import GATE_BOUNDS, bound_at_or_under, ttft_sources
-from gpuwatch.alerts.slo import Objective, objectives, period_s, window_text
+from gpuwatch.alerts.slo import Objective, objectives, period_s, window_text, windows
 from gpuwatch.config import AlertSettings, Slo
 from gpuwatch.fmt import duration
 from gpuwatch.model import Histogram
@@ -198,24 +198,27 @@ class NodeAlerts:
     # -- what is shown --------------------------------------------------------------------
 
     def budget_segments(self) -> list[str]:
-        """Per SLO: ``TTFT under 2s: budget 72% left of 30d (seen 2h)`` then ``burn 3.1x 1h,
-        0.4x 5m`` (the fast page's windows), and which tier fires; empty before any data."""
+        """Per SLO: ``TTFT under 2s: 72% left of 30d (seen 2h)`` then the burn rate over each
+        window the tiers read, ``burn 0.4x 5m, 1.1x 30m, 3.1x 1h, 1.2x 6h, 0.9x 3d``, and which
+        tier fires; empty before any data."""
         out = []
         now = self.monitor.clock()
         for burn in self.burns.values():
             left = burn.budget_left(now)
             if left is None:
                 continue
-            fast = burn.states[0]
             firing = [s for s in burn.states if s.firing]
             out.append(
                 f"{burn.objective.what}: {left[0]:.0%} left of {window_text(burn.period_s)} "
                 f"(seen {duration(left[1])})"
             )
+            rates = ", ".join(
+                f"{_x(burn.burn(burn.fine.error_ratio(now, w)))} {window_text(w)}"
+                for w in windows(burn.period_s)
+            )
             out.append(
-                f"burn {_x(burn.burn(fast.long_ratio))} {fast.long}, "
-                f"{_x(burn.burn(fast.short_ratio))} {fast.short}"
-                + (f" FIRING {firing[0].tier.severity}" if firing else "")
+                f"burn {rates}"
+                + (f" FIRING {firing[0].tier.severity} ({firing[0].long})" if firing else "")
             )
         return out
 

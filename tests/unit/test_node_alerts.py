@@ -59,7 +59,10 @@ def test_an_overload_fires_the_page_with_an_event_and_the_bell_then_resolves() -
     assert any(e.text == fast[0] and e.level == "bad" for e in m.events)
     segments = alerts.budget_segments()
     assert segments[0].startswith("TTFT under 2s: ") and "left of 12h" in segments[0]
-    assert "FIRING critical" in segments[1]
+    assert segments[1].startswith("burn ") and segments[1].endswith("FIRING critical (1m)")
+    assert [part.split()[-1] for part in segments[1][5:].split(" FIRING")[0].split(", ")] == [
+        "5s", "30s", "1m", "6m", "72m",
+    ]  # fmt: skip
     frame = alerts.to_json()["ttft"]
     assert frame["target"] == 0.99 and frame["tiers"][0]["firing"] is True
     assert frame["tiers"][0]["burn_5s"] > 14.4
