@@ -164,7 +164,9 @@ def test_the_rules_fire_in_prometheus_when_the_node_fires_within_an_evaluation_i
 ) -> None:
     """The same overload, read by a real Prometheus running ``gpuwatch rules`` and by
     ``gpuwatch watch`` on the node: the fast page fires in both, and the instants agree within
-    one of Prometheus' evaluation intervals."""
+    one of Prometheus' evaluation intervals, and the one scrape interval by which the two
+    readers' samples of the simulator may be apart (on the very same samples the agreement is
+    within one evaluation interval: tests/unit/test_burn.py)."""
     config = tmp_path / "gpuwatch.toml"
     config.write_text(f"[alerts]\nslo_period_days = {PERIOD_DAYS}\n")
     rules = tmp_path / "rules.yml"
@@ -191,7 +193,7 @@ def test_the_rules_fire_in_prometheus_when_the_node_fires_within_an_evaluation_i
         node_at = node.first_firing()
         assert node_at is not None
         assert fired["state"] == "firing"
-        assert abs(node_at - active_at) <= EVALUATION_S, (node_at, active_at)
+        assert abs(node_at - active_at) <= EVALUATION_S + SCRAPE_S, (node_at, active_at)
     finally:
         stop_process(load)
         node.close()
