@@ -11,7 +11,7 @@ Prometheus community's mixins (``KubeAPIErrorBudgetBurn``: ``long``, ``short``, 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,7 +218,7 @@ class Rules:
 
     def _stalled(self, s: str) -> dict[str, Any]:
         parts = []
-        for dialect in _unique_dialects():
+        for dialect in DIALECTS:
             running = dialect.scalars.get("running", ())
             progress = [n for f in PROGRESS_FIELDS for n in dialect.scalars.get(f, ())]
             if not running or not progress or dialect is GATE:
@@ -243,7 +243,7 @@ class Rules:
     def _any(self, field_name: str, wrap: Any) -> str:
         """Every dialect's series for a field, each wrapped (an aggregation), or-ed."""
         names: list[str] = []
-        for dialect in _unique_dialects():
+        for dialect in DIALECTS:
             if dialect is GATE:
                 continue
             for n in dialect.scalars.get(field_name, ()):
@@ -265,10 +265,6 @@ class Rules:
         # One group: the alerts after the records, so each evaluation reads records made in it.
         rules = [*self.sli_records(), *self.burn_alerts(), *self.fault_alerts()]
         return {"groups": [{"name": GROUP, "rules": rules}]}
-
-
-def _unique_dialects() -> Iterable[Any]:
-    return DIALECTS
 
 
 def _sel(text: str) -> str:
