@@ -39,6 +39,18 @@ def async_client(
     return httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, trust_env=False)
 
 
+def unix_client(path: str, timeout_s: float) -> httpx.Client:
+    """A blocking client for a local API on a unix socket (Docker's, Podman's): one connection,
+    ``timeout_s`` for everything, plain bodies (what a caller bounds by their length)."""
+    transport = httpx.HTTPTransport(uds=path, retries=0)
+    return httpx.Client(
+        transport=transport,
+        timeout=httpx.Timeout(timeout_s),
+        headers={"Accept-Encoding": "identity"},
+        trust_env=False,
+    )
+
+
 class BodyRefused(Exception):
     """An answer's body not read: over the caller's limit, or in a form that cannot be bounded."""
 
