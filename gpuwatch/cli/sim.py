@@ -38,11 +38,17 @@ def register(sub: Any) -> None:
         metavar="G",
         help="VRAM kept for image activations when serving images (5)",
     )
+    sim.add_argument(
+        "--mig",
+        metavar="LAYOUT",
+        help="each GPU in MIG mode with these devices: 3g.40gb+4g.40gb, 7x1g.10gb (docs/sim.md)",
+    )
     sim.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from gpuwatch.aioserve import parse_listen, run_until_signalled
+    from gpuwatch.sim.mig import parse_layout
     from gpuwatch.sim.profiles import (
         DEFAULT_PROFILE,
         PROFILES,
@@ -66,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         reserve = int(args.image_reserve_gib * 2**30)
         # Checked here so that a mix that does not fit is a usage error, not a traceback.
         shared = with_side_models(profile, "embed" in workloads, "image" in workloads, reserve)
+        mig = parse_layout(args.mig, profile.gpu.name, profile.gpu.vram_bytes) if args.mig else []
     except (ProfileError, ValueError) as exc:
         return fail("gpuwatch sim", str(exc))
 
@@ -82,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                 embed="embed" in workloads,
                 image="image" in workloads,
                 image_reserve=reserve,
+                mig=mig,
             )
         except OSError as exc:
             return fail(
@@ -106,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"gpuwatch sim: {node.model_name} on {served.url} ({profile.name}, "
             f"{args.engines} engine(s), {shared.kv_tokens:,} KV tokens each, "
-            f"time x{args.time_scale:g}{side})",
+            f"time x{args.time_scale:g}{side}{', MIG ' + args.mig if mig else ''})",
             flush=True,
         )
         await run_until_signalled(served)
