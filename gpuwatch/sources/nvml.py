@@ -335,13 +335,7 @@ def _check_gpu(i: int, gpu: Any) -> None:
             raise GpuSourceError(f"gpus[{i}].{key} is not a number")
     if gpu.get("error") is not None and gpu["error"] not in _FAKE_ERRORS:
         raise GpuSourceError(f"gpus[{i}].error is not a known NVML error")
-    for key in ("name", "uuid"):
-        if key in gpu and not isinstance(gpu[key], str):
-            raise GpuSourceError(f"gpus[{i}].{key} is not a string")
-    unsupported = gpu.get("unsupported", [])
-    if not isinstance(unsupported, list) or not all(isinstance(u, str) for u in unsupported):
-        raise GpuSourceError(f"gpus[{i}].unsupported is not a list of names")
-    _check_processes(f"gpus[{i}]", gpu)
+    _check_device(f"gpus[{i}]", gpu, ("name", "uuid"))
     mig = gpu.get("mig", [])
     if not isinstance(mig, list) or len(mig) > _MAX_MIG:
         raise GpuSourceError(f"gpus[{i}].mig is not a list of at most {_MAX_MIG} MIG devices")
@@ -359,7 +353,14 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_processes(where: str, device: Mapping[str, Any]) -> None:
+def _check_device(where: str, device: Mapping[str, Any], names: tuple[str, ...]) -> None:
+    """What a GPU and a MIG device share: names, the functions it does not support, processes."""
+    for key in names:
+        if key in device and not isinstance(device[key], str):
+            raise GpuSourceError(f"{where}.{key} is not a string")
+    unsupported = device.get("unsupported", [])
+    if not isinstance(unsupported, list) or not all(isinstance(u, str) for u in unsupported):
+        raise GpuSourceError(f"{where}.unsupported is not a list of names")
     processes = device.get("processes", [])
     if not isinstance(processes, list) or not all(
         isinstance(p, dict)
@@ -381,13 +382,7 @@ def _check_instance(where: str, instance: Any) -> None:
     for key in ("gpu_instance_id", "compute_instance_id"):
         if not (_is_int(instance.get(key)) and 0 <= instance[key] < 2**32):
             raise GpuSourceError(f"{where}.{key} is not an instance id")
-    for key in ("profile", "uuid"):
-        if key in instance and not isinstance(instance[key], str):
-            raise GpuSourceError(f"{where}.{key} is not a string")
-    unsupported = instance.get("unsupported", [])
-    if not isinstance(unsupported, list) or not all(isinstance(u, str) for u in unsupported):
-        raise GpuSourceError(f"{where}.unsupported is not a list of names")
-    _check_processes(where, instance)
+    _check_device(where, instance, ("profile", "uuid"))
 
 
 def checked_state(state: Any) -> Mapping[str, Any]:
