@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from gpuwatch.cli.common import fail, positive_float
-from gpuwatch.cli.dashboard import add_dashboard_args, dashboard_settings
 from gpuwatch.cli.record import add_recording_args, recorder_from
+from gpuwatch.cli.sources import add_dashboard_args, dashboard_settings
 
 
 def register(sub: Any) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.cli.common import DIST_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, positive_int
+from gpuwatch.cli.sources import nvml_reader
 from gpuwatch.load.spec import Dist, SpecError
 from gpuwatch.plan.kv import (
     KvInputs,
@@ -135,11 +136,9 @@ class GpuReadError(PlanError):
 
 def nvml_total(index: int, fake_gpu_from: str | None = None) -> tuple[float, str]:
     """(total bytes, "NVML GPU N: name"); ``GpuReadError`` with one line when it cannot."""
-    import httpx
+    import httpx  # only when a GPU is read: `gpuwatch --help` must not load it
 
-    from gpuwatch.cli.dashboard import gpu_reader
-
-    reader = gpu_reader(fake_gpu_from, no_gpu=False)
+    reader = nvml_reader(fake_gpu_from)
     try:
         reading = reader.read()
     except httpx.InvalidURL as exc:  # a --fake-gpu-from URL httpx cannot parse

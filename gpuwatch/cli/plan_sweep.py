@@ -21,6 +21,7 @@ from gpuwatch.cli.common import (
     positive_float,
     positive_int,
 )
+from gpuwatch.cli.sources import parse_slo_args
 from gpuwatch.plan.sweep import MAX_SEQUENCES, SIM_MAX_SEQUENCES, SIM_MIN_SEQUENCES
 
 PROG = "gpuwatch plan sweep"
@@ -131,7 +132,6 @@ def register(sub: Any) -> None:
 
 def _target(args: argparse.Namespace) -> Any:
     from gpuwatch import config
-    from gpuwatch.cli.dashboard import parse_slo_args
     from gpuwatch.plan.probe import Target
 
     settings = config.load(args.config)

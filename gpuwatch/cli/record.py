@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, positive_float
-from gpuwatch.cli.dashboard import add_judging_args, add_source_args
+from gpuwatch.cli.sources import (
+    PROBE_PORTS,
+    add_judging_args,
+    add_source_args,
+    gpu_reader,
+    probe_local,
+    source_settings,
+)
 
 _AGE = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SIZE = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
@@ -84,7 +91,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.cli.dashboard import PROBE_PORTS, gpu_reader, probe_local, source_settings
     from gpuwatch.record.service import RecordOptions, record
     from gpuwatch.record.store import RecordingError
 

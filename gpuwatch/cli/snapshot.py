@@ -16,7 +16,7 @@ from gpuwatch.cli.common import (
     positive_float,
     positive_int,
 )
-from gpuwatch.cli.dashboard import gpu_reader
+from gpuwatch.cli.sources import gpu_reader
 
 
 def register(sub: Any) -> None:

@@ -13,7 +13,7 @@ from gpuwatch.cli.common import (
     fail,
     positive_int,
 )
-from gpuwatch.cli.dashboard import (
+from gpuwatch.cli.sources import (
     PROBE_PORTS,
     add_judging_args,
     add_source_args,
