@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
 
 from gpuwatch.cli import fleet
 from gpuwatch.cli.common import EXIT_OK, fail
@@ -19,13 +18,11 @@ from gpuwatch.cli.sources import (
 )
 
 
-def register(sub: Any) -> None:
-    top = sub.add_parser(
-        "top",
-        help="the live dashboard (the default: `gpuwatch` alone runs it)",
-        description="The live dashboard. Without --metrics it probes localhost ports "
+def register(top: argparse.ArgumentParser) -> None:
+    top.description = (
+        "The live dashboard. Without --metrics it probes localhost ports "
         + ", ".join(map(str, PROBE_PORTS))
-        + ".",
+        + "."
     )
     add_dashboard_args(top)
     add_source_args(top, "a gpuwatch gate to show and steer")

@@ -16,12 +16,9 @@ from gpuwatch.fmt import clip
 PROG = "gpuwatch limits"
 
 
-def register(sub: Any) -> None:
-    limits = sub.add_parser(
-        "limits",
-        help="a gate's limits: get | set LANE.KEY=VALUE ... | pause | resume | audit | status "
-        "(a tenant's: set tenants.ID.paused=true, tenants.ID.max_inflight=2, tenants.ID=none)",
-        description="Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason.",
+def register(limits: argparse.ArgumentParser) -> None:
+    limits.description = (
+        "Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason."
     )
     limits.add_argument(
         "action",

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from gpuwatch.cli.common import DIST_HELP, fail, positive_float, positive_int, use_uvloop
 
 
-def register(sub: Any) -> None:
-    load = sub.add_parser(
-        "load",
-        help="bursty load generator: TTFT, TPOT, ITL, E2E, goodput",
-        description="Send bursty traffic (gamma arrivals) and report what users feel.",
-    )
+def register(load: argparse.ArgumentParser) -> None:
+    load.description = "Send bursty traffic (gamma arrivals) and report what users feel."
     load.add_argument(
         "--url", required=True, help="server or gate base URL, e.g. http://127.0.0.1:9000"
     )

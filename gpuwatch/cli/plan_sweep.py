@@ -16,12 +16,11 @@ from gpuwatch.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     TOKEN_HELP,
-    add_config_arg,
     fail,
     positive_float,
     positive_int,
 )
-from gpuwatch.cli.sources import parse_slo_args
+from gpuwatch.cli.sources import add_config_arg, parse_slo_args
 from gpuwatch.plan.sweep import MAX_SEQUENCES, SIM_MAX_SEQUENCES, SIM_MIN_SEQUENCES
 
 PROG = "gpuwatch plan sweep"

@@ -68,12 +68,10 @@ def recorder_from(args: argparse.Namespace, path: Path | None) -> Any:
     return Recorder(path, keep_s=args.keep, max_bytes=args.max_size)
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "record",
-        help="record what the dashboard would show into a file, headless (run it as a service)",
-        description="Poll the dashboard's sources and record every reading into an SQLite "
-        "file, for `gpuwatch replay`. Stops on SIGINT / SIGTERM with the last rows committed.",
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Poll the dashboard's sources and record every reading into an SQLite "
+        "file, for `gpuwatch replay`. Stops on SIGINT / SIGTERM with the last rows committed."
     )
     add_judging_args(p)
     add_source_args(p, "a gpuwatch gate: its limits, status and audit trail are recorded")

@@ -10,13 +10,11 @@ from typing import Any
 from gpuwatch.cli.common import EXIT_OK, EXIT_USAGE, fail
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "replay",
-        help="a recording in the dashboard, read-only; or a range of it to a file or a report",
-        description="Open a recording (gpuwatch record, --record) in the same dashboard: "
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Open a recording (gpuwatch record, --record) in the same dashboard: "
         "space play/pause, left/right step, [ ] -/+1 min, { } previous/next event, "
-        ": go to a time, < > speed 1x..60x.",
+        ": go to a time, < > speed 1x..60x."
     )
     p.add_argument("file", type=Path, metavar="FILE", help="a recording")
     p.add_argument("--from", dest="start", metavar="TIME", help="HH:MM[:SS], a date and time, +5m")

@@ -12,13 +12,19 @@ from typing import TYPE_CHECKING
 
 from gpuwatch import config
 from gpuwatch.admintoken import read_token
-from gpuwatch.cli.common import TOKEN_HELP, add_config_arg, positive_float
+from gpuwatch.cli.common import TOKEN_HELP, positive_float
 from gpuwatch.monitor.health import SIGNALS
 
 if TYPE_CHECKING:
     from gpuwatch.sources.nvml import NvmlReader
 
 PROBE_PORTS = (8000, 30000, 8080, 3000, 9000)
+
+
+def add_config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config", type=Path, metavar="FILE", help=f"config file (default {config.default_path()})"
+    )
 
 
 def add_judging_args(p: argparse.ArgumentParser) -> None:
