@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import httpx
 
 from gpuwatch.bounds import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 
 try:
@@ -37,7 +38,7 @@ def async_client(
     return httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, trust_env=False)
 
 
-class BodyRefused(Exception):
+class BodyRefused(GpuwatchError):
     """An answer's body not read: over the caller's limit, or in a form that cannot be bounded."""
 
 

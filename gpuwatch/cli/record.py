@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, positive_float
+from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail, positive_float
 from gpuwatch.cli.sources import (
     PROBE_PORTS,
     add_judging_args,
@@ -90,7 +90,6 @@ def register(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuwatch.record.service import RecordOptions, record
-    from gpuwatch.record.store import RecordingError
 
     if args.snapshot_to is not None:
         return _snapshot(args.out, args.snapshot_to)
@@ -113,19 +112,13 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
     )
     recorder = recorder_from(args, args.out)
-    try:
-        ok = asyncio.run(record(options, recorder))
-    except RecordingError as exc:
-        return fail("gpuwatch record", str(exc), EXIT_USAGE)
+    ok = asyncio.run(record(options, recorder))  # RecordingError: exit 2 (cli/main.py)
     return EXIT_OK if ok else EXIT_FAILED
 
 
 def _snapshot(src: Path, dst: Path) -> int:
-    from gpuwatch.record.store import RecordingError, snapshot
+    from gpuwatch.record.store import snapshot
 
-    try:
-        rows = snapshot(src, dst)
-    except RecordingError as exc:
-        return fail("gpuwatch record", str(exc), EXIT_USAGE)
+    rows = snapshot(src, dst)  # RecordingError: exit 2 (cli/main.py)
     print(f"{dst}: {rows} rows, {dst.stat().st_size} bytes: a consistent copy of {src}")
     return EXIT_OK

@@ -27,15 +27,11 @@ def register(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuwatch.record.player import Player, parse_when
-    from gpuwatch.record.store import RecordingError
 
     prog = "gpuwatch replay"
     if args.report is not None and args.report.suffix.lower() not in (".html", ".htm", ".md"):
         return fail(prog, f"--report {args.report}: a report is .html or .md")
-    try:
-        player = Player(args.file)
-    except RecordingError as exc:
-        return fail(prog, str(exc), EXIT_USAGE)
+    player = Player(args.file)  # RecordingError: exit 2 (cli/main.py)
     try:
         view_from = player.meta.get("view_from")
         start = float(view_from) if isinstance(view_from, (int, float)) else player.start
@@ -66,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             report.write(incident, args.report)
             skipped = f" ({incident.bad_rows} damaged row(s) skipped)" if incident.bad_rows else ""
             print(f"{args.report}: incident report{skipped}")
-    except (RecordingError, OSError) as exc:
+    except OSError as exc:  # RecordingError: exit 2 (cli/main.py)
         return fail(prog, str(exc), EXIT_USAGE)
     return EXIT_OK
 

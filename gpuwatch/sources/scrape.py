@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from gpuwatch.bounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES, DEFAULT_TIMEOUT_S
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.httpclient import BodyRefused, read_bounded
 from gpuwatch.model import ScrapeResult
@@ -26,7 +27,7 @@ from gpuwatch.sources.dialects import MODEL_LABELS, index_samples, map_samples, 
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created", "_info", "_gcount", "_gsum")
 
 
-class ScrapeError(Exception):
+class ScrapeError(GpuwatchError):
     """A one-line reason why a source gave nothing usable."""
 
     def __init__(self, message: str, unreachable: bool = False) -> None:
