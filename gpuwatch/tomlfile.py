@@ -22,7 +22,7 @@ def read_toml(path: Path, label: str | None = None) -> dict[str, Any]:
     default) when it cannot be read or is not TOML."""
     label = label or str(path)
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        table: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -31,3 +31,4 @@ def read_toml(path: Path, label: str | None = None) -> dict[str, Any]:
         raise ConfigError(f"{label}: invalid TOML: {clip(str(exc), 200)}") from None
     except RecursionError:  # tomllib recurses into nested arrays and inline tables
         raise ConfigError(f"{label}: invalid TOML: nested too deep") from None
+    return table
