@@ -1,21 +1,25 @@
 """How long `gpuwatch --help` takes, start to exit, as a user's shell sees it (goal: under 100 ms).
 
-Each command runs N times in a fresh interpreter; the median wall time is printed, beside the
-bare interpreter's (`python -c pass`) on the same machine at the same moment, so that a loaded
-machine is told from a slow import. `gpuwatch snapshot` on a saved page is timed too (it loads
-httpx, prometheus_client and rich, never Textual or aiohttp: tests/unit/test_import_hygiene.py).
+Each command runs N times in a fresh interpreter; the median wall time is printed, with the
+median CPU time (user + system) of the process, beside the bare interpreter's (`python -c pass`)
+measured the same way at the same moment: on a loaded machine the wall time grows with the
+load, the CPU time much less. `gpuwatch snapshot` on a saved page is timed too (it loads httpx,
+prometheus_client and rich, never Textual or aiohttp: tests/unit/test_import_hygiene.py).
+`--tree DIR` times another checkout (e.g. the code before a change) the same way.
 
-Run: python bench/startup.py [--runs 21]
+Run: python bench/startup.py [--runs 21] [--tree DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from baseline import REPO
 
@@ -28,33 +32,41 @@ COMMANDS = {
 }
 
 
-def median_ms(args: list[str], runs: int) -> float:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        subprocess.run([sys.executable, *args], env=env, stdout=subprocess.DEVNULL, check=True)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
+def once(args: list[str], tree: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run in a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    # In the tree: `python -m` puts the working directory first on sys.path.
+    subprocess.run(
+        [sys.executable, *args], env=env, cwd=tree, stdout=subprocess.DEVNULL, check=True
+    )
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=21, help="runs per command (21)")
-    runs = parser.parse_args().runs
-    # Interleaved rounds, so that a burst of load elsewhere falls on every command alike.
-    rounds: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for _ in range(3):
+    parser.add_argument("--tree", type=Path, default=REPO, help="the checkout to time (this one)")
+    opts = parser.parse_args()
+    walls: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    cpus: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    # Interleaved, so that a burst of load elsewhere falls on every command alike.
+    for _ in range(opts.runs):
         for name, args in COMMANDS.items():
-            rounds[name].append(median_ms(args, max(1, runs // 3)))
-    bare = statistics.median(rounds["python -c pass"])
-    print(
-        f"median wall time of {runs} runs each ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})"
-    )
-    for name, values in rounds.items():
-        ms = statistics.median(values)
-        extra = "" if name == "python -c pass" else f"  (+{ms - bare:.0f} ms over the interpreter)"
-        print(f"  {name:<22} {ms:7.1f} ms{extra}")
+            wall, cpu = once(args, opts.tree)
+            walls[name].append(wall * 1000)
+            cpus[name].append(cpu * 1000)
+    load = os.getloadavg()[0]
+    print(f"{opts.tree}: median of {opts.runs} runs each ({os.cpu_count()} CPUs, load {load:.2f})")
+    print(f"  {'':<20} {'wall ms':>8} {'CPU ms':>8}")
+    for name in COMMANDS:
+        print(
+            f"  {name:<20} {statistics.median(walls[name]):8.1f} {statistics.median(cpus[name]):8.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,12 @@ def run_gpuwatch(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProces
     out = tmp_path / "modules.json"
     env = {**os.environ, "MODULES_OUT": str(out), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-c", RUNNER, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
     )
     return proc, set(json.loads(out.read_text()))
 
