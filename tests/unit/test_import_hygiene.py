@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.cli.main import COMMANDS, main
+
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -70,3 +72,18 @@ def test_snapshot_loads_neither_textual_nor_aiohttp(tmp_path: Path, form: list[s
     # It really read and parsed the page: the scraper and its parser were loaded.
     assert {"gpuwatch.snapshot", "gpuwatch.sources.scrape", "prometheus_client"} <= modules
     assert not tops(modules) & WIDGETS_AND_SERVERS
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_in_the_table_registers_its_arguments(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table in cli/main.py names a module that registers the command's own options."""
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: gpuwatch {command} ")
+    # The module's register ran: its description follows the usage.
+    description = out.split("\n\n")[1]
+    assert not description.startswith(("options:", "positional arguments:")), out
