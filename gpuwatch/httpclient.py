@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import httpx
 
+from gpuwatch.bounds import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 
 try:
@@ -16,9 +18,6 @@ except ImportError:
     # httpcore imports sniffio on every async request; without it each failed import searches
     # sys.path again (~0.15 ms, 12 times a fleet refresh). A None entry fails at once.
     sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
-
-DEFAULT_CONNECT_TIMEOUT_S = 1.0
-DEFAULT_TIMEOUT_S = 3.0
 
 
 def async_client(
@@ -51,7 +50,7 @@ def unix_client(path: str, timeout_s: float) -> httpx.Client:
     )
 
 
-class BodyRefused(Exception):
+class BodyRefused(GpuwatchError):
     """An answer's body not read: over the caller's limit, or in a form that cannot be bounded."""
 
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from typing import Any
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail, positive_float, positive_int
 
 
-def register(sub: Any) -> None:
-    sim = sub.add_parser(
-        "sim",
-        help="a simulated GPU inference node (OpenAI API, vLLM /metrics, virtual GPU)",
-        description="Serve a simulated vLLM-like node: continuous batching, paged KV cache.",
-    )
+def register(sim: argparse.ArgumentParser) -> None:
+    sim.description = "Serve a simulated vLLM-like node: continuous batching, paged KV cache."
     sim.add_argument("--profile", default=None, help="GPU + model profile (see --list-profiles)")
     sim.add_argument("--list-profiles", action="store_true", help="print profiles and exit")
     sim.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT")

@@ -15,6 +15,7 @@ import zlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import (
     ContainerInfo,
     EngineSnapshot,
@@ -50,7 +51,7 @@ class Page:
     warnings: list[str]
 
 
-class CodecError(ValueError):
+class CodecError(GpuwatchError, ValueError):
     """A row that does not decode into the reading its kind names."""
 
 

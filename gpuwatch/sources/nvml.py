@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pynvml
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.model import GpuReading, GpuSample, MigInstance, ProcessInfo
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -299,7 +300,7 @@ _FAKE_ERRORS: Mapping[str, int] = {
 }
 
 
-class GpuSourceError(Exception):
+class GpuSourceError(GpuwatchError):
     """A fake backend's live source (the simulator's /sim/gpu) could not be read."""
 
     def __init__(self, message: str) -> None:
