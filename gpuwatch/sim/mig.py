@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
+
 COMPUTE_SLICES = 7
 MEMORY_SLICES = 8
 MAX_DEVICES = 7
@@ -21,7 +23,7 @@ _COMPUTE_SIZES = (1, 2, 3, 4, 7)
 _MIG_GPUS = ("A100", "A30", "H100", "H200", "H800", "H20", "B200", "GB200")
 
 
-class MigLayoutError(ValueError):
+class MigLayoutError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """A layout this GPU cannot be cut into."""
 
 
