@@ -1,8 +1,9 @@
 """TOML configuration: XDG path, typed settings, precedence CLI > file > defaults.
 
 The settings are dataclasses and each default is written once, on its field (the scrape bounds
-beside the scraper). The file is checked against the fields' types: an unknown key or a wrong
-type is one line naming the file and the key.
+in ``bounds``, which the scraper reads too). The file is read by ``tomlfile`` and checked
+against the fields' types: an unknown key or a wrong type is one line naming the file and the
+key.
 """
 
 from __future__ import annotations
@@ -10,21 +11,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 import typing
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
-from gpuwatch.httpclient import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from gpuwatch.sources.scrape import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES
+from gpuwatch.bounds import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENGINES,
+    DEFAULT_TIMEOUT_S,
+)
+from gpuwatch.errors import ConfigError as ConfigError  # re-exported: what callers catch
 from gpuwatch.stall import DEFAULT_STALL_AFTER_S
+from gpuwatch.tomlfile import read_toml
 
 DEFAULT_THEME = "gpuwatch-dark"
 
@@ -142,10 +143,6 @@ class Settings:
     gates: dict[str, GateTarget] = field(default_factory=dict)
 
 
-class ConfigError(Exception):
-    """One line naming the file and the key."""
-
-
 def default_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "gpuwatch" / "config.toml"
@@ -159,13 +156,7 @@ def load(path: Path | None = None) -> Settings:
         if explicit:
             raise ConfigError(f"{path}: no such file")
         return Settings()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from exc
-    return _build(Settings, data, path, "")
+    return _build(Settings, read_toml(path), path, "")
 
 
 T = TypeVar("T")

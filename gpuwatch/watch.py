@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -191,6 +192,23 @@ class Watch:
         gate_ok = m.gate is None or m.gate.status.state == "UP"
         return sources_ok and gate_ok
 
+    def _waiting(self) -> bool:
+        m = self.monitor
+        statuses = [ep.status for ep in m.endpoints.values()]
+        if m.gate is not None:
+            statuses.append(m.gate.status)
+        # A source that answered uselessly stays WAITING with its error: that is an answer.
+        return any(s.state == "WAITING" and s.last_error is None for s in statuses)
+
+    async def _first_answers(self, limit_s: float) -> None:
+        """The first line waits for each source's first poll to end, answered or failed, at
+        most ``limit_s`` (the scrape's own bounds): printed on the interval alone, a source that
+        is merely slower than the interval would read WAITING (``watch --count 1`` from cron on
+        a busy machine), which is no answer at all."""
+        deadline = time.monotonic() + limit_s
+        while self._waiting() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
     async def run(self) -> bool:
         o, m = self.options, self.monitor
         jobs: list[Coroutine[Any, Any, None]] = [
@@ -209,6 +227,8 @@ class Watch:
             printed = 0
             while o.count is None or printed < o.count:
                 await asyncio.sleep(o.interval_s)
+                if not printed:
+                    await self._first_answers(o.scrape.connect_timeout_s + o.scrape.timeout_s)
                 self.emit()
                 printed += 1
         finally:

@@ -6,19 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from gpuwatch import config
-from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, add_config_arg, fail
+from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail
+from gpuwatch.cli.sources import add_config_arg
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "rules",
-        help="write Prometheus alerting rules for the [slo] (burn rates, saturation, faults)",
-        description="Recording rules for the SLIs, the SRE workbook's multi-window burn-rate "
-        "alerts, and saturation and fault alerts, from the config's [slo] and [alerts] "
-        "(docs/alerts.md). Check them with `promtool check rules`.",
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Recording rules for the SLIs, the SRE workbook's multi-window burn-rate alerts, and "
+        "saturation and fault alerts, from the config's [slo] and [alerts] (docs/alerts.md). "
+        "Check them with `promtool check rules`."
     )
     add_config_arg(p)
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here (default stdout)")
@@ -32,9 +29,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuwatch import config
     from gpuwatch.alerts.rules import render
 
-    settings = config.load(args.config)
+    settings = config.load(args.config)  # ConfigError: one line, exit 2 (cli/main.py)
     text = render(settings.slo, settings.alerts, args.kubernetes, args.namespace)
     if args.output is None:
         sys.stdout.write(text)

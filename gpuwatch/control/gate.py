@@ -15,13 +15,14 @@ import httpx
 
 from gpuwatch.admintoken import token_problem
 from gpuwatch.control.guard import Guard
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.gate.audit import check_entry
 from gpuwatch.httpclient import async_client
 from gpuwatch.safejson import JSONError, loads_bounded
 
 
-class GateError(Exception):
+class GateError(GpuwatchError):
     """A refusal or failure, with the server's reason when there is one."""
 
     def __init__(self, status: int | None, message: str, body: Any = None) -> None:

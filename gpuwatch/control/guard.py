@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuwatch.errors import GpuwatchError
 
-class ReadOnlyError(Exception):
+
+class ReadOnlyError(GpuwatchError):
     """A change refused because gpuwatch runs read-only."""
 
 

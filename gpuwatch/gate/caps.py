@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.tokens import chat_text, estimate_chat, estimate_text
 
@@ -53,7 +54,7 @@ MEDIA_PARTS = frozenset(
 _NUMERIC = re.compile(r"\s*\+?(\d{1,18})(?:\.0*)?\s*")
 
 
-class BodyError(ValueError):
+class BodyError(GpuwatchError, ValueError):
     """A body field of the wrong type or form; ``field`` names it."""
 
     def __init__(self, field: str, message: str) -> None:
@@ -223,7 +224,7 @@ def output_tokens(key: str, value: Any) -> int | None:
     raise BodyError(key, f"must be an integer, got {type(value).__name__}")
 
 
-class OverCap(Exception):
+class OverCap(GpuwatchError):
     """An output bound over the cap under the ``reject`` policy; ``str()`` says which."""
 
 
@@ -263,7 +264,7 @@ def cap_output(body: dict[str, Any], cap: int, reject: bool, default_key: str, l
     return bool(over)
 
 
-class CapRefused(Exception):
+class CapRefused(GpuwatchError):
     """A body the lane's prompt or output cap refuses; ``reason`` is the gate's refusal reason
     (``prompt_too_long``, ``max_tokens``)."""
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.gate.classes import TENANT_ID
 from gpuwatch.gate.tenants import MAX_TENANT_LIMITS, TenantLimits
@@ -41,7 +42,7 @@ REASONS = (
 )
 
 
-class LimitsError(ValueError):
+class LimitsError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """A refused change; ``field`` names what was wrong (``lanes.chat.max_inflight``)."""
 
     def __init__(self, field: str, message: str) -> None:

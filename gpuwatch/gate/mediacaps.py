@@ -19,6 +19,7 @@ import math
 import re
 from typing import Any
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.gate.caps import BodyError, output_tokens
 from gpuwatch.gate.limits import MEDIA_CAPS, LaneLimits
 from gpuwatch.tokens import estimate_text
@@ -43,7 +44,7 @@ _SIDE_STEP = 8
 _CHARS_PER_TOKEN = 4
 
 
-class MediaRefused(Exception):
+class MediaRefused(GpuwatchError):
     """A value over a cap under ``reject`` (or over ``max_inputs``); ``reason`` is the cap."""
 
     def __init__(self, reason: str, message: str) -> None:

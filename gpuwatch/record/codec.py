@@ -15,12 +15,15 @@ import zlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import (
+    ContainerInfo,
     EngineSnapshot,
     GpuReading,
     GpuSample,
     Histogram,
     HostSample,
+    MigInstance,
     ProcessInfo,
     ScrapeResult,
 )
@@ -48,7 +51,7 @@ class Page:
     warnings: list[str]
 
 
-class CodecError(ValueError):
+class CodecError(GpuwatchError, ValueError):
     """A row that does not decode into the reading its kind names."""
 
 
@@ -78,9 +81,15 @@ def _engine_back(d: dict[str, Any]) -> EngineSnapshot:
     return snap
 
 
+def _process_back(p: dict[str, Any]) -> ProcessInfo:
+    container = p.pop("container", None)
+    return ProcessInfo(**p, container=ContainerInfo(**container) if container else None)
+
+
 def _gpu_back(d: dict[str, Any]) -> GpuSample:
-    procs = [ProcessInfo(**p) for p in d.pop("processes", [])]
-    return GpuSample(**d, processes=procs)
+    procs = [_process_back(dict(p)) for p in d.pop("processes", [])]
+    mig = [MigInstance(**m) for m in d.pop("mig", [])]
+    return GpuSample(**d, processes=procs, mig=mig)
 
 
 def encode_payload(kind: str, payload: Any) -> Any:

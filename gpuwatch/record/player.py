@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.bounds import DEFAULT_MAX_ENGINES
 from gpuwatch.model import ScrapeResult
 from gpuwatch.monitor.state import Event, EventLevel, Monitor
 from gpuwatch.record import codec, store
 from gpuwatch.record.recorder import SAME_LIMITS
-from gpuwatch.sources.scrape import DEFAULT_MAX_ENGINES, ParseCache, map_page
+from gpuwatch.sources.scrape import ParseCache, map_page
 
 CHECKPOINT_EVERY_S = 60.0
 # Each is a copy of the monitor (an hour of history): beyond this many, the farthest from the
