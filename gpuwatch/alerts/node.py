@@ -61,6 +61,8 @@ class NodeAlerts:
     _fed: dict[str, float] = field(default_factory=dict)
     _active: dict[tuple[str, str, str], Alert] = field(default_factory=dict)
     _sent_at: float = 0.0
+    # The bucket bounds each SLI was read at (the histogram's, at or under the target).
+    _bounds: dict[str, set[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         p = period_s(self.settings)
@@ -88,11 +90,13 @@ class NodeAlerts:
                     got = under(hist, bound)
                     if got is not None:
                         out["goodput"][(ep.url, key)] = got
+                        self._read_at("goodput", bound)
                 elif dialect in TTFT_HISTOGRAMS and "ttft" in self.burns:
                     bound = self._bound(self.burns["ttft"].objective, TTFT_BOUNDS[dialect])
                     got = under(hist, bound)
                     if got is not None and bound is not None:
                         out["ttft"][(ep.url, key)] = got
+                        self._read_at("ttft", bound)
         gate = m.gate
         if out.get("goodput") and gate is not None and gate.status.state == "UP":
             # A refusal is a request that arrived and missed: counted in the total only.
@@ -102,6 +106,10 @@ class NodeAlerts:
         elif "goodput" in out:
             out["goodput"] = {}  # goodput needs the gate's refusals too: not judged without
         return newest, out
+
+    def _read_at(self, sli: str, bound: float | None) -> None:
+        if bound is not None:
+            self._bounds.setdefault(sli, set()).add(bound)
 
     @staticmethod
     def _bound(objective: Objective, bounds: Any) -> float | None:
@@ -208,9 +216,12 @@ class NodeAlerts:
             if left is None:
                 continue
             firing = [s for s in burn.states if s.firing]
+            bounds = sorted(self._bounds.get(burn.objective.sli, ()))
+            # The target as configured, and the bucket bound it is read at (not the same).
+            read_at = f" (read at {'/'.join(f'{b:g}s' for b in bounds)})" if bounds else ""
             out.append(
-                f"{burn.objective.what}: {left[0]:.0%} left of {window_text(burn.period_s)} "
-                f"(seen {duration(left[1])})"
+                f"{burn.objective.what}{read_at}: {left[0]:.0%} left of "
+                f"{window_text(burn.period_s)} (seen {duration(left[1])})"
             )
             rates = ", ".join(
                 f"{_x(burn.burn(burn.fine.error_ratio(now, w)))} {window_text(w)}"

@@ -103,7 +103,7 @@ def test_the_node_alerts_a_real_alertmanager_firing_then_resolved(tmp_path: Path
             t.startswith("RESOLVED LLMTTFTErrorBudgetBurn critical (1m & 5s)") for t in texts
         )
         player.seek(player.end)
-        assert player.monitor.slo_budget[0].startswith("TTFT under 2s: ")
+        assert player.monitor.slo_budget[0].startswith("TTFT under 2s (read at 1s): ")
     finally:
         player.close()
 

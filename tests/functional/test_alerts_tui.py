@@ -47,13 +47,14 @@ async def test_the_users_panel_shows_the_error_budget_of_each_slo(tmp_path: Path
 
                 def shown() -> bool:
                     users = text(app, "#users")
-                    return "TTFT under 2s:" in users and "goodput at the gate:" in users
+                    return "TTFT under 2s (read at 1s):" in users and "goodput at the gate" in users
 
                 await eventually(shown, 30, pause=pilot.pause, message=lambda: text(app, "#users"))
             finally:
                 sender.cancel()
             users = text(app, "#users")
-            assert "error budget TTFT under 2s: 100% left of 12h (seen" in users
+            assert "error budget TTFT under 2s (read at 1s): 100% left of 12h (seen" in users
+            assert "goodput at the gate (read at 1.694s): 100% left of 12h" in users
             # Every window a tier reads, shortest first: a trickle served in time burns nothing.
             assert "burn 0.0x 5s, 0.0x 30s, 0.0x 1m, 0.0x 6m, 0.0x 72m" in users
     finally:

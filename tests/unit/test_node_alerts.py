@@ -58,7 +58,7 @@ def test_an_overload_fires_the_page_with_an_event_and_the_bell_then_resolves() -
     assert rang, "a critical alert rings the bell when bell = true"
     assert any(e.text == fast[0] and e.level == "bad" for e in m.events)
     segments = alerts.budget_segments()
-    assert segments[0].startswith("TTFT under 2s: ") and "left of 12h" in segments[0]
+    assert segments[0].startswith("TTFT under 2s (read at 1s): ") and "left of 12h" in segments[0]
     assert segments[1].startswith("burn ") and segments[1].endswith("FIRING critical (1m)")
     assert [part.split()[-1] for part in segments[1][5:].split(" FIRING")[0].split(", ")] == [
         "5s", "30s", "1m", "6m", "72m",
