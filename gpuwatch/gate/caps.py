@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.gate.request import OUTPUT_KEYS, Clamp, Output
 
+_UNCHANGED = Clamp()
+
 
 class OverCap(Exception):
     """An output bound over the cap under the ``reject`` policy; ``str()`` says which."""
@@ -35,6 +37,8 @@ def cap_output(output: Output, cap: int, reject: bool, default_key: str, lane: s
     edits = dict.fromkeys(over, per_answer)
     if all(v is None for v in present.values()):
         edits[default_key] = per_answer
+    if not edits:
+        return _UNCHANGED
     # As numbers: a bound sent as " 500" must not put its spaces in a header.
     notes = tuple(
         f"{k} {present.get(k) or 'none'}->{per_answer}" for k in OUTPUT_KEYS if k in edits
@@ -71,7 +75,7 @@ def check_text(
     if cap_prompt is not None and prompt_tokens is not None and prompt_tokens > cap_prompt:
         why = f"prompt is {prompt_tokens} tokens; lane {lane!r} allows {cap_prompt}"
         raise CapRefused("prompt_too_long", why)
-    clamp = Clamp()
+    clamp = _UNCHANGED
     cap = limits.max_output_tokens
     if output is None:
         return clamp, 0
@@ -84,7 +88,9 @@ def check_text(
             raise CapRefused("max_tokens", str(exc)) from None
     if limits.max_inflight_tokens is None:
         return clamp, 0
-    bounds = {**output.bounds, **{k: int(v) for k, v in clamp.edits.items()}}
+    bounds = output.bounds
+    if clamp.edits:
+        bounds = {**bounds, **{k: int(v) for k, v in clamp.edits.items()}}
     reserve = output_bound(bounds, output.answers, cap, default_output_tokens)
     return clamp, (prompt_tokens or 0) + reserve
 

@@ -31,7 +31,7 @@ from gpuwatch.gate.limits import MEDIA_CAPS, Lane, LaneLimits
 from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, check_media
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.paths import PathError, split_target
-from gpuwatch.gate.request import InferenceRequest, read_request
+from gpuwatch.gate.request import BodyFacts, InferenceRequest, read_request
 from gpuwatch.gate.stallwatch import StreamTally
 from gpuwatch.gate.upstream import Upstream, UpstreamError
 from gpuwatch.gate.watchdog import IdleWatchdog, SendWatchdog, UpstreamTimeout, within
@@ -258,37 +258,43 @@ class Proxy:
         (``mediacaps.py``), then the prompt and output caps (``caps.py``). Returns the request
         as the upstream gets it (rewritten where a cap clamped it) and the tokens to reserve
         from the lane's budget (0 without a budget); a cap's refusal is the lane's."""
+        facts = req.facts
+        if facts is None:  # no check of the lane reads the body
+            return req, 0
         limits = lane.limits
         try:
-            if req.media is not None:
-                req = req.clamped(check_media(req.media, limits, req.lane))
-            tokens = await self._prompt_tokens(req) if req.prompt is not None else None
+            if facts.media is not None:
+                req = req.clamped(check_media(facts.media, limits, req.lane))
+                assert req.facts is not None
+                facts = req.facts
+            tokens = await self._prompt_tokens(req.lane, facts)
             clamp, reserve = check_text(
-                req.output, limits, req.lane, req.path, tokens, self.config.default_output_tokens
+                facts.output, limits, req.lane, req.path, tokens, self.config.default_output_tokens
             )
         except (MediaRefused, CapRefused) as exc:
             raise lane.refuse(exc.reason, str(exc)) from None
         return req.clamped(clamp), reserve
 
-    async def _prompt_tokens(self, req: InferenceRequest) -> int | None:
+    async def _prompt_tokens(self, lane: str, facts: BodyFacts) -> int | None:
         """The prompt's length: the lane's tokenizer's count where it has one, else (and on
-        any tokenizer hiccup) the shared estimate; None when the request has no prompt."""
-        prompt = req.prompt
+        any tokenizer hiccup) the shared estimate; None when no check reads it, or the request
+        has no prompt."""
+        prompt = facts.prompt
         if prompt is None or not prompt.found:
             return None
         estimate = prompt.estimate()
-        if not self.lane_defs[req.lane].tokenize:
+        if not self.lane_defs[lane].tokenize:
             return estimate
         text = prompt.text()
         if not text:
             return estimate
-        payload = {"model": req.model, "prompt": text, "content": text}
+        payload = {"model": facts.model, "prompt": text, "content": text}
         try:
             # A tokenizer that does not answer is a silent upstream too: past the lane's
             # first-byte timeout the estimate stands in, as for any other hiccup.
             answer = await within(
                 self.upstream.post_json("/tokenize", payload, _TOKENIZE_ANSWER_MAX),
-                self.lanes[req.lane].limits.upstream_first_byte_timeout_s,
+                self.lanes[lane].limits.upstream_first_byte_timeout_s,
             )
         except asyncio.TimeoutError:
             answer = None

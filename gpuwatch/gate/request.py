@@ -50,6 +50,7 @@ _SIZE = re.compile(r"(\d{1,6})x(\d{1,6})")
 # The fields each fact is read from: a cap that rewrites one of them changes the fact.
 _PROMPT_FIELDS = frozenset((*PROMPT_KEYS, *EXTRA_PROMPT_KEYS))
 _OUTPUT_FIELDS = frozenset((*OUTPUT_KEYS, *CHOICE_KEYS, "prompt"))
+_ANYONE = Who()
 
 
 def has_media_caps(limits: LaneLimits) -> bool:
@@ -103,27 +104,36 @@ class Clamp:
 
 
 @dataclass(frozen=True)
+class BodyFacts:
+    """What the lane's checks read of a body: the JSON object (what is sent upstream, with
+    the caps' edits), and the facts each check judges; None where no check of the lane reads
+    them. ``notes``: what the caps clamped, for X-Gpuwatch-Clamped."""
+
+    body: Mapping[str, Any]
+    model: str | None = None
+    media: Media | None = None
+    prompt: Prompt | None = None
+    output: Output | None = None
+    rewritten: bool = False
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class InferenceRequest:
-    """A request as the gate's checks see it. ``body`` is the JSON object when some check read
-    it (None otherwise: forwarded as received); ``media``, ``prompt`` and ``output`` are None
-    where no check of the lane reads them."""
+    """A request as the gate's checks see it: its lane, path, tenant and class, and the facts
+    of its body the lane's checks read (``facts``: None where no check reads the body, which is
+    then forwarded as received). Few fields of its own: one is built for every request."""
 
     lane: str
     path: str
     raw: bytes
     query: str = ""
-    who: Who = field(default_factory=Who)
+    who: Who = _ANYONE
     inference: bool = True
-    body: Mapping[str, Any] | None = None
-    model: str | None = None
     # Asks for a streamed answer. Read only where it matters (the caller says: a lane whose
     # prefills are capped), else False: parsing a body just for it costs every request.
     stream: bool = False
-    media: Media | None = None
-    prompt: Prompt | None = None
-    output: Output | None = None
-    rewritten: bool = False
-    notes: tuple[str, ...] = ()  # what the caps clamped, for X-Gpuwatch-Clamped
+    facts: BodyFacts | None = None
 
     @property
     def tenant(self) -> str:
@@ -133,28 +143,36 @@ class InferenceRequest:
     def klass(self) -> str:
         return self.who.klass
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return () if self.facts is None else self.facts.notes
+
     def clamped(self, clamp: Clamp) -> InferenceRequest:
         """The request with a cap's edits applied; the facts read from a rewritten field are
         read again from its new value (an embedding input cut short is a shorter prompt, an
         ``n`` held to ``max_n`` fewer answers)."""
         if not clamp.edits:
             return self
-        assert self.body is not None, "a cap edits only a body it read"
-        body = {**self.body, **clamp.edits}
+        facts = self.facts
+        assert facts is not None, "a cap edits only a body it read"
+        body = {**facts.body, **clamp.edits}
         keys = clamp.edits.keys()
-        prompt = self.prompt
+        prompt = facts.prompt
         if prompt is not None and keys & _PROMPT_FIELDS:
             prompt = read_prompt(body)
-        output = self.output
+        output = facts.output
         if output is not None and keys & _OUTPUT_FIELDS:
             output = read_output(body)
-        notes = self.notes + clamp.notes
-        return replace(self, body=body, prompt=prompt, output=output, rewritten=True, notes=notes)
+        notes = facts.notes + clamp.notes
+        edited = replace(
+            facts, body=body, prompt=prompt, output=output, rewritten=True, notes=notes
+        )
+        return replace(self, facts=edited)
 
     def payload(self) -> bytes:
         """The body to send upstream: as received, or encoded again when a cap rewrote it."""
-        if self.rewritten and self.body is not None:
-            return json.dumps(self.body).encode()
+        if self.facts is not None and self.facts.rewritten:
+            return json.dumps(self.facts.body).encode()
         return self.raw
 
 
@@ -254,9 +272,10 @@ def read_request(
     cap_prompt = limits.max_prompt_tokens is not None
     cap_output = limits.max_output_tokens is not None
     media = has_body and has_media_caps(limits)
-    base = InferenceRequest(lane, path, raw, query, who or Who(), inference)
+    who = who or _ANYONE
     if not (media or cap_prompt or cap_output or (budget and has_body)):
-        return replace(base, stream=stream_matters and _asks_to_stream(raw))
+        stream = stream_matters and _asks_to_stream(raw)
+        return InferenceRequest(lane, path, raw, query, who, inference, stream=stream)
     try:
         body = loads_bounded(raw)
     except JSONError as exc:
@@ -270,12 +289,6 @@ def read_request(
     prompt = read_prompt(body) if cap_prompt or budget else None
     output = read_output(body) if cap_output or budget else None
     model = body.get("model")
-    return replace(
-        base,
-        body=body,
-        model=model if isinstance(model, str) else None,
-        stream=stream_matters and body.get("stream") is True,
-        media=params,
-        prompt=prompt,
-        output=output,
-    )
+    facts = BodyFacts(body, model if isinstance(model, str) else None, params, prompt, output)
+    stream = stream_matters and body.get("stream") is True
+    return InferenceRequest(lane, path, raw, query, who, inference, stream, facts)
