@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 import aiohttp
 from aiohttp import web
@@ -264,16 +265,15 @@ class Proxy:
         limits = lane.limits
         try:
             if facts.media is not None:
-                req = req.clamped(check_media(facts.media, limits, req.lane))
-                assert req.facts is not None
-                facts = req.facts
+                facts = facts.clamped(check_media(facts.media, limits, req.lane))
             tokens = await self._prompt_tokens(req.lane, facts)
             clamp, reserve = check_text(
                 facts.output, limits, req.lane, req.path, tokens, self.config.default_output_tokens
             )
         except (MediaRefused, CapRefused) as exc:
             raise lane.refuse(exc.reason, str(exc)) from None
-        return req.clamped(clamp), reserve
+        facts = facts.clamped(clamp)
+        return (req if facts is req.facts else replace(req, facts=facts)), reserve
 
     async def _prompt_tokens(self, lane: str, facts: BodyFacts) -> int | None:
         """The prompt's length: the lane's tokenizer's count where it has one, else (and on

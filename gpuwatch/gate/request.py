@@ -9,8 +9,8 @@ raised before any cap judges the request. Nothing else escapes.
 
 The checks take the typed request: ``mediacaps.check_media`` its media parameters,
 ``caps.check_text`` its prompt and output bound, the lane's admission its tenant, class, token
-reservation and stream flag. A cap that rewrites fields returns a ``Clamp``;
-``InferenceRequest.clamped`` is the request as the upstream will get it.
+reservation and stream flag. A cap that rewrites fields returns a ``Clamp``, and
+``BodyFacts.clamped`` applies it: ``InferenceRequest.payload`` is then what the upstream gets.
 """
 
 from __future__ import annotations
@@ -117,6 +117,23 @@ class BodyFacts:
     rewritten: bool = False
     notes: tuple[str, ...] = ()
 
+    def clamped(self, clamp: Clamp) -> BodyFacts:
+        """The facts with a cap's edits applied; those read from a rewritten field are read
+        again from its new value (an embedding input cut short is a shorter prompt, an ``n``
+        held to ``max_n`` fewer answers)."""
+        if not clamp.edits:
+            return self
+        body = {**self.body, **clamp.edits}
+        keys = clamp.edits.keys()
+        prompt = self.prompt
+        if prompt is not None and keys & _PROMPT_FIELDS:
+            prompt = read_prompt(body)
+        output = self.output
+        if output is not None and keys & _OUTPUT_FIELDS:
+            output = read_output(body)
+        notes = self.notes + clamp.notes
+        return replace(self, body=body, prompt=prompt, output=output, rewritten=True, notes=notes)
+
 
 @dataclass(frozen=True, slots=True)
 class InferenceRequest:
@@ -146,28 +163,6 @@ class InferenceRequest:
     @property
     def notes(self) -> tuple[str, ...]:
         return () if self.facts is None else self.facts.notes
-
-    def clamped(self, clamp: Clamp) -> InferenceRequest:
-        """The request with a cap's edits applied; the facts read from a rewritten field are
-        read again from its new value (an embedding input cut short is a shorter prompt, an
-        ``n`` held to ``max_n`` fewer answers)."""
-        if not clamp.edits:
-            return self
-        facts = self.facts
-        assert facts is not None, "a cap edits only a body it read"
-        body = {**facts.body, **clamp.edits}
-        keys = clamp.edits.keys()
-        prompt = facts.prompt
-        if prompt is not None and keys & _PROMPT_FIELDS:
-            prompt = read_prompt(body)
-        output = facts.output
-        if output is not None and keys & _OUTPUT_FIELDS:
-            output = read_output(body)
-        notes = facts.notes + clamp.notes
-        edited = replace(
-            facts, body=body, prompt=prompt, output=output, rewritten=True, notes=notes
-        )
-        return replace(self, facts=edited)
 
     def payload(self) -> bytes:
         """The body to send upstream: as received, or encoded again when a cap rewrote it."""

@@ -76,14 +76,15 @@ def facts(req: InferenceRequest) -> BodyFacts:
 
 def judged(req: InferenceRequest, limits: LaneLimits) -> tuple[InferenceRequest, int]:
     """What the proxy does after the read, less the tokenizer: the estimate stands in."""
-    if req.facts is None:
+    read_ = req.facts
+    if read_ is None:
         return req, 0
-    if req.facts.media is not None:
-        req = req.clamped(check_media(req.facts.media, limits, req.lane))
-    prompt = facts(req).prompt
+    if read_.media is not None:
+        read_ = read_.clamped(check_media(read_.media, limits, req.lane))
+    prompt = read_.prompt
     tokens = prompt.estimate() if prompt is not None and prompt.found else None
-    clamp, reserve = check_text(facts(req).output, limits, req.lane, req.path, tokens, 512)
-    return req.clamped(clamp), reserve
+    clamp, reserve = check_text(read_.output, limits, req.lane, req.path, tokens, 512)
+    return replace(req, facts=read_.clamped(clamp)), reserve
 
 
 @settings(max_examples=300, deadline=None)
