@@ -224,3 +224,15 @@ def test_read_prompt_counts_every_prompt_field() -> None:
     prompt = read_prompt({"messages": [], "prompt": [[1, 2], [3]], "suffix": "abcd"})
     assert prompt.ids == 3 and prompt.texts == ("abcd",)
     assert prompt.estimate() == estimate_chat([]) + 3 + estimate_text("abcd")
+
+
+def test_step_names_sent_as_null_are_filled_like_absent_ones() -> None:
+    """Regression: with every other name sent as null the body went on unchanged (no key was
+    added), and a server reading one of them ran its default (diffusers' 50) past the cap."""
+    limits = LaneLimits(max_steps=20)
+    raw = b'{"prompt": "a", "steps": "10", "num_inference_steps": null, "step": null}'
+    final, _ = judged(read(raw, limits, "/v1/images/generations"), limits)
+    assert json.loads(final.payload()) == {
+        "prompt": "a", "steps": "10", "num_inference_steps": 10, "step": 10
+    }  # fmt: skip
+    assert final.notes == ()  # the client's own value under other names: no clamp
