@@ -123,9 +123,10 @@ def test_any_bytes_are_a_typed_request_or_a_reason(raw: bytes, lane: str) -> Non
 
 
 def test_the_typed_request_holds_the_facts_the_checks_need() -> None:
+    messages = [{"role": "user", "content": "x" * 40}]
     body = {
         "model": "m",
-        "messages": [{"role": "user", "content": "x" * 40}],
+        "messages": messages,
         "tools": [{"type": "function"}],
         "max_tokens": " 500 ",
         "max_completion_tokens": None,
@@ -136,7 +137,7 @@ def test_the_typed_request_holds_the_facts_the_checks_need() -> None:
     read_ = facts(req)
     assert read_.model == "m" and req.stream is True
     assert read_.prompt is not None and read_.output is not None
-    assert read_.prompt.estimate() == estimate_chat(body["messages"]) + estimate_text(
+    assert read_.prompt.estimate() == estimate_chat(messages) + estimate_text(
         '[{"type":"function"}]'
     )
     assert dict(read_.output.bounds) == {"max_tokens": 500, "max_completion_tokens": None}
