@@ -3,8 +3,6 @@ RSS, command), as nvitop shows them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,9 +12,6 @@ from textual.widgets import DataTable, Footer, Static
 from gpuwatch.fmt import NA, clip, gib, pct, unit
 from gpuwatch.model import GpuReading
 
-if TYPE_CHECKING:
-    from gpuwatch.tui.app import GpuwatchApp
-
 
 class GpuScreen(Screen[None]):
     BINDINGS = [Binding("escape,g,q", "app.pop_screen", "back")]
@@ -25,6 +20,10 @@ class GpuScreen(Screen[None]):
     GpuScreen #procs { height: 1fr; }
     GpuScreen #title { height: 1; background: $panel; }
     """
+
+    def __init__(self, reading: GpuReading | None) -> None:
+        super().__init__()
+        self.reading = reading
 
     def compose(self) -> ComposeResult:
         yield Static("[b]GPUs and their processes[/]  [dim](esc to go back)[/]", id="title")
@@ -53,7 +52,7 @@ class GpuScreen(Screen[None]):
         procs.add_columns(
             "GPU", "PID", "user", "name", "GPU mem", "CPU %", "RSS", "threads", "command"
         )
-        self.show(cast("GpuwatchApp", self.app).monitor.gpus)
+        self.show(self.reading)
 
     def show(self, reading: GpuReading | None) -> None:
         gpus = self.query_one("#gpus", DataTable)
