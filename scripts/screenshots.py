@@ -24,7 +24,7 @@ async def shoot(
     app = scenario.app_for(sc)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        app.paint()
+        scenario.paint(app)
         for key in keys or []:
             await pilot.press(key)
         await pilot.pause()
@@ -36,9 +36,9 @@ def fleet_scene() -> tuple[object, object]:
     import random
 
     from gpuwatch.monitor.fleet import FleetState
+    from gpuwatch.session.fleet import FleetOptions
     from gpuwatch.sources.prometheus import FleetReading, PrometheusSource
     from gpuwatch.sources.promql import FleetRow
-    from gpuwatch.tui.fleet_app import FleetOptions
 
     rng = random.Random(17)
     rows = []
@@ -71,7 +71,8 @@ def fleet_scene() -> tuple[object, object]:
 
 
 async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
-    from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+    from gpuwatch.session.fleet import FleetOptions
+    from gpuwatch.tui.fleet_app import FleetApp
     from gpuwatch.tui.screens.fleet import FleetScreen
 
     options, state = fleet_scene()
@@ -81,7 +82,7 @@ async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, FleetScreen)
-        screen.marked.update(r.key for r in app.state.view()[:2])
+        screen.marked.update(r.key for r in app.fleet.state.view()[:2])
         screen.paint()
         await pilot.pause()
         app.save_screenshot(filename=path.name, path=str(path.parent))

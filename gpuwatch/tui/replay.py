@@ -65,7 +65,7 @@ class ReplayDashboard(Dashboard):
     def on_mount(self) -> None:
         # Textual calls Dashboard.on_mount too (handlers run down the class hierarchy).
         self.set_interval(PLAY_TICK_S, self._advance)
-        self.call_after_refresh(self._moved)
+        self.app.call_after_refresh(self._moved)  # laid out by then (see Dashboard)
 
     # -- the cursor -----------------------------------------------------------------------
 

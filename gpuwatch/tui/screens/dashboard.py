@@ -138,7 +138,9 @@ class Dashboard(Screen[None]):
                 poller.run(), group="poll", name=poller.name, exit_on_error=not poller.quiet
             )
         self.set_interval(1.0, self._tick)
-        self.call_after_refresh(self._first_frame)
+        # After the app's next refresh: by then this screen is laid out at the terminal's
+        # size, which the panels' line breaks are chosen for.
+        self.app.call_after_refresh(self._first_frame)
 
     def on_unmount(self) -> None:
         self.session.show_on(None)
