@@ -228,13 +228,15 @@ async def test_read_only_refuses_and_sends_nothing(stack) -> None:
     app = make_app(sim.url, served.url, read_only=True)
     async with app.run_test(size=(160, 48)) as pilot:
         await ready(pilot, app)
+        dash = app.dashboard()
+        assert dash is not None
         for action in ("inflight", "queue", "output", "pause", "edit", "undo"):
-            assert app.check_action(action, ()) is None  # greyed out in the footer
+            assert dash.check_action(action, ()) is None  # greyed out in the footer
         await pilot.press("plus", "p", "e", "u", "o")
         await settled(pilot, app)
         assert "RO" in text(app, "#header")
         # Even straight through the action, the guard refuses in its one place.
-        app.action_inflight(1)
+        dash.action_inflight(1)
         await settled(pilot, app)
         # And the path behind the keys holds the app's one guard: the gate client refuses
         # too (it once built a permissive guard of its own and changed the gate).
