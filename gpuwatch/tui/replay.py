@@ -13,15 +13,14 @@ from typing import cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer
 
 from gpuwatch.record.player import Player, parse_when
 from gpuwatch.session.node import NodeSession
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.control import CONTROL_ACTIONS
 from gpuwatch.tui.screens.dashboard import Dashboard
+from gpuwatch.tui.screens.goto import GoToTime
 from gpuwatch.tui.timecursor import next_speed
 from gpuwatch.tui.widgets.replaybar import ReplayBar
 
@@ -165,34 +164,6 @@ class ReplayDashboard(Dashboard):
         else:
             self.player.seek_mono(tick)
             self._moved()
-
-
-class GoToTime(ModalScreen[str | None]):
-    """``:`` asks for a time: HH:MM[:SS], a date and time, or +N[s|m|h] from the start."""
-
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
-    DEFAULT_CSS = """
-    GoToTime { align: center middle; }
-    GoToTime > Vertical { width: 60; height: auto; border: thick $accent; background: $surface;
-                          padding: 1 2; }
-    """
-
-    def __init__(
-        self, hint: str = "go to: HH:MM[:SS], YYYY-MM-DD HH:MM[:SS], or +90s / +5m from the start"
-    ) -> None:
-        super().__init__()
-        self.hint = hint
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static(self.hint)
-            yield Input(placeholder="03:12:40", id="when")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 class ReplayApp(GpuwatchApp):

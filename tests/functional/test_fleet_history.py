@@ -18,8 +18,8 @@ from gpuwatch import config
 from gpuwatch.session.fleet import FleetOptions
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.tui.fleet_app import FleetApp
-from gpuwatch.tui.replay import GoToTime
 from gpuwatch.tui.screens.fleet_history import FleetHistoryScreen
+from gpuwatch.tui.screens.goto import GoToTime
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.timecursor import TimeCursor
 from gpuwatch.tui.widgets.replaybar import ReplayBar

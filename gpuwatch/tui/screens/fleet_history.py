@@ -18,6 +18,7 @@ from textual.widgets import Footer
 from gpuwatch.monitor.badgechanges import MAX_STEPS, STEP_S, Badges, badges_of, find_change
 from gpuwatch.session.fleet import FleetSession
 from gpuwatch.tui.screens.fleet import FleetScreen
+from gpuwatch.tui.screens.goto import GoToTime
 from gpuwatch.tui.timecursor import GOTO_HINT, TimeCursor
 from gpuwatch.tui.widgets.replaybar import ReplayBar
 
@@ -129,8 +130,6 @@ class FleetHistoryScreen(FleetScreen):
             self.paint()
 
     def action_goto(self) -> None:
-        from gpuwatch.tui.replay import GoToTime
-
         def chosen(text: str | None) -> None:
             cursor = self.time_cursor
             if not text or cursor is None:
