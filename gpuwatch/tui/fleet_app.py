@@ -144,8 +144,11 @@ class FleetApp(Shell):
         self.push_screen(Dashboard(self.fleet.node_session(message.row, self._at())))
 
     def action_to_fleet(self) -> None:
-        # Popping the dashboard stops its workers (the node's pollers) and closes its session.
-        if isinstance(self.screen, Dashboard):
+        # Popping the dashboard closes its session and stops its workers (the node's pollers):
+        # those now, not when the screen is taken down after the switch.
+        dash = self.screen
+        if isinstance(dash, Dashboard):
+            self.workers.cancel_node(dash)
             self.pop_screen()
             self.paint_fleet()
 

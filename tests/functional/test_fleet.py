@@ -24,14 +24,15 @@ from gpuwatch.config import GateTarget
 from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.monitor.fleet import FleetState
-from gpuwatch.session.fleet import FleetOptions
+from gpuwatch.session.fleet import FleetOptions, FleetSession
 from gpuwatch.session.node import NodeSession
 from gpuwatch.sources import dcgm, promql
 from gpuwatch.sources.dialects import VLLM, sample_names
 from gpuwatch.sources.prometheus import MAX_BYTES, PrometheusSource, auth_headers
-from gpuwatch.tui.app import Dashboard
+from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.fleet_app import FleetApp
 from gpuwatch.tui.screens.confirm import ConfirmationModal
+from gpuwatch.tui.screens.dashboard import Dashboard
 from gpuwatch.tui.screens.fleet import FleetScreen
 from gpuwatch.tui.screens.results import ResultsScreen
 from gpuwatch.tui.widgets.engines import EnginePanel
@@ -368,6 +369,53 @@ async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_
         assert not [w for w in app.workers if w.group == "poll" and w.is_running]
         await pilot.press("escape")  # clears the filter
         await eventually(lambda: table.row_count == 3, 30, pause=pilot.pause)
+
+
+async def test_the_drill_down_is_the_node_dashboard_on_a_session_from_the_fleet(
+    rig: Fleet,
+) -> None:
+    """The fleet's factory alone builds the node's session; the live shell shows it, and its
+    keys steer that node's gate through the fleet's one guard."""
+    settings = config.load(rig.config)
+    fleet = FleetSession(
+        FleetOptions(rig.prometheus, PrometheusSource(rig.prometheus), gates=settings.gates)
+    )
+    try:
+        await fleet.read(None)
+        row = next(r for r in fleet.state.rows if r.node == "b")
+        session = fleet.node_session(row)
+        assert session.guard is fleet.guard and session.options.admin_url == rig.gates["b"]
+        assert [p.name for p in session.pollers] == [
+            f"engine http://{row.instance}/metrics",
+            "gate",
+            "dcgm",
+            "backfill",
+        ]
+        app = GpuwatchApp(session)
+        async with app.run_test(size=(160, 48)) as pilot:
+            dash = app.dashboard()
+            assert dash is not None and dash.session is session
+            panel, gpus = dash.query_one(EnginePanel), dash.query_one(GpuPanel)
+            await eventually(lambda: "m-two" in panel.markup, 30, pause=pilot.pause)
+            await eventually(lambda: "H100" in gpus.markup, 30, pause=pilot.pause)
+            assert "via Prometheus" in dash.query_one(HeaderBar).markup
+            await eventually(lambda: session.steering.can_steer, 20, pause=pilot.pause)
+            before = httpx.get(f"{rig.gates['b']}/admin/limits").json()
+            await pilot.press("plus")
+            after = await eventually(
+                lambda: (
+                    r
+                    if (r := httpx.get(f"{rig.gates['b']}/admin/limits").json())["version"]
+                    > before["version"]
+                    else None
+                ),
+                20,
+                pause=pilot.pause,
+            )
+            chat = before["lanes"]["chat"]["max_inflight"]
+            assert after["lanes"]["chat"]["max_inflight"] == chat + 1
+    finally:
+        await fleet.source.close()
 
 
 async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: Fleet) -> None:
