@@ -78,12 +78,12 @@ class Unshown:
     """Where the steering's questions go while no screen shows the session: what it says
     becomes an event, nothing is confirmed (a change made off screen is never sent)."""
 
-    def __init__(self, monitor: Callable[[], Monitor]) -> None:
-        self._monitor = monitor
+    def __init__(self, session: NodeSession) -> None:
+        self.session = session
 
     def notify(self, text: str, severity: Severity = "information") -> None:
         level: EventLevel = "info" if severity == "information" else "warn"
-        self._monitor().event(level, text)
+        self.session.monitor.event(level, text)
 
     async def confirm(self, title: str, details: list[str]) -> bool:
         return False
@@ -154,7 +154,7 @@ class NodeSession:
         # A replay is a field, not a kind of dashboard: its player holds the monitor (rebuilt
         # from a checkpoint on a step back), so the session always reads the player's.
         self.replay = replay
-        self.ui: SteeringUI = Unshown(lambda: self.monitor)
+        self.ui: SteeringUI = Unshown(self)
         self.steering = Steering(guard, NodeView(self), options.admin_url or "")
         self.pollers: list[Poller] = pollers(self) if pollers is not None else []
 
@@ -183,7 +183,7 @@ class NodeSession:
 
     def show_on(self, ui: SteeringUI | None) -> None:
         """The screen now showing this session (None: none) takes the steering's questions."""
-        self.ui = ui if ui is not None else Unshown(lambda: self.monitor)
+        self.ui = ui if ui is not None else Unshown(self)
 
     async def poll_gate(self) -> None:
         """The gate's status into the monitor, through the client the steering sends with."""

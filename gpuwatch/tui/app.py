@@ -151,7 +151,7 @@ class Shell(App[None]):
             dash.repaint()
         self.notify(f"theme {self.theme}", timeout=2)
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for b in self.all_bindings():
             if b.action in ("command_palette",):
