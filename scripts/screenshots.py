@@ -127,7 +127,8 @@ async def main(out: Path) -> None:
         async with replay.run_test(size=SIZES["160x48"]) as pilot:
             await pilot.pause()
             replay.save_screenshot(filename="replay-160x48.svg", path=str(out))
-        replay.player.close()
+        assert replay.session.replay is not None
+        replay.session.replay.close()
     print(f"wrote {len(list(out.glob('*.svg')))} SVGs to {out}/")
 
 
