@@ -674,7 +674,7 @@ async def test_a_prometheus_answering_an_endless_or_trickling_body_is_one_line()
         chunk = b"x" * (1 << 20)
         mine = len(sent)
         sent.append(0)
-        while sent[mine] < 2 * MAX_BYTES:  # the client must hang up long before this
+        while sent[mine] < 4 * MAX_BYTES:  # the client must hang up long before this
             await response.write(chunk)
             sent[mine] += len(chunk)
         return response
@@ -692,7 +692,10 @@ async def test_a_prometheus_answering_an_endless_or_trickling_body_is_one_line()
             reading = await asyncio.wait_for(source.read_fleet(), 60)
     assert reading.error is not None and "\n" not in reading.error
     assert "exceeds the 32 MiB limit" in reading.error, reading.error
-    assert sent and max(sent) < 1.25 * MAX_BYTES  # it hung up at the limit, not at the end
+    # It hung up at the limit, not at the end. What the server gets written past the limit is
+    # the two loopback sockets' buffers (autotuned to several MiB each) and whatever it writes
+    # while the client is scheduled out on a busy machine: up to 11 MiB over was seen.
+    assert sent and max(sent) < 2 * MAX_BYTES
 
     started = time.monotonic()
     with ThreadedServer({"/api/v1/{tail:.*}": trickle}) as server:
