@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Container, Horizontal, Vertical
+from textual.containers import Container, Horizontal
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer
@@ -40,6 +40,7 @@ from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
 from gpuwatch.tui.widgets.adaptive import AdaptivePanel
 from gpuwatch.tui.widgets.admission import AdmissionPanel
 from gpuwatch.tui.widgets.chart import Chart, Line
+from gpuwatch.tui.widgets.column import KeepInView
 from gpuwatch.tui.widgets.engines import EnginePanel
 from gpuwatch.tui.widgets.events import EventsPanel
 from gpuwatch.tui.widgets.gpus import GpuPanel
@@ -137,10 +138,10 @@ class Dashboard(Screen[None]):
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         with Horizontal(id="body"):
-            with Vertical(id="left"):
+            with KeepInView(id="left"):
                 yield GpuPanel(id="gpus", classes="box")
                 yield EnginePanel(id="engines", classes="box")
-                yield AdmissionPanel(id="admission", classes="box")
+                yield AdmissionPanel(id="admission", classes="box keep")  # stays in view
                 yield AdaptivePanel(id="adaptive", classes="box")
                 yield UsersPanel(id="users", classes="box")
             with Container(id="charts"):

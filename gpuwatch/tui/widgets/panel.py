@@ -18,8 +18,10 @@ from functools import lru_cache
 from itertools import zip_longest
 from typing import TYPE_CHECKING, Any
 
+from textual import events
 from textual.content import Content
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.strip import Strip
 from textual.visual import Visual
 from textual.widgets import Static
@@ -35,6 +37,9 @@ HOLD_S = 30.0
 
 
 class Panel(Static):
+    class Resized(Message):
+        """The panel took another size on screen (its column may lay its panels out anew)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # No panel holds links, and Textual's pass that styles them copies every strip drawn
@@ -146,6 +151,9 @@ class Panel(Static):
             self._drawn, self._drawn_for = keep, key
             self._strips = strips + [self._blank] * self._held
         return strips
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self.post_message(self.Resized())
 
     # Textual's side: the panel is measured and drawn from the strips above.
 
