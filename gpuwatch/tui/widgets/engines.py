@@ -115,7 +115,6 @@ class EnginePanel(Panel):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.room: int | None = None  # lines it may take (column.py), None: all it needs
         self.level = FULL  # how much it shows now (for tests)
         self._shown_for: tuple[Any, ...] | None = None  # render_engines' arguments
 
@@ -124,6 +123,7 @@ class EnginePanel(Panel):
             return
         self.room = lines
         if self._shown_for is not None:
+            self._shown = None  # shown anew even if the text is the same: a held height may go
             self.render_engines(*self._shown_for)
 
     def render_engines(

@@ -56,6 +56,7 @@ class Panel(Static):
         self.layouts = 0  # updates that asked for a layout pass (tests and bench/tui.py)
         self.repainted = 0  # screen lines marked for a repaint (tests and bench/tui.py)
         self._tallest = (0, 0, 0.0)  # (width, lines, when it last took that many)
+        self.room: int | None = None  # lines it may take at most (column.py), None: any
         self.clock = time.monotonic
 
     @property
@@ -108,7 +109,8 @@ class Panel(Static):
         width, height = lines
         held_width, held_height, since = self._tallest
         if width == held_width and height < held_height and now - since < HOLD_S:
-            return (width, held_height)
+            # Never held past its room: blank lines there would push the kept panel down.
+            return (width, max(height, min(held_height, self.room or held_height)))
         self._tallest = (width, height, now)
         return lines
 
