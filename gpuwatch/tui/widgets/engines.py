@@ -149,7 +149,9 @@ class EnginePanel(Panel):
             if room is None or taken <= room:
                 break
         else:
-            out = out[: max(1, room)]  # one line per engine is still too many: the first ones
+            # One line per engine is still too many: the first ones (the loop stops at once
+            # where no room is set).
+            out = out[: max(1, room or 0)]
         self.level = level
         self.show("\n".join(out))
 
