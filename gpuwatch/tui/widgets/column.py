@@ -68,10 +68,8 @@ class KeepInView(Vertical):
         # Everything down to the last kept panel that does not give way, at its height now.
         fixed = sum(c.outer_size.height for c in shown[: kept[-1] + 1] if c not in yielding)
         left = room - fixed
-        # Several yielding panels: each gets what the others leave at their heights now.
-        heights = {id(p): p.outer_size.height for p in yielding if isinstance(p, Widget)}
         for panel in yielding:
-            assert isinstance(panel, Widget)
+            # Beside another yielding panel: what that one leaves at its height now.
+            others = sum(p.outer_size.height for p in yielding if p is not panel)
             chrome = panel.outer_size.height - panel.content_region.height
-            others = sum(h for key, h in heights.items() if key != id(panel))
             panel.give_way(max(1, left - others - chrome))
