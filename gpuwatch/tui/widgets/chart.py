@@ -179,14 +179,12 @@ def legend(title: str, lines: Sequence[Line], values: Sequence[str], width: int,
         wrapped = _packed(title, entries, width, "  ", wrap=True)
         if wrapped is not None and height - len(wrapped) >= min_rows:
             return wrapped
-    fitting: Legend = [[(title, None)]]
-    used = len(title)
-    for label, color, value in short:
-        if used + 1 + len(label) + 1 + len(value) > width:
-            break
-        fitting[0] += [(" ", ""), (label, color), (f" {value}", "")]
-        used += 1 + len(label) + 1 + len(value)
-    return fitting
+    # At the least: the first entries that fit whole on one line (with none, the title alone).
+    for count in range(len(short), -1, -1):
+        one = _packed(title, short[:count], width, " ", wrap=False)
+        if one is not None:
+            return one
+    return [[(title, None)]]
 
 
 def _packed(title: str, entries: list[tuple[str, str, str]], width: int, gap: str,
