@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from textual.pilot import Pilot
 from textual.widget import Widget
 
 from gpuwatch.demo import demo_load
@@ -16,15 +17,16 @@ from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.markup import content
 from gpuwatch.tui.widgets.admission import AdmissionPanel
 from gpuwatch.tui.widgets.engines import FULL, GATE_ONE_LINE, EnginePanel
+from gpuwatch.tui.widgets.gpus import GpuPanel
 from gpuwatch.tui.widgets.panel import HOLD_S
 from scripts import scenario
 
 
-def demo_like(spike: bool) -> scenario.Scenario:
+def demo_like(spike: bool, gpus: int = 1) -> scenario.Scenario:
     demo = demo_load(scenario.GATE_URL, 1.5, 0.5)
     return scenario.build(
         seconds=150, spike_at=110 if spike else None, tenancy=demo.tenancy,
-        classes=demo.classes, gate_page=True, images_at=100,
+        classes=demo.classes, gate_page=True, images_at=100, gpus=gpus,
     )  # fmt: skip
 
 
@@ -36,6 +38,11 @@ def calm() -> scenario.Scenario:
 @pytest.fixture(scope="module")
 def spike() -> scenario.Scenario:
     return demo_like(spike=True)
+
+
+@pytest.fixture(scope="module")
+def eight_gpus() -> scenario.Scenario:
+    return demo_like(spike=True, gpus=8)
 
 
 def lanes_in_view(app: GpuwatchApp) -> list[str]:
@@ -57,7 +64,7 @@ def lanes_in_view(app: GpuwatchApp) -> list[str]:
     return [lane for lane in lanes if any(row.startswith(f" {lane} ") for row in rows)]
 
 
-async def _painted(app: GpuwatchApp, pilot) -> None:  # type: ignore[no-untyped-def]
+async def _painted(app: GpuwatchApp, pilot: Pilot[None]) -> None:
     await pilot.pause()
     app.paint()
     for _ in range(3):  # the column fits on the panels' resizes: each a message round
@@ -69,6 +76,8 @@ async def _painted(app: GpuwatchApp, pilot) -> None:  # type: ignore[no-untyped-
     [
         ("calm", (80, 24)),
         *(("spike", size) for size in [(80, 24), (100, 24), (160, 24), (120, 36), (160, 48)]),
+        ("eight_gpus", (80, 24)),
+        ("eight_gpus", (120, 36)),
     ],
 )
 async def test_every_lane_row_is_in_view_at_every_size(
@@ -82,6 +91,12 @@ async def test_every_lane_row_is_in_view_at_every_size(
         engines = app.screen.query_one(EnginePanel)
         if size == (160, 48):  # room for all: nothing gives way
             assert engines.level == FULL
+        gpus = content(app.screen.query_one(GpuPanel).markup).plain
+        if state == "eight_gpus":
+            # The engines gave way first, down to their fewest lines; then the GPUs, to one.
+            assert gpus.startswith("8 GPUs VRAM") and "\n" not in gpus
+        elif size == (120, 36):
+            assert "util" in gpus and "power" in gpus  # one GPU, in full: the engines gave way
         if size == (80, 24):
             # The gate's line went to one line before the engine's lines did.
             assert engines.level >= GATE_ONE_LINE

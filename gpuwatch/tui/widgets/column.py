@@ -3,9 +3,15 @@ control keys act on (the admission lanes, class ``keep``) never scrolls out of v
 
 Why: at 80x24 the panels above the lanes (GPUs, the engines and the gate's own line) took the
 column's few rows, and the operator pressed ``-`` on a lane below the fold. So the panels above
-a kept one that can give way (``Yielding``: the engines) are told how many lines are left for
-them once everything else above it is counted, and fit their text to that (the gate's engine
-line compacts first, then the engines' own lines). Panels below the kept one scroll as before.
+a kept one that can give way (``Yielding``: the engines, the GPUs) are told how many lines are
+left for them once everything else above it is counted, and fit their text to that. The panel
+nearest the lanes gives way first (the engines: the gate's line compacts first, then the
+engines' own lines), down to its fewest lines, then the next one up (the GPUs: one line for
+all). Panels below the kept one scroll as before.
+
+The lines are shared out from what each panel's text would take at a given room (``takes``),
+never from the heights they have on screen (which the sharing itself changes), so the same
+data and size always get the same layout.
 
 The room is worked out again whenever the column, or a panel in it, changes size: a lane added
 at the gate, a ``sending:`` line, a resized terminal.
@@ -30,6 +36,10 @@ class Yielding(Protocol):
 
     def give_way(self, lines: int | None) -> None:
         """Take at most ``lines`` lines from now on (None: as many as the text needs)."""
+
+    def takes(self, lines: int | None) -> int:
+        """The lines its text would take now given at most ``lines`` (None: no limit); its
+        fewest when even those are more."""
 
 
 class KeepInView(Vertical):
@@ -68,8 +78,21 @@ class KeepInView(Vertical):
         # Everything down to the last kept panel that does not give way, at its height now.
         fixed = sum(c.outer_size.height for c in shown[: kept[-1] + 1] if c not in yielding)
         left = room - fixed
-        for panel in yielding:
-            # Beside another yielding panel: what that one leaves at its height now.
-            others = sum(p.outer_size.height for p in yielding if p is not panel)
-            chrome = panel.outer_size.height - panel.content_region.height
-            panel.give_way(max(1, left - others - chrome))
+        chrome = sum(p.outer_size.height - p.content_region.height for p in yielding)
+        lines = [p.takes(None) for p in yielding]
+        for i in reversed(range(len(yielding))):  # the nearest the kept panel first
+            over = sum(lines) + chrome - left
+            if over <= 0:
+                break
+            lines[i] = yielding[i].takes(max(1, lines[i] - over))
+        # A panel gives way in whole steps (all its GPUs on one line): what a step left over
+        # goes back to the panels nearest the kept one, which may show more with it.
+        for i in reversed(range(len(yielding))):
+            spare = left - sum(lines) - chrome
+            if spare <= 0:
+                break
+            lines[i] = yielding[i].takes(lines[i] + spare)
+        # Rows still to spare go to the nearest panel: room for the lines it holds a while.
+        lines[-1] += max(0, left - sum(lines) - chrome)
+        for panel, n in zip(yielding, lines, strict=True):
+            panel.give_way(max(1, n))

@@ -11,7 +11,7 @@ from gpuwatch.monitor.figures import EngineFigures, engine_figures
 from gpuwatch.monitor.state import Endpoint, UsersView, short_url
 from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.bars import gauge, level_color
-from gpuwatch.tui.widgets.panel import Panel, cells, flow, usable_width
+from gpuwatch.tui.widgets.panel import Panel, flow, usable_width, wrapped
 
 STATE_COLOR = {"UP": "$ok", "DOWN": "$bad", "STALE": "$warn", "WAITING": "$foreground"}
 
@@ -116,7 +116,10 @@ class EnginePanel(Panel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.level = FULL  # how much it shows now (for tests)
-        self._shown_for: tuple[Any, ...] | None = None  # render_engines' arguments
+        # render_engines' arguments, to draw again at another room
+        self._shown_for: (
+            tuple[list[Endpoint], float | None, str | None, UsersView | None, float | None] | None
+        ) = None
 
     def give_way(self, lines: int | None) -> None:
         if lines == self.room:
@@ -125,6 +128,11 @@ class EnginePanel(Panel):
         if self._shown_for is not None:
             self._shown = None  # shown anew even if the text is the same: a held height may go
             self.render_engines(*self._shown_for)
+
+    def takes(self, lines: int | None) -> int:
+        if self._shown_for is None or not self._shown_for[0]:
+            return len(self._rows)
+        return wrapped(self._fit(lines)[1], usable_width(self) + 2)
 
     def render_engines(
         self,
@@ -140,20 +148,21 @@ class EnginePanel(Panel):
         if not endpoints:
             self.show(f"[$warn]{escape(hint or 'no endpoints')}[/]")
             return
+        self.level, out = self._fit(self.room)
+        if self.room is not None:
+            out = out[: max(1, self.room)]  # one line an engine is still too many: the first
+        self.show("\n".join(out))
+
+    def _fit(self, room: int | None) -> tuple[int, list[str]]:
+        """The most detailed level whose text fits ``room`` lines (else the fewest), and it."""
+        assert self._shown_for is not None
+        endpoints, ttft_slo, _, users, now = self._shown_for
         width = usable_width(self)
-        room = self.room
         for level in (FULL, GATE_ONE_LINE, ESSENTIALS, ONE_LINE):
             out = self._text_at(endpoints, ttft_slo, users, now, width, level)
-            # A line wider than the panel wraps: count the screen lines it takes.
-            taken = sum(max(1, -(-cells(line) // max(1, width + 2))) for line in out)
-            if room is None or taken <= room:
+            if room is None or wrapped(out, width + 2) <= room:
                 break
-        else:
-            # One line per engine is still too many: the first ones (the loop stops at once
-            # where no room is set).
-            out = out[: max(1, room or 0)]
-        self.level = level
-        self.show("\n".join(out))
+        return level, out
 
     def _text_at(
         self,

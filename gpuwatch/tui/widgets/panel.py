@@ -195,6 +195,11 @@ def cells(markup: str) -> int:
     return content_of(markup).cell_length
 
 
+def wrapped(lines: list[str], width: int) -> int:
+    """Screen lines that markup lines take in ``width`` cells (a longer line wraps)."""
+    return sum(max(1, -(-cells(line) // max(1, width))) for line in lines)
+
+
 def flow(segments: list[str], width: int, indent: str = "  ", gap: str = "  ") -> list[str]:
     """Pack markup segments into lines of at most ``width`` cells, never splitting one."""
     lines: list[str] = []
