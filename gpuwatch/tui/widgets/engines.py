@@ -151,6 +151,7 @@ class EnginePanel(Panel):
         self.level, out = self._fit(self.room)
         if self.room is not None:
             out = out[: max(1, self.room)]  # one line an engine is still too many: the first
+            self.wants(self.takes(None))
         self.show("\n".join(out))
 
     def _fit(self, room: int | None) -> tuple[int, list[str]]:

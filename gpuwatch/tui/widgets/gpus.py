@@ -124,6 +124,8 @@ class GpuPanel(Panel):
         if not reading.gpus:
             self.show("GPUs: [dim]none found[/]")
             return
+        if self.room is not None:
+            self.wants(self.takes(None))
         self.show(self._fit(reading, compact, self.room))
 
     def _fit(self, reading: GpuReading, compact: bool, room: int | None) -> str:

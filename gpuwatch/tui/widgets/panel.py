@@ -57,6 +57,7 @@ class Panel(Static):
         self.repainted = 0  # screen lines marked for a repaint (tests and bench/tui.py)
         self._tallest = (0, 0, 0.0)  # (width, lines, when it last took that many)
         self.room: int | None = None  # lines it may take at most (column.py), None: any
+        self._wants = 0  # the lines its text would take in full, told to its column
         self.clock = time.monotonic
 
     @property
@@ -156,6 +157,13 @@ class Panel(Static):
 
     def on_resize(self, _event: events.Resize) -> None:
         self.post_message(self.Resized())
+
+    def wants(self, lines: int) -> None:
+        """The lines its text would take in full now. A change is told to its column as a
+        resize is: it may share its lines anew though no panel changed size (column.py)."""
+        if lines != self._wants:
+            self._wants = lines
+            self.post_message(self.Resized())
 
     # Textual's side: the panel is measured and drawn from the strips above.
 
