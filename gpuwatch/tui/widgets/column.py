@@ -92,7 +92,8 @@ class KeepInView(Vertical):
             if spare <= 0:
                 break
             lines[i] = yielding[i].takes(lines[i] + spare)
-        # Rows still to spare go to the nearest panel: room for the lines it holds a while.
-        lines[-1] += max(0, left - sum(lines) - chrome)
+        # Rows still to spare are room for each to grow into (new text before the next fit, the
+        # lines a panel holds a while): a cap, not a height.
+        spare = max(0, left - sum(lines) - chrome)
         for panel, n in zip(yielding, lines, strict=True):
-            panel.give_way(max(1, n))
+            panel.give_way(max(1, n + spare))
