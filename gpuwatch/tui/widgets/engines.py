@@ -121,12 +121,8 @@ class EnginePanel(Panel):
             tuple[list[Endpoint], float | None, str | None, UsersView | None, float | None] | None
         ) = None
 
-    def give_way(self, lines: int | None) -> None:
-        if lines == self.room:
-            return
-        self.room = lines
+    def redraw(self) -> None:
         if self._shown_for is not None:
-            self._shown = None  # shown anew even if the text is the same: a held height may go
             self.render_engines(*self._shown_for)
 
     def takes(self, lines: int | None) -> int:

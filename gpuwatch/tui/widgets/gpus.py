@@ -99,12 +99,8 @@ class GpuPanel(Panel):
         super().__init__(*args, **kwargs)
         self._shown_for: tuple[GpuReading | None, bool] | None = None  # render_gpus' arguments
 
-    def give_way(self, lines: int | None) -> None:
-        if lines == self.room:
-            return
-        self.room = lines
+    def redraw(self) -> None:
         if self._shown_for is not None:
-            self._shown = None  # shown anew even if the text is the same: a held height may go
             self.render_gpus(*self._shown_for)
 
     def takes(self, lines: int | None) -> int:

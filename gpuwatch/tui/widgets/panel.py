@@ -158,6 +158,17 @@ class Panel(Static):
     def on_resize(self, _event: events.Resize) -> None:
         self.post_message(self.Resized())
 
+    def give_way(self, lines: int | None) -> None:
+        """Take at most ``lines`` lines from now on (column.py), drawn again at once."""
+        if lines == self.room:
+            return
+        self.room = lines
+        self._shown = None  # shown anew even if the text is the same: a held height may go
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Draw the panel's last data again (a panel that fits its text to a room)."""
+
     def wants(self, lines: int) -> None:
         """The lines its text would take in full now. A change is told to its column as a
         resize is: it may share its lines anew though no panel changed size (column.py)."""
