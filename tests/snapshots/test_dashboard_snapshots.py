@@ -94,3 +94,22 @@ def test_ansi_theme(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(
         scenario.app_for(scenario.build(seconds=60)), terminal_size=(120, 36), run_before=run_before
     )
+
+
+def _demo_like(spike_at: float | None) -> scenario.Scenario:
+    """``gpuwatch demo``'s node: chat from its tenants and classes, embeddings, an image burst
+    through the image lane, and the gate's own /metrics scraped as an engine beside vLLM."""
+    demo = demo_load(scenario.GATE_URL, 1.5, 0.5)
+    return scenario.build(
+        seconds=150, spike_at=spike_at, tenancy=demo.tenancy, classes=demo.classes,
+        gate_page=True, images_at=100,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("spike_at", [None, 110.0], ids=["calm", "spike"])
+def test_demo_at_80x24_shows_every_lane(snap_compare, spike_at: float | None) -> None:  # type: ignore[no-untyped-def]
+    """The demo at 80x24: the gate's engine line on one line, the engine's in two, so the four
+    lanes (and chat's classes and tenants) are all on screen; legends with short labels."""
+    assert snap_compare(
+        scenario.app_for(_demo_like(spike_at)), terminal_size=(80, 24), run_before=_paint
+    )

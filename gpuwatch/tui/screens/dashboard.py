@@ -14,7 +14,7 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Container, Horizontal, Vertical
+from textual.containers import Container, Horizontal
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer
@@ -32,6 +32,7 @@ from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.widgets.adaptive import AdaptivePanel
 from gpuwatch.tui.widgets.admission import AdmissionPanel
 from gpuwatch.tui.widgets.chart import Chart, Line
+from gpuwatch.tui.widgets.column import KeepInView
 from gpuwatch.tui.widgets.engines import EnginePanel
 from gpuwatch.tui.widgets.events import EventsPanel
 from gpuwatch.tui.widgets.gpus import GpuPanel
@@ -110,10 +111,10 @@ class Dashboard(Screen[None]):
         m = self.session.monitor
         yield HeaderBar(id="header")
         with Horizontal(id="body"):
-            with Vertical(id="left"):
+            with KeepInView(id="left"):
                 yield GpuPanel(id="gpus", classes="box")
                 yield EnginePanel(id="engines", classes="box")
-                yield AdmissionPanel(id="admission", classes="box")
+                yield AdmissionPanel(id="admission", classes="box keep")  # stays in view
                 yield AdaptivePanel(id="adaptive", classes="box")
                 yield UsersPanel(id="users", classes="box")
             with Container(id="charts"):

@@ -3,11 +3,13 @@ power / limit and temperature. One line per GPU when there are more than 4 or li
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuwatch.fmt import NA, gib, pct, unit
 from gpuwatch.model import GpuReading, GpuSample
 from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.bars import gauge, level_color, stacked
-from gpuwatch.tui.widgets.panel import Panel, flow
+from gpuwatch.tui.widgets.panel import Panel, flow, wrapped
 
 # One colour per container in the split of the serving share; $warn stays the rest of VRAM.
 _SHARE_COLORS = ("$kv", "$ttft", "$queue", "$primary", "$secondary", "$accent")
@@ -112,10 +114,51 @@ def gpu_line(g: GpuSample, bar: int, compact: bool, width: int = 80) -> str:
     return "\n".join([*head, *flow(segments, width), *flow(_mig(g), width)])
 
 
+def summary_line(gpus: list[GpuSample]) -> str:
+    """All the GPUs on one line, for a column short of room (column.py): how many, VRAM in use
+    of all, the busiest's utilization, power of all, the hottest's temperature."""
+
+    def total(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) if known else None
+
+    def most(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    used = total([g.memory_used_bytes for g in gpus])
+    size = total([g.memory_total_bytes for g in gpus])
+    util = most([g.utilization_gpu for g in gpus])
+    temp = most([g.temperature_c for g in gpus])
+    failed = sum(1 for g in gpus if g.error)
+    power = f"{unit(total([g.power_w for g in gpus]), 'W')}/"
+    power += unit(total([g.power_limit_w for g in gpus]), "W")
+    return (
+        f"[b]{len(gpus)} GPUs[/] VRAM {gib(used)}/{gib(size)}"
+        f"  util max [{level_color(util, 0.9, 2.0)}]{pct(util)}[/]  power {power}"
+        f"  temp max {unit(temp, '°C')}" + (f"  [$bad]{failed} failing[/]" if failed else "")
+    )
+
+
 class GpuPanel(Panel):
     DEFAULT_CSS = "GpuPanel { height: auto; }"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shown_for: tuple[GpuReading | None, bool] | None = None  # render_gpus' arguments
+
+    def redraw(self) -> None:
+        if self._shown_for is not None:
+            self.render_gpus(*self._shown_for)
+
+    def takes(self, lines: int | None) -> int:
+        reading = self._shown_for[0] if self._shown_for else None
+        if self._shown_for is None or reading is None or reading.error or not reading.gpus:
+            return len(self._rows)
+        return self._screen_lines(self._fit(reading, self._shown_for[1], lines))
+
     def render_gpus(self, reading: GpuReading | None, compact: bool) -> None:
+        self._shown_for = (reading, compact)
         if reading is None:
             self.show("[dim]GPUs: reading…[/]")
             return
@@ -125,7 +168,24 @@ class GpuPanel(Panel):
         if not reading.gpus:
             self.show("GPUs: [dim]none found[/]")
             return
+        if self.room is not None:
+            self.wants(self.takes(None))
+        self.show(self._fit(reading, compact, self.room))
+
+    def _fit(self, reading: GpuReading, compact: bool, room: int | None) -> str:
+        """As asked if it fits ``room`` lines, else a line a GPU, else one line for all."""
+        text = self._text(reading, compact)
+        if room is not None and self._screen_lines(text) > room:
+            text = self._text(reading, True)
+            if self._screen_lines(text) > room:
+                text = summary_line(reading.gpus)
+        return text
+
+    def _screen_lines(self, text: str) -> int:
+        return wrapped(text.split("\n"), self.content_region.width or 80)
+
+    def _text(self, reading: GpuReading, compact: bool) -> str:
         compact = compact or len(reading.gpus) > 4
         width = self.content_region.width or 80
         bar = max(8, min(40, width - (52 if compact else 56)))
-        self.show("\n".join(gpu_line(g, bar, compact, width) for g in reading.gpus))
+        return "\n".join(gpu_line(g, bar, compact, width) for g in reading.gpus)
