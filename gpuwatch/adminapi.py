@@ -168,6 +168,17 @@ class TenantLimits:
     def to_json(self) -> JsonObject:
         return {"paused": self.paused, "max_inflight": self.max_inflight}
 
+    def changes(self) -> dict[str, LimitValue]:
+        """All of them as a tenant's part of a PATCH."""
+        return {"paused": self.paused, "max_inflight": self.max_inflight}
+
+    def with_values(self, changes: Mapping[str, LimitValue]) -> TenantLimits:
+        """These limits with a PATCH's ``changes`` (values as sent: shown, not judged)."""
+        known: dict[str, Any] = {
+            k: v for k, v in changes.items() if k in ("paused", "max_inflight")
+        }
+        return replace(self, **known)
+
     @classmethod
     def from_json(cls, data: object, at: str = "tenant") -> TenantLimits:
         d = _Doc(data, at)
@@ -310,12 +321,13 @@ class Limits:
 
 @dataclass(frozen=True)
 class LimitsPatch:
-    """A change of limits, in the PATCH's shape: only what is set is sent. ``tenants``: a
-    tenant's limits, or None to remove its entry."""
+    """A change of limits, in the PATCH's shape: only what is set is sent. ``lanes``: the
+    limits to set, by lane; ``tenants``: the limits to set of a tenant (the others are kept),
+    or None to remove its entry. Values are the sender's: the gate judges them."""
 
     paused: bool | None = None
     lanes: Mapping[str, Mapping[str, LimitValue]] = field(default_factory=dict)
-    tenants: Mapping[str, TenantLimits | None] = field(default_factory=dict)
+    tenants: Mapping[str, Mapping[str, LimitValue] | None] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return self.paused is not None or bool(self.lanes) or bool(self.tenants)
@@ -328,29 +340,29 @@ class LimitsPatch:
             out["lanes"] = {name: dict(changes) for name, changes in self.lanes.items()}
         if self.tenants:
             out["tenants"] = {
-                t: None if limits is None else limits.to_json()
-                for t, limits in self.tenants.items()
+                t: None if changes is None else dict(changes) for t, changes in self.tenants.items()
             }
         return out
 
     @classmethod
     def from_json(cls, data: object, at: str = "change") -> LimitsPatch:
         d = _Doc(data, at)
-        lanes: dict[str, dict[str, LimitValue]] = {}
-        for name, lane in d.docs("lanes").items():
-            lanes[name] = {}
-            for key, value in lane.data.items():
-                if value is not None and not isinstance(value, (int, float, str)):
-                    raise AdminApiError(
-                        f"{lane.at}.{key[:60]}: must be a limit, got {_kind(value)}"
-                    )
-                lanes[name][key] = value
+        lanes = {name: _limit_values(lane) for name, lane in d.docs("lanes").items()}
         tenants = {
-            t: None if v is None else TenantLimits.from_json(v, f"{at}.tenants.{t[:60]}")
+            t: None if v is None else _limit_values(_Doc(v, f"{at}.tenants.{t[:60]}"))
             for t, v in d.doc("tenants").data.items()
         }
         paused = d.flag("paused") if d.raw("paused") is not None else None
         return cls(paused, lanes, tenants)
+
+
+def _limit_values(d: _Doc) -> dict[str, LimitValue]:
+    out: dict[str, LimitValue] = {}
+    for key, value in d.data.items():
+        if value is not None and not isinstance(value, (int, float, str)):
+            raise AdminApiError(f"{d.at}.{key[:60]}: must be a limit, got {_kind(value)}")
+        out[key] = value
+    return out
 
 
 # -- the audit trail and the 409 ------------------------------------------------------------

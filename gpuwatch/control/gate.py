@@ -32,7 +32,6 @@ from gpuwatch.fmt import clip
 from gpuwatch.httpclient import async_client
 from gpuwatch.safejson import JSONError, loads_bounded
 
-
 T = TypeVar("T")
 
 

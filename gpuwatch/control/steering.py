@@ -73,9 +73,10 @@ def describe(before: Limits, patch: LimitsPatch) -> list[str]:
         for key, value in changes.items():
             old = old_lane.value(key) if old_lane else None
             lines.append(f"{lane}.{key} {show_value(old)} -> {show_value(value)}")
-    for tenant, limits in patch.tenants.items():
-        old_tenant = before.tenants.get(tenant)
-        lines.append(f"tenant {tenant} {_tenant_limits(old_tenant)} -> {_tenant_limits(limits)}")
+    for tenant, sent in patch.tenants.items():
+        was = before.tenants.get(tenant)
+        now = None if sent is None else (was or TenantLimits()).with_values(sent)
+        lines.append(f"tenant {tenant} {_tenant_limits(was)} -> {_tenant_limits(now)}")
     return lines
 
 
@@ -86,6 +87,10 @@ def _tenant_limits(limits: TenantLimits | None) -> str:
     if limits.max_inflight is not None:
         shown.append(f"max_inflight {limits.max_inflight}")
     return ", ".join(shown) or "no limits"
+
+
+def _changes(limits: TenantLimits | None) -> dict[str, LimitValue] | None:
+    return None if limits is None else limits.changes()
 
 
 def lane_diff(before: LaneLimits, after: LaneLimits) -> dict[str, LimitValue]:
@@ -124,7 +129,7 @@ def revert_of(before: Limits, patch: LimitsPatch) -> LimitsPatch:
             for lane, changes in patch.lanes.items()
         },
         # A tenant without limits before gets its entry removed (null), not an empty one.
-        {tenant: before.tenants.get(tenant) for tenant in patch.tenants},
+        {tenant: _changes(before.tenants.get(tenant)) for tenant in patch.tenants},
     )
 
 
@@ -275,7 +280,7 @@ class Steering:
                     new = replace(old, paused=compute(old.paused))
                 else:
                     new = replace(old, max_inflight=compute(old.max_inflight))
-                await self._apply(LimitsPatch(tenants={tenant: new}), base)
+                await self._apply(LimitsPatch(tenants={tenant: new.changes()}), base)
                 self.view.changed()
 
         self._spawn(change())

@@ -279,10 +279,10 @@ def changed(before: Limits, after: Limits) -> LimitsPatch:
         diff = {k: lane.value(k) for k in LANE_KEYS if old.value(k) != lane.value(k)}
         if diff:
             lanes[name] = diff
-    tenants: dict[str, TenantLimits | None] = {}
+    tenants: dict[str, dict[str, LimitValue] | None] = {}
     for tenant in sorted(set(before.tenants) | set(after.tenants)):
         was, now = before.tenants.get(tenant), after.tenants.get(tenant)
         if was != now:
-            tenants[tenant] = now
+            tenants[tenant] = None if now is None else now.changes()
     paused = after.paused if before.paused != after.paused else None
     return LimitsPatch(paused, lanes, tenants)

@@ -15,6 +15,7 @@ import zlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from gpuwatch.adminapi import GateStatus, Limits
 from gpuwatch.model import (
     EngineSnapshot,
     GpuReading,
@@ -110,7 +111,12 @@ def encode_payload(kind: str, payload: Any) -> Any:
         return asdict(payload)
     if kind == "gate":
         limits, status, error, current = payload
-        return {"limits": limits, "status": status, "error": error, "current": current}
+        return {
+            "limits": None if limits is None else limits.to_json(),
+            "status": None if status is None else status.to_json(),
+            "error": error,
+            "current": current,
+        }
     if kind == "event":
         e: Event = payload
         return {"t": e.time, "level": e.level, "text": e.text}
@@ -135,7 +141,14 @@ def decode_payload(kind: str, data: Any) -> Any:
         if kind == "host":
             return HostSample(**data)
         if kind == "gate":
-            return (data["limits"], data["status"], data["error"], bool(data["current"]))
+            # As the gate answered, read as the client reads it (an older gate's lacks keys).
+            limits, status = data["limits"], data["status"]
+            return (
+                None if limits is None else Limits.from_json(limits),
+                None if status is None else GateStatus.from_json(status),
+                data["error"],
+                bool(data["current"]),
+            )
         if kind == "event":
             if not plausible_wall(data["t"]):
                 raise ValueError(f"an event at {str(data['t'])[:40]} is at no date")

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.adminapi import AuditEntry
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard
 from gpuwatch.fmt import clip
@@ -143,7 +144,7 @@ class Recorder:
         except sqlite3.Error as exc:
             self.stop(str(exc))
 
-    def save_audit(self, entries: list[dict[str, Any]]) -> None:
+    def save_audit(self, entries: list[AuditEntry]) -> None:
         if self.db is None:
             return
         try:

@@ -74,8 +74,8 @@ class DashboardControl:
 
     def tenants(self, lane: str) -> list[str]:
         gate = self.app.monitor.gate
-        shown = gate.lanes.get(lane, {}).get("tenants", []) if gate else []
-        return [t["id"] for t in shown if isinstance(t, dict) and isinstance(t.get("id"), str)]
+        live = gate.lanes.get(lane) if gate else None
+        return [t.id for t in live.tenants] if live else []
 
     def changed(self) -> None:
         self.app.repaint()
