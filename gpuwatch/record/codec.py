@@ -30,6 +30,8 @@ from gpuwatch.sources.scrape import RECORDED_FOR_GATE, prefilter
 
 # A row larger than this once decompressed is not one we wrote (a 256-engine page is ~2 MB).
 MAX_ROW_BYTES = 32 * 1024 * 1024
+# A gate row whose limits equal the previous row's stores this instead of them.
+SAME_LIMITS = "="
 # The clocks a recorder can have written: a wall clock up to the end of year 9999 (what date
 # functions format), a monotonic one within +-31,700 years. Anything else is a damaged row.
 MAX_WALL = 253402300799
@@ -112,7 +114,7 @@ def encode_payload(kind: str, payload: Any) -> Any:
     if kind == "gate":
         limits, status, error, current = payload
         return {
-            "limits": None if limits is None else limits.to_json(),
+            "limits": limits if limits in (None, SAME_LIMITS) else limits.to_json(),
             "status": None if status is None else status.to_json(),
             "error": error,
             "current": current,
@@ -144,7 +146,7 @@ def decode_payload(kind: str, data: Any) -> Any:
             # As the gate answered, read as the client reads it (an older gate's lacks keys).
             limits, status = data["limits"], data["status"]
             return (
-                None if limits is None else Limits.from_json(limits),
+                limits if limits in (None, SAME_LIMITS) else Limits.from_json(limits),
                 None if status is None else GateStatus.from_json(status),
                 data["error"],
                 bool(data["current"]),

@@ -21,9 +21,8 @@ from gpuwatch.control.guard import Guard
 from gpuwatch.fmt import clip
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.record import codec, store
+from gpuwatch.record.codec import SAME_LIMITS as SAME_LIMITS
 
-# A gate row whose limits equal the previous row's stores this instead of them.
-SAME_LIMITS = "="
 PRUNE_EVERY_S = 60.0
 AUDIT_EVERY_S = 5.0
 
