@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gpuwatch.control.steering import Limits, Severity
+from gpuwatch.adminapi import Limits, LimitValue
+from gpuwatch.control.steering import Severity
 from gpuwatch.monitor.state import EventLevel
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
@@ -67,7 +68,7 @@ class DashboardControl:
     async def confirm(self, title: str, details: list[str]) -> bool:
         return bool(await self._ask(ConfirmationModal(title, details)))
 
-    async def edit_form(self, lane: str, limits: Limits) -> dict[str, Any] | None:
+    async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         gate = self.app.monitor.gate
         changes = await self._ask(EditLimits(gate.url if gate else "?", lane, limits))
         return changes if isinstance(changes, dict) else None

@@ -3,8 +3,6 @@ PATCH with what changed."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -19,6 +17,7 @@ from gpuwatch.adminapi import (
     UPSTREAM_TIMEOUTS,
     LaneLimits,
     Limits,
+    LimitValue,
 )
 from gpuwatch.tui.markup import escape
 
@@ -95,7 +94,7 @@ VALIDATORS: dict[str, list[Validator]] = {
 }
 
 
-def parse_field(key: str, text: str) -> Any:
+def parse_field(key: str, text: str) -> LimitValue:
     text = text.strip()
     if key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens", *MEDIA_CAPS) and (
         text == ""
@@ -119,7 +118,7 @@ def parse_field(key: str, text: str) -> Any:
     return int(text)
 
 
-class EditLimits(ModalScreen[dict[str, Any] | None]):
+class EditLimits(ModalScreen[dict[str, LimitValue] | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel")]
     DEFAULT_CSS = """
     EditLimits { align: center middle; }
@@ -199,10 +198,10 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
         )
         self.query_one(f"#{key}-error", Static).update(message)
 
-    def changes(self) -> dict[str, Any] | None:
+    def changes(self) -> dict[str, LimitValue] | None:
         """What differs from the lane's current limits, or None when a field is invalid."""
         lane = self.limits.lanes[self.lane]
-        out: dict[str, Any] = {}
+        out: dict[str, LimitValue] = {}
         valid = True
         for key, _, _ in fields_for(self.lane, lane):
             field = self.query_one(f"#{key}", Input)
@@ -214,15 +213,16 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
             value = parse_field(key, field.value)
             if value != lane.value(key):
                 out[key] = value
-        policy = self.query_one("#output_tokens_policy", Select).value
+        # The selects hold one of their options (no blank): a policy's name.
+        policy = str(self.query_one("#output_tokens_policy", Select).value)
         if policy != lane.output_tokens_policy:
             out["output_tokens_policy"] = policy
-        admission = self.query_one("#policy", Select).value
+        admission = str(self.query_one("#policy", Select).value)
         if admission != lane.policy:
             out["policy"] = admission
         for media in self.query("#media_policy").results(Select):
-            if media.value != lane.media_policy:
-                out["media_policy"] = media.value
+            if str(media.value) != lane.media_policy:
+                out["media_policy"] = str(media.value)
         return out if valid else None
 
     def on_input_submitted(self) -> None:
