@@ -17,8 +17,8 @@ Plain, bottom-layer module: it imports nothing from gpuwatch.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, TypeAlias
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
 JsonObject: TypeAlias = "dict[str, Json]"
@@ -157,16 +157,50 @@ def _items(d: _Doc, key: str) -> list[_Doc]:
     return [_Doc(v, f"{d.at}.{key}[{n}]") for n, v in enumerate(d.array(key))]
 
 
+# How a field of each plain type is read (the annotation as written: ``int | None``).
+_READ: dict[str, Callable[[_Doc, str], LimitValue | bool]] = {
+    "int": _Doc.integer,
+    "int | None": _Doc.opt_integer,
+    "float": _Doc.number,
+    "float | None": _Doc.opt_number,
+    "str": _Doc.text,
+    "str | None": _Doc.opt_text,
+    "bool": _Doc.flag,
+}
+F = TypeVar("F", bound="_Flat")
+
+
+class _Flat:
+    """A dataclass of plain values (numbers, strings, booleans, null), one JSON key a field,
+    in field order: read and written by its fields' types, so each such class is its fields
+    and nothing else. A key that is missing takes the field's default (an older gate's)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+    # Fields whose JSON key differs (a Python keyword): field -> key.
+    _WIRE: ClassVar[Mapping[str, str]] = {}
+
+    def to_json(self) -> JsonObject:
+        return {self._WIRE.get(f.name, f.name): getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls: type[F], data: object, at: str = "value") -> F:
+        d = _Doc(data, at)
+        values = {}
+        for f in fields(cls):
+            key = cls._WIRE.get(f.name, f.name)
+            required = f.default is MISSING and f.default_factory is MISSING
+            if required or d.has(key):
+                values[f.name] = _READ[str(f.type)](d, key)
+        return cls(**values)
+
+
 # -- limits ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class TenantLimits:
+class TenantLimits(_Flat):
     paused: bool = False
     max_inflight: int | None = None
-
-    def to_json(self) -> JsonObject:
-        return {"paused": self.paused, "max_inflight": self.max_inflight}
 
     def changes(self) -> dict[str, LimitValue]:
         """All of them as a tenant's part of a PATCH."""
@@ -179,14 +213,9 @@ class TenantLimits:
         }
         return replace(self, **known)
 
-    @classmethod
-    def from_json(cls, data: object, at: str = "tenant") -> TenantLimits:
-        d = _Doc(data, at)
-        return cls(d.flag("paused"), d.opt_integer("max_inflight"))
-
 
 @dataclass(frozen=True)
-class LaneLimits:
+class LaneLimits(_Flat):
     max_inflight: int = 16
     max_queue: int = 64
     queue_timeout_s: float = 30.0
@@ -229,45 +258,16 @@ class LaneLimits:
         known: dict[str, Any] = {k: v for k, v in changes.items() if k in LANE_KEYS}
         return replace(self, **known)
 
-    def to_json(self) -> JsonObject:
-        out: JsonObject = asdict(self)
-        return out
-
-    @classmethod
-    def from_json(cls, data: object, at: str = "lane") -> LaneLimits:
-        d = _Doc(data, at)
-        values: dict[str, LimitValue] = {}
-        for f in fields(cls):
-            if not d.has(f.name):
-                continue  # an older gate's: the default
-            values[f.name] = _READ[str(f.type)](d, f.name)
-        return cls(**values)  # type: ignore[arg-type]
-
 
 LANE_KEYS = tuple(f.name for f in fields(LaneLimits))
-_READ: dict[str, Callable[[_Doc, str], LimitValue]] = {
-    "int": _Doc.integer,
-    "int | None": _Doc.opt_integer,
-    "float": _Doc.number,
-    "float | None": _Doc.opt_number,
-    "str": _Doc.text,
-}
 
 
 @dataclass(frozen=True)
-class EffectiveLimits:
+class EffectiveLimits(_Flat):
     """A lane's limits in force (the adaptive controller's on an adaptive lane)."""
 
     max_inflight: int
     max_inflight_tokens: int | None = None
-
-    def to_json(self) -> JsonObject:
-        return {"max_inflight": self.max_inflight, "max_inflight_tokens": self.max_inflight_tokens}
-
-    @classmethod
-    def from_json(cls, data: object, at: str = "effective") -> EffectiveLimits:
-        d = _Doc(data, at)
-        return cls(d.integer("max_inflight"), d.opt_integer("max_inflight_tokens"))
 
 
 @dataclass(frozen=True)
@@ -461,7 +461,7 @@ class ConflictBody:
 
 
 @dataclass(frozen=True)
-class Tail:
+class Tail(_Flat):
     """Exact quantiles of one measure over a window (seconds; None with no sample)."""
 
     count: int = 0
@@ -469,26 +469,6 @@ class Tail:
     p90: float | None = None
     p99: float | None = None
     max: float | None = None
-
-    def to_json(self) -> JsonObject:
-        return {
-            "count": self.count,
-            "p50": self.p50,
-            "p90": self.p90,
-            "p99": self.p99,
-            "max": self.max,
-        }
-
-    @classmethod
-    def from_json(cls, data: object, at: str) -> Tail:
-        d = _Doc(data, at)
-        return cls(
-            d.integer("count"),
-            d.opt_number("p50"),
-            d.opt_number("p90"),
-            d.opt_number("p99"),
-            d.opt_number("max"),
-        )
 
 
 @dataclass(frozen=True)
@@ -521,7 +501,7 @@ class LatencyWindow:
 
 
 @dataclass(frozen=True)
-class Goodput:
+class Goodput(_Flat):
     """Outcomes of the requests that ended in a window, judged against the caller's SLO."""
 
     ended: int = 0
@@ -531,25 +511,9 @@ class Goodput:
     failed: int = 0
     ratio: float | None = None
 
-    def to_json(self) -> JsonObject:
-        out: JsonObject = asdict(self)
-        return out
-
-    @classmethod
-    def from_json(cls, data: object, at: str) -> Goodput:
-        d = _Doc(data, at)
-        return cls(
-            d.integer("ended"),
-            d.integer("good"),
-            d.integer("slow"),
-            d.integer("refused"),
-            d.integer("failed"),
-            d.opt_number("ratio"),
-        )
-
 
 @dataclass(frozen=True)
-class QueueWait:
+class QueueWait(_Flat):
     """A lane's queue-wait budget in force and what it is made of (gate/deadline.py)."""
 
     budget_s: float | None = None
@@ -559,22 +523,6 @@ class QueueWait:
     # Streaming requests admitted without a first token yet, and how many may be.
     prefilling: int = 0
     prefill_cap: int | None = None
-
-    def to_json(self) -> JsonObject:
-        out: JsonObject = asdict(self)
-        return out
-
-    @classmethod
-    def from_json(cls, data: object, at: str) -> QueueWait:
-        d = _Doc(data, at)
-        return cls(
-            d.opt_number("budget_s"),
-            d.opt_text("source"),
-            d.opt_number("prefill_s"),
-            d.opt_number("drain_per_s"),
-            d.integer("prefilling"),
-            d.opt_integer("prefill_cap"),
-        )
 
 
 @dataclass(frozen=True)
@@ -639,7 +587,7 @@ class TenantStatus:
 
 
 @dataclass(frozen=True)
-class AdaptiveDecision:
+class AdaptiveDecision(_Flat):
     """The adaptive controller's last move of a lane's effective limit, and why."""
 
     time: float
@@ -650,29 +598,7 @@ class AdaptiveDecision:
     tokens_to: int | None
     reason: str
 
-    def to_json(self) -> JsonObject:
-        return {
-            "time": self.time,
-            "direction": self.direction,
-            "from": self.from_,
-            "to": self.to,
-            "tokens_from": self.tokens_from,
-            "tokens_to": self.tokens_to,
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_json(cls, data: object, at: str) -> AdaptiveDecision:
-        d = _Doc(data, at)
-        return cls(
-            d.number("time"),
-            d.text("direction"),
-            d.integer("from"),
-            d.integer("to"),
-            d.opt_integer("tokens_from"),
-            d.opt_integer("tokens_to"),
-            d.text("reason"),
-        )
+    _WIRE: ClassVar[Mapping[str, str]] = {"from_": "from"}
 
 
 @dataclass(frozen=True)
@@ -736,7 +662,7 @@ class AdaptiveStatus:
 
 
 @dataclass(frozen=True)
-class StallReport:
+class StallReport(_Flat):
     """A stall of the upstream: since when (wall clock), how long, by which signal; ``ended``
     (wall clock) once it is over."""
 
@@ -747,26 +673,10 @@ class StallReport:
     ended: float | None = None
 
     def to_json(self) -> JsonObject:
-        out: JsonObject = {
-            "since": self.since,
-            "for_s": self.for_s,
-            "signal": self.signal,
-            "detail": self.detail,
-        }
-        if self.ended is not None:
-            out["ended"] = self.ended
+        out = super().to_json()
+        if self.ended is None:
+            del out["ended"]  # a stall now has not ended: no key, as the gate has always said
         return out
-
-    @classmethod
-    def from_json(cls, data: object, at: str) -> StallReport:
-        d = _Doc(data, at)
-        return cls(
-            d.number("since"),
-            d.number("for_s"),
-            d.text("signal"),
-            d.text("detail"),
-            d.opt_number("ended"),
-        )
 
 
 @dataclass(frozen=True)

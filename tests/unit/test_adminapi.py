@@ -148,29 +148,17 @@ def wire(value: Any) -> Any:
 # -- what is written reads back the same -----------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
-@given(limits)
-def test_limits_read_back_the_same(value: Limits) -> None:
-    assert Limits.from_json(wire(value)) == value
-
-
-@settings(max_examples=60, deadline=None)
-@given(patches)
-def test_a_patch_reads_back_the_same(value: LimitsPatch) -> None:
-    assert LimitsPatch.from_json(wire(value)) == value
-
-
+@pytest.mark.parametrize(
+    ("kind", "values"),
+    [(Limits, limits), (LimitsPatch, patches), (GateStatus, statuses), (AuditEntry, entries)],
+)
 @settings(max_examples=50, deadline=None)
-@given(statuses)
-def test_a_status_reads_back_the_same(value: GateStatus) -> None:
-    assert GateStatus.from_json(wire(value)) == value
-
-
-@settings(max_examples=60, deadline=None)
-@given(entries)
-def test_an_audit_entry_reads_back_the_same(value: AuditEntry) -> None:
-    assert AuditEntry.from_json(wire(value)) == value
-    assert audit_entries({"entries": [wire(value)]}) == [value]
+@given(data=st.data())
+def test_what_is_written_reads_back_the_same(kind: Any, values: Any, data: Any) -> None:
+    value = data.draw(values)
+    assert kind.from_json(wire(value)) == value
+    if kind is AuditEntry:
+        assert audit_entries({"entries": [wire(value)]}) == [value]
 
 
 @settings(max_examples=50, deadline=None)
