@@ -49,8 +49,6 @@ REASONS = (
     # The upstream is stalled (stallwatch.py): shed until it makes progress again.
     "upstream_stalled",
 )
-# The windows of the status's ``latency`` and ``goodput``.
-WINDOWS = ("1m", "5m")
 
 
 class AdminApiError(ValueError):
