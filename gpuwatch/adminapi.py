@@ -11,7 +11,7 @@ gate lacks newer keys: they take their defaults) and ignores keys it does not kn
 gate's), so old recordings still replay. The gate's own, strict checks of a PATCH (ranges,
 unknown keys, field paths for a 400) stay in ``gate/limits.py``.
 
-Plain, bottom-layer module: it imports nothing from gpuwatch.
+A shared plain module (the bottom layers): of gpuwatch it imports only ``errors``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeAlias, TypeVar
+
+from gpuwatch.errors import GpuwatchError
 
 Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
 JsonObject: TypeAlias = "dict[str, Json]"
@@ -51,7 +53,7 @@ REASONS = (
 )
 
 
-class AdminApiError(ValueError):
+class AdminApiError(GpuwatchError, ValueError):
     """A document that is not the admin API's; the message says where and what."""
 
 

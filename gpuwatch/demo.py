@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.load.runner import Shape
 from gpuwatch.load.spec import Dist, EmbedShape, ImageShape, LoadSpec, Pattern, Tenancy
 
@@ -57,7 +58,7 @@ batch = "sheddable"
 WORKLOADS = ("embed", "image")
 
 
-class DemoError(Exception):
+class DemoError(GpuwatchError):
     pass
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpuwatch.demo import demo_load
 from scripts import scenario
+from scripts.shared_gpus import with_shared_gpus
 
 SIZES = {"160x48": (160, 48), "80x24": (80, 24)}
 TZ_NOTE = "times are UTC"
@@ -105,6 +106,8 @@ async def main(out: Path) -> None:
     # The same tenants through a tight chat lane (8 in flight, 16 queued) in a spike: critical
     # work evicts queued batch work, batch is refused first, the noisy tenant waits its turn.
     classes = scenario.build(seconds=180, spike_at=120, max_inflight=8, max_queue=16, **tenants)
+    # The GPU screen on a node shared by containers, one GPU in MIG mode (scripts.shared_gpus).
+    shared = with_shared_gpus(scenario.build(seconds=180))
     for label, size in SIZES.items():
         await shoot(normal, size, out / f"dashboard-normal-{label}.svg")
         await shoot(overloaded, size, out / f"dashboard-overloaded-{label}.svg")
@@ -113,7 +116,7 @@ async def main(out: Path) -> None:
         await shoot(after, size, out / f"story-after-{label}.svg")
         await shoot(mix, size, out / f"dashboard-mix-{label}.svg")
         await shoot(classes, size, out / f"dashboard-classes-{label}.svg")
-        await shoot(normal, size, out / f"gpu-screen-{label}.svg", ["g"])
+        await shoot(shared, size, out / f"gpu-screen-{label}.svg", ["g"])
         await shoot(normal, size, out / f"help-screen-{label}.svg", ["question_mark"])
         adaptive = scenario.with_adaptive(scenario.build(seconds=180, spike_at=140))
         await shoot(adaptive, size, out / f"adaptive-{label}.svg")

@@ -11,18 +11,15 @@ from typing import Any
 
 from gpuwatch.adminapi import MEDIA_CAPS, AuditEntry, GateStatus, Limits, LimitsPatch, LimitValue
 from gpuwatch.admintoken import read_token
-from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, TOKEN_HELP, fail, positive_int
+from gpuwatch.cli.common import EXIT_OK, TOKEN_HELP, fail, positive_int
 from gpuwatch.fmt import clip
 
 PROG = "gpuwatch limits"
 
 
-def register(sub: Any) -> None:
-    limits = sub.add_parser(
-        "limits",
-        help="a gate's limits: get | set LANE.KEY=VALUE ... | pause | resume | audit | status "
-        "(a tenant's: set tenants.ID.paused=true, tenants.ID.max_inflight=2, tenants.ID=none)",
-        description="Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason.",
+def register(limits: argparse.ArgumentParser) -> None:
+    limits.description = (
+        "Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason."
     )
     limits.add_argument(
         "action",
@@ -66,9 +63,31 @@ def parse_assignment(text: str) -> tuple[str, str, Any]:
     return lane, key, value
 
 
+def patch_of(assignments: list[tuple[str, str, Any]]) -> LimitsPatch:
+    """The PATCH ``set``'s assignments make; ValueError for a tenant given a bare value."""
+    lanes: dict[str, dict[str, LimitValue]] = {}
+    tenants: dict[str, dict[str, LimitValue] | None] = {}
+    for lane, key, value in assignments:
+        if lane != "tenants":
+            lanes.setdefault(lane, {})[key] = value
+            continue
+        # tenants.ID.KEY=VALUE (an id may hold dots: the key is after the last), or
+        # tenants.ID=none to remove the tenant's limits.
+        tenant, dot, field = key.rpartition(".")
+        if dot and field in ("paused", "max_inflight"):
+            entry = tenants.setdefault(tenant, {})
+            if entry is not None:
+                entry[field] = value
+        elif value is None:
+            tenants[key] = None
+        else:
+            raise ValueError(f"tenants.{key}: set tenants.ID.KEY=VALUE, or tenants.ID=none")
+    return LimitsPatch(None, lanes, tenants)
+
+
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.control.gate import GateClient, GateError
-    from gpuwatch.control.guard import Guard, ReadOnlyError
+    from gpuwatch.control.gate import GateClient
+    from gpuwatch.control.guard import Guard
 
     try:
         token = read_token(args.admin_token_file)
@@ -79,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
         return fail(PROG, "set needs at least one LANE.KEY=VALUE")
     if args.action != "set" and assignments:
         return fail(PROG, f"{args.action} takes no LANE.KEY=VALUE")
+    try:
+        patch = patch_of(assignments)
+    except ValueError as exc:
+        return fail(PROG, str(exc))
 
     async def call() -> Limits | GateStatus | list[AuditEntry]:
         async with GateClient(args.admin, token, Guard(read_only=args.read_only)) as client:
@@ -90,29 +113,9 @@ def run(args: argparse.Namespace) -> int:
                 return await client.audit(args.limit)
             if args.action in ("pause", "resume"):
                 return await client.patch(LimitsPatch(args.action == "pause"), args.if_match)
-            lanes: dict[str, dict[str, LimitValue]] = {}
-            tenants: dict[str, dict[str, LimitValue] | None] = {}
-            for lane, key, value in assignments:
-                if lane == "tenants":
-                    # tenants.ID.KEY=VALUE (an id may hold dots: the key is after the last),
-                    # or tenants.ID=none to remove the tenant's limits.
-                    tenant, dot, field = key.rpartition(".")
-                    if dot and field in ("paused", "max_inflight"):
-                        entry = tenants.setdefault(tenant, {})
-                        if entry is not None:
-                            entry[field] = value
-                    elif value is None:
-                        tenants[key] = None
-                    else:
-                        raise GateError(None, f"tenants.{key}: set tenants.ID.KEY=VALUE, or =none")
-                else:
-                    lanes.setdefault(lane, {})[key] = value
-            return await client.patch(LimitsPatch(None, lanes, tenants), args.if_match)
+            return await client.patch(patch, args.if_match)
 
-    try:
-        result = asyncio.run(call())
-    except (GateError, ReadOnlyError) as exc:
-        return fail(PROG, str(exc), EXIT_FAILED)
+    result = asyncio.run(call())  # GateError, ReadOnlyError: exit 1 (cli/main.py)
     if isinstance(result, Limits) and not args.json:
         print_limits(result)
     else:

@@ -28,6 +28,7 @@ from gpuwatch.adminapi import (
 )
 from gpuwatch.admintoken import token_problem
 from gpuwatch.control.guard import Guard
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.httpclient import async_client
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -35,7 +36,7 @@ from gpuwatch.safejson import JSONError, loads_bounded
 T = TypeVar("T")
 
 
-class GateError(Exception):
+class GateError(GpuwatchError):
     """A refusal or failure, with the server's reason when there is one."""
 
     def __init__(self, status: int | None, message: str, body: Json = None) -> None:

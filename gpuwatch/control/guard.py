@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwatch.adminapi import LaneLimits, Limits, LimitsPatch
+from gpuwatch.errors import GpuwatchError
 
 
-class ReadOnlyError(Exception):
+class ReadOnlyError(GpuwatchError):
     """A change refused because gpuwatch runs read-only."""
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gpuwatch.adminapi import AdminApiError, AuditEntry
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.safejson import JSONError, loads_bounded
 
 log = logging.getLogger("gpuwatch.gate")
@@ -29,7 +30,7 @@ MAX_BYTES = 8 * 1024 * 1024
 _LINE_MAX = 256 * 1024
 
 
-class AuditError(Exception):
+class AuditError(GpuwatchError):
     """An audit log that cannot be read back; the message names the file and line."""
 
 

@@ -22,12 +22,13 @@ from gpuwatch.adminapi import UPSTREAM_TIMEOUTS as UPSTREAM_TIMEOUTS
 from gpuwatch.adminapi import LaneLimits as LaneLimits
 from gpuwatch.adminapi import Limits as Limits
 from gpuwatch.adminapi import LimitsPatch, LimitValue, TenantLimits
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.gate.classes import TENANT_ID
 from gpuwatch.gate.tenants import MAX_TENANT_LIMITS
 
 
-class LimitsError(ValueError):
+class LimitsError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """A refused change; ``field`` names what was wrong (``lanes.chat.max_inflight``)."""
 
     def __init__(self, field: str, message: str) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.adminapi import AdminApiError, AuditEntry
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.gate.audit import AuditError, AuditLog
 from gpuwatch.gate.limits import (
     LaneLimits,
@@ -43,11 +44,11 @@ SCHEMA = 2
 _STATE_MAX_BYTES = 64 * 1024 * 1024  # a schema-1 file with its embedded audit can be large
 
 
-class StateError(Exception):
+class StateError(GpuwatchError):
     """The state file exists but cannot be used; the message names the path."""
 
 
-class Conflict(Exception):
+class Conflict(GpuwatchError):
     """If-Match named a version that is not the current one."""
 
     def __init__(self, limits: Limits, actor: str | None, if_match: str) -> None:
@@ -58,7 +59,7 @@ class Conflict(Exception):
         self.actor = actor
 
 
-class SaveError(Exception):
+class SaveError(GpuwatchError):
     """The change could not be persisted; nothing changed."""
 
 

@@ -218,6 +218,9 @@ class Monitor:
         # The last tick (the badge's evaluation) as (clock, wall): the instant a screen drawn
         # after it shows, so that a replay moved to that recorded tick draws the same screen.
         self.ticked: tuple[float, float] | None = None
+        # The SLO's error budget and burn rates as the users panel shows them (set each tick
+        # by gpuwatch/alerts/node.py; recorded, so a replay shows what was shown live).
+        self.slo_budget: list[str] = []
 
     def _tapped(self, kind: str, now: float, payload: Any, wall: float | None = None) -> None:
         if self.tap is not None:
@@ -244,6 +247,14 @@ class Monitor:
                 self.event("ok", f"{name} UP again")
         else:
             self.event("bad" if state == "DOWN" else "warn", f"{name} {state}: {reason}")
+
+    def set_slo_budget(self, segments: list[str]) -> None:
+        """The budget line now (set before ``evaluate``: a replay moved to a tick has it)."""
+        if segments == self.slo_budget:
+            return
+        self._tapped("slo", self.clock(), segments)
+        self.slo_budget = segments
+        self.version += 1
 
     # -- readings in ----------------------------------------------------------------------
 

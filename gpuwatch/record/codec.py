@@ -16,12 +16,15 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from gpuwatch.adminapi import GateStatus, Limits
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import (
+    ContainerInfo,
     EngineSnapshot,
     GpuReading,
     GpuSample,
     Histogram,
     HostSample,
+    MigInstance,
     ProcessInfo,
     ScrapeResult,
 )
@@ -51,7 +54,7 @@ class Page:
     warnings: list[str]
 
 
-class CodecError(ValueError):
+class CodecError(GpuwatchError, ValueError):
     """A row that does not decode into the reading its kind names."""
 
 
@@ -81,9 +84,15 @@ def _engine_back(d: dict[str, Any]) -> EngineSnapshot:
     return snap
 
 
+def _process_back(p: dict[str, Any]) -> ProcessInfo:
+    container = p.pop("container", None)
+    return ProcessInfo(**p, container=ContainerInfo(**container) if container else None)
+
+
 def _gpu_back(d: dict[str, Any]) -> GpuSample:
-    procs = [ProcessInfo(**p) for p in d.pop("processes", [])]
-    return GpuSample(**d, processes=procs)
+    procs = [_process_back(dict(p)) for p in d.pop("processes", [])]
+    mig = [MigInstance(**m) for m in d.pop("mig", [])]
+    return GpuSample(**d, processes=procs, mig=mig)
 
 
 def encode_payload(kind: str, payload: Any) -> Any:
@@ -122,6 +131,8 @@ def encode_payload(kind: str, payload: Any) -> Any:
     if kind == "event":
         e: Event = payload
         return {"t": e.time, "level": e.level, "text": e.text}
+    if kind == "slo":
+        return {"budget": list(payload)}
     return None  # "stale", "evaluate": the call is all there is
 
 
@@ -155,6 +166,8 @@ def decode_payload(kind: str, data: Any) -> Any:
             if not plausible_wall(data["t"]):
                 raise ValueError(f"an event at {str(data['t'])[:40]} is at no date")
             return Event(float(data["t"]), data["level"], str(data["text"]))
+        if kind == "slo":
+            return [str(segment) for segment in data["budget"]]
         if kind in ("stale", "evaluate"):
             return None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

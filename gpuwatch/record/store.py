@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.adminapi import AdminApiError, AuditEntry
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
 from gpuwatch.record import codec
 from gpuwatch.safejson import JSONError, loads_bounded
 
@@ -67,7 +68,7 @@ CLOCKS_OK = (
 )
 
 
-class RecordingError(Exception):
+class RecordingError(GpuwatchError, exit_code=EXIT_USAGE):
     """A file that cannot be read as a recording; ``str()`` is the one-line reason."""
 
 

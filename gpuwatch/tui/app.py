@@ -23,7 +23,8 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from gpuwatch import polling
-from gpuwatch.config import DEFAULT_THEME, ScrapeSettings
+from gpuwatch.alerts.node import node_alerts
+from gpuwatch.config import DEFAULT_THEME, AlertSettings, ScrapeSettings
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import QUEUE_STEP, Steering
@@ -70,6 +71,7 @@ class DashboardOptions:
     title_endpoint: str | None = None
     hostname: str = field(default_factory=socket.gethostname)
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
     # A node seen from elsewhere (the fleet's drill-down) brings its own engine source (None:
     # each URL's /metrics is scraped) and is not this machine (no host figures read here).
     engine_poll: EnginePoll | None = None
@@ -219,6 +221,10 @@ class GpuwatchApp(App[None]):
         self.guard = Guard(read_only=options.read_only)
         self.steering = Steering(self.guard, DashboardControl(self), options.admin_url or "")
         self.first_frame_at: float | None = None
+        # The SLO's burn rates on what is polled (a recording shows its recorded events).
+        self.alerts = None
+        if self.polling:
+            self.alerts = node_alerts(self.monitor, options.alerts, bell=self.bell)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -242,6 +248,8 @@ class GpuwatchApp(App[None]):
             self.poll_sources()
         for job in self._background:
             self.run_worker(self._contained(job), group="background", name="background")
+        if self.alerts is not None:
+            self.run_worker(self.alerts.run(), group="background", name="alerts")
         self.set_interval(1.0, self._tick)
         self.call_after_refresh(self._first_frame)
 
@@ -298,6 +306,8 @@ class GpuwatchApp(App[None]):
     def _tick(self) -> None:
         if self.polling:
             self.monitor.check_stale()
+            if self.alerts is not None:
+                self.alerts.tick()  # before the badge: the tick's screen shows its budget
             self.monitor.evaluate()
         if not self.frozen:
             self.paint()
@@ -375,7 +385,11 @@ class GpuwatchApp(App[None]):
         )
         dash.query_one(AdaptivePanel).render_gate(m.gate, self.steering.selected_lane, wall)
         dash.query_one(UsersPanel).render_users(
-            ttft_breakdown(m), users, m.health.slo, compact=narrow or short
+            ttft_breakdown(m),
+            users,
+            m.health.slo,
+            compact=narrow or short,
+            budget=m.slo_budget,
         )
         dash.query_one(EventsPanel).render_events(m.events)
         now = time.monotonic()

@@ -45,7 +45,10 @@ async def metrics(_: web.Request) -> web.Response:
 async def sim_gpu(_: web.Request) -> web.Response:
     gpu = {"index": 0, "name": EVIL, "uuid": EVIL, "memory_total": 80 << 30,
            "memory_used": 10 << 30, "utilization_gpu": 50}  # fmt: skip
-    return web.json_response({"gpus": [gpu]})
+    # A GPU in MIG mode whose MIG device's profile (read from its name) is hostile too.
+    mig = {"profile": EVIL, "gpu_instance_id": 1, "compute_instance_id": 0,
+           "memory_total": 40 << 30, "memory_used": 1 << 30}  # fmt: skip
+    return web.json_response({"gpus": [gpu, {**gpu, "index": 1, "mig": [mig]}]})
 
 
 async def query(_: web.Request) -> web.Response:
@@ -139,6 +142,9 @@ async def test_the_dashboard_draws_hostile_names_visibly_and_stays_up(url: str) 
     app = GpuwatchApp(DashboardOptions(urls=[f"{url}/metrics"], interval_s=0.2, nvml=nvml))
     async with app.run_test(size=(200, 50)) as pilot:
         await eventually(lambda: drawn(app).count("PWNED") >= 2, 20, pause=pilot.pause)
+        assert controls(drawn(app)) == []
+        await pilot.press("g")  # the GPU screen: names, UUIDs, the MIG device's row
+        await eventually(lambda: drawn(app).count("PWNED") >= 5, 20, pause=pilot.pause)
         assert controls(drawn(app)) == []
 
 

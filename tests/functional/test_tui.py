@@ -234,7 +234,7 @@ async def test_badge_changes_with_hysteresis(stack) -> None:
 
 
 async def test_probe_finds_local_endpoints_and_hint_shows_when_none() -> None:
-    from gpuwatch.cli.dashboard import PROBE_PORTS, probe_local
+    from gpuwatch.cli.sources import PROBE_PORTS, probe_local
 
     # The ports operators' servers use by default (the README's table), in probing order.
     assert PROBE_PORTS == (8000, 30000, 8080, 3000, 9000)

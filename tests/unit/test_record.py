@@ -11,7 +11,14 @@ import pytest
 
 from gpuwatch.adminapi import GateStatus, LaneLimits, LaneStatus, Limits
 from gpuwatch.cli.record import age, size
-from gpuwatch.model import GpuReading, GpuSample, HostSample, ProcessInfo
+from gpuwatch.model import (
+    ContainerInfo,
+    GpuReading,
+    GpuSample,
+    HostSample,
+    MigInstance,
+    ProcessInfo,
+)
 from gpuwatch.monitor.state import Event, Monitor
 from gpuwatch.record import codec, store
 from gpuwatch.record.player import Player, parse_when
@@ -80,6 +87,13 @@ def test_gpus_host_gate_and_events_survive_the_codec() -> None:
     host = HostSample(12.5, [10.0, 15.0], 1.0, 0.5, 0.25, 100, 50, 0, 0)
     gate = (Limits(3, False), GateStatus(0, False, {"chat": LaneStatus(queued=1)}), None, True)
     event = Event(1e9, "warn", "SLO TIGHT: TTFT")
+    # A MIG GPU with a process in a pod's container, and one not visible from here.
+    in_pod = ContainerInfo("ab" * 32, "containerd", "server", "1-2-3", "llm-0")
+    mig = GpuReading([GpuSample(1, "H100", mig_mode=True, mig=[MigInstance(1, 0, "3g.40gb")],
+                                processes=[ProcessInfo(7, container=in_pod, gpu_instance_id=1),
+                                           ProcessInfo(8, visible=False)])])  # fmt: skip
+    data = codec.pack(codec.encode_payload("gpus", mig))
+    assert codec.decode_payload("gpus", codec.unpack(data)) == mig
     for kind, value in (("gpus", gpus), ("host", host), ("gate", gate), ("event", event)):
         data = codec.pack(codec.encode_payload(kind, value))
         assert codec.decode_payload(kind, codec.unpack(data)) == value, kind

@@ -1,5 +1,6 @@
-"""``g``: every GPU in detail with its compute processes (pid, user, name, GPU memory, CPU %,
-RSS, command), as nvitop shows them."""
+"""``g``: every GPU in detail, each MIG device of one in MIG mode a row of its own, with its
+compute processes (pid, container or pod, GPU memory, user, name, CPU %, RSS, command), as
+nvitop shows them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from gpuwatch.fmt import NA, clip, gib, pct, unit
-from gpuwatch.model import GpuReading
+from gpuwatch.model import GpuReading, MigInstance, ProcessInfo
 
 if TYPE_CHECKING:
     from gpuwatch.tui.app import GpuwatchApp
@@ -51,8 +52,9 @@ class GpuScreen(Screen[None]):
         )
         procs = self.query_one("#procs", DataTable)
         procs.add_columns(
-            "GPU", "PID", "user", "name", "GPU mem", "CPU %", "RSS", "threads", "command"
-        )
+            "GPU", "PID", "container", "GPU mem", "user", "name", "CPU %", "RSS", "threads",
+            "command",
+        )  # fmt: skip
         self.show(cast("GpuwatchApp", self.app).monitor.gpus)
 
     def show(self, reading: GpuReading | None) -> None:
@@ -85,18 +87,49 @@ class GpuScreen(Screen[None]):
                 _cell(", ".join(g.throttle_reasons or []) or "-"),
                 _cell(g.uuid),
             )
+            for m in g.mig:
+                gpus.add_row(*mig_row(g.index, m))
             for p in g.processes:
                 procs.add_row(
-                    str(g.index),
+                    where(g.index, p.gpu_instance_id, p.compute_instance_id),
                     str(p.pid),
-                    _cell(p.user),
-                    _cell(p.name),
+                    container_cell(p),
                     gib(p.used_memory_bytes),
+                    _cell(p.user),
+                    _cell(p.name) if p.visible else Text(hidden(p.pid), style="dim"),
                     unit(p.cpu_percent, "%"),
                     gib(p.rss_bytes),
                     str(p.threads or NA),
                     _cell(p.cmdline, 200),
                 )
+
+
+def where(index: int, gi: int | None, ci: int | None) -> str:
+    """A GPU, or a MIG device of it by GPU instance / compute instance ID ("0 MIG 2/0")."""
+    return str(index) if gi is None else f"{index} MIG {gi}/{ci if ci is not None else NA}"
+
+
+def hidden(pid: int) -> str:
+    return f"pid {pid} (not visible from here)"
+
+
+def container_cell(p: ProcessInfo) -> Text:
+    """The container's (or pod's) label; "-" for a process in none, n/a when not visible."""
+    if p.container is not None:
+        return _cell(p.container.label)
+    return Text("-" if p.visible else NA)
+
+
+def mig_row(index: int, m: MigInstance) -> list[str | Text]:
+    """A MIG device as a row of the GPU table: its memory, and utilization where NVML has it."""
+    row: list[str | Text] = [
+        where(index, m.gpu_instance_id, m.compute_instance_id),
+        _cell(f"MIG {m.profile or NA}"),
+    ]
+    if m.error:
+        return [*row, Text(clip(m.error), style="red"), *[""] * 9, _cell(m.uuid)]
+    used = f"{gib(m.memory_used_bytes)} / {gib(m.memory_total_bytes)}"
+    return [*row, used, "", pct(m.utilization_gpu), *[""] * 7, _cell(m.uuid)]
 
 
 def _cell(text: str | None, limit: int = 60) -> Text:

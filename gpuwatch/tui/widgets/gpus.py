@@ -9,15 +9,66 @@ from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.bars import gauge, level_color, stacked
 from gpuwatch.tui.widgets.panel import Panel, flow
 
+# One colour per container in the split of the serving share; $warn stays the rest of VRAM.
+_SHARE_COLORS = ("$kv", "$ttft", "$queue", "$primary", "$secondary", "$accent")
+_LABEL = 20
+
+
+def shares(g: GpuSample) -> list[tuple[str, int]]:
+    """The VRAM the GPU's processes hold, by container (its label), the largest first; those
+    in no container together, those not visible from here as "not visible"."""
+    held: dict[str, int] = {}
+    for p in g.processes:
+        if p.used_memory_bytes:
+            key = (
+                p.container.label if p.container else "no container" if p.visible else "not visible"
+            )
+            held[key] = held.get(key, 0) + p.used_memory_bytes
+    return sorted(held.items(), key=lambda kv: -kv[1])
+
+
+def _split(g: GpuSample) -> list[tuple[str, int]] | None:
+    """The serving share by container, when more than one holds memory and one is a container."""
+    split = shares(g)
+    if len(split) > 1 and any(p.container for p in g.processes if p.used_memory_bytes):
+        return split
+    return None
+
 
 def _vram(g: GpuSample, width: int) -> str:
     total = g.memory_total_bytes
     if not total or g.memory_used_bytes is None:
         return f"[$panel-lighten-2]{'·' * width}[/]"
     proc = sum(p.used_memory_bytes or 0 for p in g.processes)
-    proc = min(proc, g.memory_used_bytes)
-    other = g.memory_used_bytes - proc
-    return stacked([(proc / total, "$kv"), (other / total, "$warn")], width)
+    held = min(proc, g.memory_used_bytes)
+    other = g.memory_used_bytes - held
+    split = _split(g)
+    if split is None:
+        return stacked([(held / total, "$kv"), (other / total, "$warn")], width)
+    scale = held / proc  # NVML's per-process figures may add up to more than "used"
+    parts = [
+        (b * scale / total, _SHARE_COLORS[i % len(_SHARE_COLORS)]) for i, (_, b) in enumerate(split)
+    ]
+    return stacked([*parts, (other / total, "$warn")], width)
+
+
+def _serving(g: GpuSample, proc: int) -> list[str]:
+    split = _split(g)
+    if split is None:
+        return [f"[$kv]serving {gib(proc)}[/]"]
+    return [f"serving {gib(proc)}:"] + [
+        f"[{_SHARE_COLORS[i % len(_SHARE_COLORS)]}]{escape(label[:_LABEL])} {gib(b)}[/]"
+        for i, (label, b) in enumerate(split)
+    ]
+
+
+def _mig(g: GpuSample) -> list[str]:
+    return [
+        f"MIG {escape((m.profile or NA)[:_LABEL])} {gib(m.memory_used_bytes)}/"
+        f"{gib(m.memory_total_bytes)}"
+        + (f" {pct(m.utilization_gpu)}" if m.utilization_gpu is not None else "")
+        for m in g.mig
+    ]
 
 
 def gpu_line(g: GpuSample, bar: int, compact: bool, width: int = 80) -> str:
@@ -54,14 +105,11 @@ def gpu_line(g: GpuSample, bar: int, compact: bool, width: int = 80) -> str:
     if throttle:
         segments.append(f"[$warn]throttle {','.join(throttle)}[/]")
     head = flow(
-        [
-            f"[b]{g.index}[/] {name(16)} VRAM {_vram(g, bar)} {mem:>11}",
-            f"[$kv]serving {gib(proc)}[/]",
-        ],
+        [f"[b]{g.index}[/] {name(16)} VRAM {_vram(g, bar)} {mem:>11}", *_serving(g, proc)],
         width,
         indent="",
     )
-    return "\n".join([*head, *flow(segments, width)])
+    return "\n".join([*head, *flow(segments, width), *flow(_mig(g), width)])
 
 
 class GpuPanel(Panel):

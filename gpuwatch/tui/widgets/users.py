@@ -74,9 +74,11 @@ class UsersPanel(Panel):
         users: UsersView | None,
         slo: dict[str, float | None],
         compact: bool = False,
+        budget: list[str] | None = None,
     ) -> None:
-        """``compact`` (a small terminal): goodput and the TTFT line only, no lane table."""
-        if breakdown is None and users is None:
+        """``compact`` (a small terminal): goodput and the TTFT line only, no lane table.
+        ``budget``: the SLO's error budget and burn rates (gpuwatch/alerts/node.py)."""
+        if breakdown is None and users is None and not budget:
             self.display = False
             return
         self.display = True
@@ -84,6 +86,9 @@ class UsersPanel(Panel):
         lines: list[str] = []
         if users is not None:
             lines.append(goodput_line(users, slo.get("goodput_min")))
+        if budget and not compact:
+            segments = [f"[b]error budget[/] {escape(budget[0])}", *map(escape, budget[1:])]
+            lines.extend(flow(segments, width, ""))
         if breakdown is not None:
             segments = breakdown_segments(breakdown, slo.get("ttft_p99_s"))
             lines.extend(flow(segments[:2] if compact else segments, width, ""))
