@@ -64,7 +64,8 @@ def parse_assignment(text: str) -> tuple[str, str, Any]:
 
 
 def patch_of(assignments: list[tuple[str, str, Any]]) -> LimitsPatch:
-    """The PATCH ``set``'s assignments make; ValueError for a tenant given a bare value."""
+    """The PATCH ``set``'s assignments make; ValueError for a tenant given a bare value (a
+    tenant's part of a PATCH is an object of its limits, or null)."""
     lanes: dict[str, dict[str, LimitValue]] = {}
     tenants: dict[str, dict[str, LimitValue] | None] = {}
     for lane, key, value in assignments:
@@ -72,14 +73,15 @@ def patch_of(assignments: list[tuple[str, str, Any]]) -> LimitsPatch:
             lanes.setdefault(lane, {})[key] = value
             continue
         # tenants.ID.KEY=VALUE (an id may hold dots: the key is after the last), or
-        # tenants.ID=none to remove the tenant's limits.
+        # tenants.ID=none to remove the tenant's limits. A key the gate does not know is
+        # sent all the same: the gate's refusal names it.
         tenant, dot, field = key.rpartition(".")
-        if dot and field in ("paused", "max_inflight"):
+        if value is None and (not dot or field not in ("paused", "max_inflight")):
+            tenants[key] = None
+        elif dot:
             entry = tenants.setdefault(tenant, {})
             if entry is not None:
                 entry[field] = value
-        elif value is None:
-            tenants[key] = None
         else:
             raise ValueError(f"tenants.{key}: set tenants.ID.KEY=VALUE, or tenants.ID=none")
     return LimitsPatch(None, lanes, tenants)
