@@ -247,8 +247,9 @@ def run_demo(
 ) -> int:
     from gpuwatch.load import LoadRun
     from gpuwatch.record.store import RecordingError
+    from gpuwatch.session.node import DashboardOptions, live_session
     from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
-    from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+    from gpuwatch.tui.app import GpuwatchApp
 
     workloads = fitting_workloads(profile)
     try:
@@ -289,11 +290,12 @@ def run_demo(
         jobs: list[Callable[[], Any]] = [run.run for run in runs]
         if recorder is not None:
             jobs.append(lambda: recorder.run(stack.gate_url, stack.token))
-        app = GpuwatchApp(options, background=jobs)
+        session = live_session(options)
+        app = GpuwatchApp(session, background=jobs)
         if recorder is not None:
             try:
                 recorder.attach(
-                    app.monitor,
+                    session.monitor,
                     host=options.hostname,
                     title=options.title_endpoint,
                     max_engines=options.scrape.max_engines,

@@ -85,13 +85,15 @@ def check_snapshot(out: Path, holder_pid: int) -> list[str]:
 
 
 async def shoot_gpu_screen(out: Path) -> None:
+    from gpuwatch.session.node import DashboardOptions, live_session
     from gpuwatch.sources.nvml import NvmlReader
-    from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+    from gpuwatch.tui.app import GpuwatchApp
 
-    app = GpuwatchApp(DashboardOptions(urls=[], nvml=NvmlReader()))
+    session = live_session(DashboardOptions(urls=[], nvml=NvmlReader()))
+    app = GpuwatchApp(session)
     async with app.run_test(size=(160, 48)) as pilot:
         for _ in range(100):  # the first NVML poll, in its thread
-            if app.monitor.gpus is not None:
+            if session.monitor.gpus is not None:
                 break
             await pilot.pause(0.1)
         await pilot.press("g")

@@ -35,6 +35,7 @@ from gpuwatch.gate.tenantstatus import Shares, lane_status
 from gpuwatch.load.spec import Dist, Tenancy
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.series import window_label
+from gpuwatch.session.node import DashboardOptions, live_session, replay_session
 from gpuwatch.sim.engine import Engine, Request
 from gpuwatch.sim.gpu import VirtualGpu
 from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
@@ -48,7 +49,7 @@ from gpuwatch.sim.profiles import (
 from gpuwatch.sim.sidework import ImageJob, ImagePool, text_slowdown
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader
 from gpuwatch.sources.scrape import map_page
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.app import GpuwatchApp, Shell
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -369,7 +370,14 @@ def app_for(sc: Scenario) -> GpuwatchApp:
     options = DashboardOptions(
         urls=[], admin_url=GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
     )
-    return GpuwatchApp(options, monitor=sc.monitor)
+    return GpuwatchApp(live_session(options, sc.monitor))
+
+
+def paint(app: Shell) -> None:
+    """Paint the app's dashboard now (a scene's monitor does not tick)."""
+    dash = app.dashboard()
+    assert dash is not None
+    dash.paint()
 
 
 def with_adaptive(sc: Scenario) -> Scenario:
@@ -423,4 +431,4 @@ def replay_for(path: Path, at: float, **build_args: Any) -> ReplayApp:
         hostname="gpu-node-1",
         title_endpoint=title,
     )
-    return ReplayApp(player, options)
+    return ReplayApp(replay_session(player, options))

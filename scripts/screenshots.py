@@ -25,7 +25,7 @@ async def shoot(
     app = scenario.app_for(sc)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        app.paint()
+        scenario.paint(app)
         for key in keys or []:
             await pilot.press(key)
         await pilot.pause()
@@ -37,9 +37,9 @@ def fleet_scene() -> tuple[object, object]:
     import random
 
     from gpuwatch.monitor.fleet import FleetState
+    from gpuwatch.session.fleet import FleetOptions
     from gpuwatch.sources.prometheus import FleetReading, PrometheusSource
     from gpuwatch.sources.promql import FleetRow
-    from gpuwatch.tui.fleet_app import FleetOptions
 
     rng = random.Random(17)
     rows = []
@@ -72,7 +72,8 @@ def fleet_scene() -> tuple[object, object]:
 
 
 async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
-    from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+    from gpuwatch.session.fleet import FleetOptions
+    from gpuwatch.tui.fleet_app import FleetApp
     from gpuwatch.tui.screens.fleet import FleetScreen
 
     options, state = fleet_scene()
@@ -82,7 +83,7 @@ async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, FleetScreen)
-        screen.marked.update(r.key for r in app.state.view()[:2])
+        screen.marked.update(r.key for r in app.fleet.state.view()[:2])
         screen.paint()
         await pilot.pause()
         app.save_screenshot(filename=path.name, path=str(path.parent))
@@ -129,7 +130,8 @@ async def main(out: Path) -> None:
         async with replay.run_test(size=SIZES["160x48"]) as pilot:
             await pilot.pause()
             replay.save_screenshot(filename="replay-160x48.svg", path=str(out))
-        replay.player.close()
+        assert replay.session.replay is not None
+        replay.session.replay.close()
     print(f"wrote {len(list(out.glob('*.svg')))} SVGs to {out}/")
 
 

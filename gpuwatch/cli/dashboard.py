@@ -33,7 +33,8 @@ def register(top: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+    from gpuwatch.session.node import DashboardOptions, live_session
+    from gpuwatch.tui.app import GpuwatchApp
 
     try:
         settings, token = source_settings(args)
@@ -69,11 +70,12 @@ def run(args: argparse.Namespace) -> int:
 
     recorder = recorder_from(args, args.record)
     jobs = [] if recorder is None else [lambda: recorder.run(options.admin_url, token)]
-    app = GpuwatchApp(options, background=jobs)
+    session = live_session(options)
+    app = GpuwatchApp(session, background=jobs)
     try:
         if recorder is not None:
             recorder.attach(
-                app.monitor, host=options.hostname, max_engines=options.scrape.max_engines
+                session.monitor, host=options.hostname, max_engines=options.scrape.max_engines
             )
     except RecordingError as exc:
         return fail("gpuwatch", str(exc))

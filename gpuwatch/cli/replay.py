@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _show(player: Any, start: float, theme: str | None) -> int:
     from gpuwatch.config import DEFAULT_THEME
-    from gpuwatch.tui.app import DashboardOptions
+    from gpuwatch.session.node import DashboardOptions, replay_session
     from gpuwatch.tui.replay import ReplayApp
 
     meta = player.meta
@@ -84,7 +84,7 @@ def _show(player: Any, start: float, theme: str | None) -> int:
         hostname=str(meta.get("host") or "?"),
     )
     try:
-        ReplayApp(player, options).run()
+        ReplayApp(replay_session(player, options)).run()
     finally:
         player.close()
     return EXIT_OK

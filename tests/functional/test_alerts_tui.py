@@ -12,9 +12,10 @@ from gpuwatch.config import AlertSettings
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
+from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.app import GpuwatchApp
 from tests.functional.test_tui import text
 from tests.helpers import eventually
 
@@ -28,7 +29,7 @@ async def test_the_users_panel_shows_the_error_budget_of_each_slo(tmp_path: Path
         urls=[f"{sim.url}/metrics", f"{served.url}/metrics"], interval_s=0.2,
         admin_url=served.url, admin_token="tok", alerts=AlertSettings(slo_period_days=0.5),
     )  # fmt: skip
-    app = GpuwatchApp(options)
+    app = GpuwatchApp(live_session(options))
     try:
         async with aiohttp.ClientSession() as s, app.run_test(size=(160, 48)) as pilot:
 

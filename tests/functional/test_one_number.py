@@ -26,7 +26,7 @@ from gpuwatch.monitor.figures import all_figures, engine_figures, ttft_breakdown
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
-from gpuwatch.tui.app import ttft_lines
+from gpuwatch.tui.screens.dashboard import ttft_lines
 from gpuwatch.tui.widgets.engines import engine_segments
 from gpuwatch.tui.widgets.users import breakdown_segments, tail_row
 from gpuwatch.watch import Watch, WatchOptions, frame, row

@@ -109,8 +109,9 @@ async def test_read_only_refuses_a_and_sends_nothing(stack) -> None:  # type: ig
     app = make_app(sim.url, served.url, read_only=True)
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         await ready(pilot, app)
-        assert app.check_action("adaptive", ()) is None  # greyed out
-        app.action_adaptive()  # straight through the action: the guard refuses
+        dash = app.dashboard()
+        assert dash is not None and dash.check_action("adaptive", ()) is None  # greyed out
+        dash.action_adaptive()  # straight through the action: the guard refuses
         await settled(pilot, app)
         assert not isinstance(app.screen, ConfirmationModal)
     assert (await client.limits()).version == 1

@@ -27,7 +27,7 @@ def utc(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
 async def _paint(pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.pause()
-    pilot.app.paint()
+    scenario.paint(pilot.app)
     await pilot.pause()
 
 

@@ -60,9 +60,6 @@ def test_no_import_cycle_between_modules() -> None:
     }
     assert "gpuwatch.cli.sources" in edges["gpuwatch.cli.record"]
     found = cycles(edges)
-    # Issue 27: the TUI's circles (screens casting self.app) end with the session branch's
-    # NodeSession; then this filter goes.
-    found = [c for c in found if not all(m.startswith("gpuwatch.tui.") for m in c)]
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
 
 

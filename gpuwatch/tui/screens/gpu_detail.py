@@ -4,8 +4,6 @@ nvitop shows them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,9 +13,6 @@ from textual.widgets import DataTable, Footer, Static
 from gpuwatch.fmt import NA, clip, gib, pct, unit
 from gpuwatch.model import GpuReading, MigInstance, ProcessInfo
 
-if TYPE_CHECKING:
-    from gpuwatch.tui.app import GpuwatchApp
-
 
 class GpuScreen(Screen[None]):
     BINDINGS = [Binding("escape,g,q", "app.pop_screen", "back")]
@@ -26,6 +21,10 @@ class GpuScreen(Screen[None]):
     GpuScreen #procs { height: 1fr; }
     GpuScreen #title { height: 1; background: $panel; }
     """
+
+    def __init__(self, reading: GpuReading | None) -> None:
+        super().__init__()
+        self.reading = reading
 
     def compose(self) -> ComposeResult:
         yield Static("[b]GPUs and their processes[/]  [dim](esc to go back)[/]", id="title")
@@ -55,7 +54,7 @@ class GpuScreen(Screen[None]):
             "GPU", "PID", "container", "GPU mem", "user", "name", "CPU %", "RSS", "threads",
             "command",
         )  # fmt: skip
-        self.show(cast("GpuwatchApp", self.app).monitor.gpus)
+        self.show(self.reading)
 
     def show(self, reading: GpuReading | None) -> None:
         gpus = self.query_one("#gpus", DataTable)
