@@ -65,19 +65,20 @@ def frame(monitor: Monitor) -> dict[str, Any]:
     if gate is not None and gate.limits is not None:
         lanes = {
             name: {
-                "inflight": gate.lanes.get(name, {}).get("inflight"),
-                "queued": gate.lanes.get(name, {}).get("queued"),
-                "max_inflight": lane["max_inflight"],
-                "max_queue": lane["max_queue"],
+                "inflight": live.inflight if live else None,
+                "queued": live.queued if live else None,
+                "max_inflight": lane.max_inflight,
+                "max_queue": lane.max_queue,
                 # "upstream_stalled" while the gate sheds the lane for a stalled upstream.
-                "shed": gate.lanes.get(name, {}).get("shed"),
+                "shed": live.shed if live else None,
                 f"refused_per_s_{gate.refusal_window}": {
                     reason: round(gate.refusal_rate(name, reason), 6)
                     for (lane_name, reason) in gate.refusals
                     if lane_name == name
                 },
             }
-            for name, lane in gate.limits["lanes"].items()
+            for name, lane in gate.limits.lanes.items()
+            for live in (gate.lanes.get(name),)
         }
     gpus = None
     if monitor.gpus is not None:

@@ -101,7 +101,7 @@ class NodeAlerts:
         if out.get("goodput") and gate is not None and gate.status.state == "UP":
             # A refusal is a request that arrived and missed: counted in the total only.
             for lane, data in gate.lanes.items():
-                refused = sum((data.get("rejected_total") or {}).values())
+                refused = sum(data.rejected_total.values())
                 out["goodput"][("refused", lane)] = (0.0, float(refused))
         elif "goodput" in out:
             out["goodput"] = {}  # goodput needs the gate's refusals too: not judged without

@@ -285,7 +285,7 @@ def _apply(args: argparse.Namespace, plan: Any, token: str | None) -> int:
     if after is None:
         print(f"{PROG}: not applied", file=sys.stderr)
         return EXIT_FAILED
-    print(f"{PROG}: applied: limits v{after['version']} on {args.apply}", file=sys.stderr)
+    print(f"{PROG}: applied: limits v{after.version} on {args.apply}", file=sys.stderr)
     return EXIT_OK
 
 

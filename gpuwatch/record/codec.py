@@ -15,6 +15,7 @@ import zlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from gpuwatch.adminapi import GateStatus, Limits
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import (
     ContainerInfo,
@@ -32,6 +33,8 @@ from gpuwatch.sources.scrape import RECORDED_FOR_GATE, prefilter
 
 # A row larger than this once decompressed is not one we wrote (a 256-engine page is ~2 MB).
 MAX_ROW_BYTES = 32 * 1024 * 1024
+# A gate row whose limits equal the previous row's stores this instead of them.
+SAME_LIMITS = "="
 # The clocks a recorder can have written: a wall clock up to the end of year 9999 (what date
 # functions format), a monotonic one within +-31,700 years. Anything else is a damaged row.
 MAX_WALL = 253402300799
@@ -119,7 +122,12 @@ def encode_payload(kind: str, payload: Any) -> Any:
         return asdict(payload)
     if kind == "gate":
         limits, status, error, current = payload
-        return {"limits": limits, "status": status, "error": error, "current": current}
+        return {
+            "limits": limits if limits in (None, SAME_LIMITS) else limits.to_json(),
+            "status": None if status is None else status.to_json(),
+            "error": error,
+            "current": current,
+        }
     if kind == "event":
         e: Event = payload
         return {"t": e.time, "level": e.level, "text": e.text}
@@ -146,7 +154,14 @@ def decode_payload(kind: str, data: Any) -> Any:
         if kind == "host":
             return HostSample(**data)
         if kind == "gate":
-            return (data["limits"], data["status"], data["error"], bool(data["current"]))
+            # As the gate answered, read as the client reads it (an older gate's lacks keys).
+            limits, status = data["limits"], data["status"]
+            return (
+                limits if limits in (None, SAME_LIMITS) else Limits.from_json(limits),
+                None if status is None else GateStatus.from_json(status),
+                data["error"],
+                bool(data["current"]),
+            )
         if kind == "event":
             if not plausible_wall(data["t"]):
                 raise ValueError(f"an event at {str(data['t'])[:40]} is at no date")

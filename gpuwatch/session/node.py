@@ -16,11 +16,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gpuwatch import polling
+from gpuwatch.adminapi import Limits, LimitValue
 from gpuwatch.alerts.node import NodeAlerts, node_alerts
 from gpuwatch.config import DEFAULT_THEME, AlertSettings, ScrapeSettings
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
-from gpuwatch.control.steering import Limits, Severity, Steering
+from gpuwatch.control.steering import Severity, Steering
 from gpuwatch.monitor.state import EventLevel, Monitor
 from gpuwatch.record.player import Player
 from gpuwatch.sources.nvml import NvmlReader
@@ -70,7 +71,7 @@ class SteeringUI(Protocol):
 
     async def confirm(self, title: str, details: list[str]) -> bool: ...
 
-    async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, Any] | None:
+    async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         """The operator's changes to ``lane`` of the gate at ``gate``, or None."""
 
     def changed(self) -> None: ...
@@ -90,7 +91,7 @@ class Unshown:
     async def confirm(self, title: str, details: list[str]) -> bool:
         return False
 
-    async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, Any] | None:
+    async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         return None
 
     def changed(self) -> None:
@@ -121,8 +122,8 @@ class NodeView:
 
     def tenants(self, lane: str) -> list[str]:
         gate = self.session.monitor.gate
-        shown = gate.lanes.get(lane, {}).get("tenants", []) if gate else []
-        return [t["id"] for t in shown if isinstance(t, dict) and isinstance(t.get("id"), str)]
+        live = gate.lanes.get(lane) if gate else None
+        return [t.id for t in live.tenants] if live else []
 
     def notify(self, text: str, severity: Severity = "information") -> None:
         self.session.ui.notify(text, severity)
@@ -130,7 +131,7 @@ class NodeView:
     async def confirm(self, title: str, details: list[str]) -> bool:
         return await self.session.ui.confirm(title, details)
 
-    async def edit_form(self, lane: str, limits: Limits) -> dict[str, Any] | None:
+    async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         gate = self.session.monitor.gate
         return await self.session.ui.edit_form(gate.url if gate else "?", lane, limits)
 

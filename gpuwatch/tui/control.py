@@ -14,7 +14,8 @@ from typing import Any
 
 from textual.screen import Screen
 
-from gpuwatch.control.steering import Limits, Severity
+from gpuwatch.adminapi import Limits, LimitValue
+from gpuwatch.control.steering import Severity
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
 
@@ -52,7 +53,7 @@ class DashboardControl:
     async def confirm(self, title: str, details: list[str]) -> bool:
         return bool(await self._ask(ConfirmationModal(title, details)))
 
-    async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, Any] | None:
+    async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         changes = await self._ask(EditLimits(gate, lane, limits))
         return changes if isinstance(changes, dict) else None
 

@@ -123,7 +123,7 @@ async def test_one_query_per_signal_whatever_the_fleet_size(rig: Fleet) -> None:
 async def test_a_change_to_two_marked_gates_applies_to_both_each_audited(rig: Fleet) -> None:
     change = FleetChange(Guard(), actor="fleet-test")
     read = await change.read(gates_of(rig))
-    before = {p.gate.node: p.before["lanes"]["chat"]["max_inflight"] for p in read}
+    before = {p.gate.node: p.before.lanes["chat"].max_inflight for p in read}
     planned = change.plan(read, [("chat", "max_inflight", lambda v: v + 1)])
     shown = [line for p in planned for line in p.summary()]
     for p in planned:

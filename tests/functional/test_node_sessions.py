@@ -38,9 +38,9 @@ async def test_live_dashboard_from_its_factory_steers_the_gate(stack) -> None:  
         await eventually(lambda: "UP" in text(app, "#engines"), 20, pause=pilot.pause)
         before = await client.limits()
         await pilot.press("plus")
-        after = await wait_version(pilot, client, before["version"] + 1)
-        chat = before["lanes"]["chat"]["max_inflight"]
-        assert after["lanes"]["chat"]["max_inflight"] == chat + 1
+        after = await wait_version(pilot, client, before.version + 1)
+        chat = before.lanes["chat"].max_inflight
+        assert after.lanes["chat"].max_inflight == chat + 1
         await settled(pilot, app)
         assert any("max_inflight" in e.text for e in session.monitor.events)
     # The screen went with the app: its pollers stopped, the session no longer shown.

@@ -113,14 +113,14 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
         live.append(screen(app))
 
         # 3: after a limit change from the keys: the gate's answer, its event, the new limits.
-        before = m.gate.limits["lanes"]["chat"]["max_inflight"] if m.gate and m.gate.limits else 0
+        before = m.gate.limits.lanes["chat"].max_inflight if m.gate and m.gate.limits else 0
         await pilot.press("plus")
 
         def changed() -> bool:
             limits = m.gate.limits if m.gate else None
             return bool(
                 limits
-                and limits["lanes"]["chat"]["max_inflight"] == before + 1
+                and limits.lanes["chat"].max_inflight == before + 1
                 and not session.steering.pending_lines()
                 and any("max_inflight" in e.text for e in m.events)
             )

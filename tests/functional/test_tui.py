@@ -291,9 +291,10 @@ async def test_audit_trail_shows_foreign_actors_escaped() -> None:
     """An actor saved by an older gate may hold bidi overrides: one escaped line on screen."""
     from textual.widgets import DataTable
 
+    from gpuwatch.adminapi import AuditEntry, LimitsPatch
     from gpuwatch.tui.screens.audit import AuditScreen
 
-    entry = {"time": 0, "version": 2, "actor": "mallory\u202e@box\nx", "change": {"paused": True}}
+    entry = AuditEntry(0, "mallory\u202e@box\nx", 2, LimitsPatch(paused=True))
     app = GpuwatchApp(live_session(DashboardOptions(urls=[])))
     async with app.run_test(size=(120, 30)) as pilot:
         await app.push_screen(AuditScreen([entry]))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from textual.widgets import Button
 
+from gpuwatch.adminapi import Limits, LimitsPatch
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.gate.config import GateConfig
@@ -101,10 +102,10 @@ async def confirm_shown(pilot, app: GpuwatchApp) -> ConfirmationModal:  # type: 
     return app.screen  # type: ignore[return-value]
 
 
-async def wait_version(pilot, client: GateClient, version: int) -> dict:  # type: ignore[no-untyped-def]
-    async def reached() -> dict | None:
+async def wait_version(pilot, client: GateClient, version: int) -> Limits:  # type: ignore[no-untyped-def]
+    async def reached() -> Limits | None:
         limits = await client.limits()
-        return limits if limits["version"] >= version else None
+        return limits if limits.version >= version else None
 
     # A wide deadline: a condition, so it costs nothing when the change comes at once.
     return await eventually(reached, 30, pause=pilot.pause, message=f"version {version} never came")
@@ -138,12 +139,12 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
             version += 1
             limits = await wait_version(pilot, client, version)
             for k, v in expected.items():
-                assert limits["lanes"]["chat"][k] == v, (key, k, limits["lanes"]["chat"][k])
+                assert limits.lanes["chat"].value(k) == v, (key, k, limits.lanes["chat"].value(k))
         # Lane selection: 2 picks embed, tab goes on to image.
         await pilot.press("2", "plus")
         limits = await wait_version(pilot, client, version + 1)
         assert (
-            limits["lanes"]["embed"]["max_inflight"] == 33
+            limits.lanes["embed"].max_inflight == 33
             and app.session.steering.selected_lane == "embed"
         )
         await pilot.press("tab")
@@ -151,12 +152,12 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
         # The panel shows what the server answered.
         await eventually(
             pause=pilot.pause,
-            condition=lambda: app.session.monitor.gate.limits["version"] == version + 1,
+            condition=lambda: app.session.monitor.gate.limits.version == version + 1,
         )
         assert "33/32" not in text(app, "#admission") and "0/33" in text(app, "#admission")
         assert "tokens 0/256k" in text(app, "#admission")  # chat's budget, as the gate has it
         entries = await client.audit(50)
-        assert len(entries) == len(steps) + 1 and all("@" in e["actor"] for e in entries)
+        assert len(entries) == len(steps) + 1 and all("@" in e.actor for e in entries)
 
 
 async def test_key_presses_in_quick_succession_are_one_patch(stack) -> None:
@@ -168,13 +169,10 @@ async def test_key_presses_in_quick_succession_are_one_patch(stack) -> None:
         await pilot.press("plus", "plus", "plus", "plus", "plus", "right_square_bracket")
         limits = await wait_version(pilot, client, 2)
         await settled(pilot, app)
-        assert (await client.limits())["version"] == 2  # one PATCH, not six
-        assert (
-            limits["lanes"]["chat"]["max_inflight"] == 21
-            and limits["lanes"]["chat"]["max_queue"] == 72
-        )
+        assert (await client.limits()).version == 2  # one PATCH, not six
+        assert limits.lanes["chat"].max_inflight == 21 and limits.lanes["chat"].max_queue == 72
         [entry] = await client.audit(10)
-        assert entry["change"] == {"lanes": {"chat": {"max_inflight": 21, "max_queue": 72}}}
+        assert entry.change.to_json() == {"lanes": {"chat": {"max_inflight": 21, "max_queue": 72}}}
 
 
 async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
@@ -192,18 +190,18 @@ async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
         )
         await settled(pilot, app)
         limits = await client.limits()
-        assert limits["version"] == 1 and limits["paused"] is False
+        assert limits.version == 1 and limits.paused is False
         assert any("change cancelled" in e.text for e in app.session.monitor.events)
         # Now apply it.
         await pilot.press("p")
         await confirm_shown(pilot, app)
         await pilot.click("#apply")
         limits = await wait_version(pilot, client, 2)
-        assert limits["paused"] is True
+        assert limits.paused is True
         await eventually(pause=pilot.pause, condition=lambda: "PAUSED" in text(app, "#admission"))
         await pilot.press("p")  # resuming does not ask
         limits = await wait_version(pilot, client, 3)
-        assert limits["paused"] is False
+        assert limits.paused is False
 
 
 async def test_cutting_a_lane_by_more_than_half_asks_first(stack) -> None:
@@ -220,7 +218,7 @@ async def test_cutting_a_lane_by_more_than_half_asks_first(stack) -> None:
         assert "chat.max_inflight 8 -> 2" in details and served.url in details
         await pilot.press("escape")
         await settled(pilot, app)
-        assert (await client.limits())["lanes"]["chat"]["max_inflight"] == 8
+        assert (await client.limits()).lanes["chat"].max_inflight == 8
 
 
 async def test_read_only_refuses_and_sends_nothing(stack) -> None:
@@ -245,8 +243,10 @@ async def test_read_only_refuses_and_sends_nothing(stack) -> None:
             and app.session.steering.client.guard is app.session.guard
         )
         with pytest.raises(ReadOnlyError):
-            await app.session.steering.client.patch({"paused": True}, if_match=1)
-    assert (await client.limits())["version"] == 1
+            await app.session.steering.client.patch(
+                LimitsPatch.from_json({"paused": True}), if_match=1
+            )
+    assert (await client.limits()).version == 1
     assert await client.audit(10) == []
 
 
@@ -260,7 +260,9 @@ async def test_concurrent_change_gives_409_and_refreshes(stack) -> None:
         app.session.steering.coalesce_s = 60.0
         await pilot.press("plus")
         assert app.session.steering.pending_lines()  # made, not sent
-        await client.patch({"lanes": {"chat": {"max_inflight": 40}}})  # someone else, first
+        await client.patch(
+            LimitsPatch.from_json({"lanes": {"chat": {"max_inflight": 40}}})
+        )  # someone else, first
         app.session.steering.flush()  # what the coalescing timer does when it fires
         await eventually(
             pause=pilot.pause,
@@ -269,11 +271,9 @@ async def test_concurrent_change_gives_409_and_refreshes(stack) -> None:
             ),
         )
         limits = await client.limits()
-        assert (
-            limits["version"] == 2 and limits["lanes"]["chat"]["max_inflight"] == 40
-        )  # not overwritten
+        assert limits.version == 2 and limits.lanes["chat"].max_inflight == 40  # not overwritten
         await eventually(
-            pause=pilot.pause, condition=lambda: app.session.monitor.gate.limits["version"] == 2
+            pause=pilot.pause, condition=lambda: app.session.monitor.gate.limits.version == 2
         )
         await eventually(pause=pilot.pause, condition=lambda: "40" in text(app, "#admission"))
 
@@ -287,14 +287,14 @@ async def test_undo_restores(stack) -> None:
         await pilot.press("plus", "plus", "o")
         limits = await wait_version(pilot, client, 2)
         assert (
-            limits["lanes"]["chat"]["max_inflight"],
-            limits["lanes"]["chat"]["max_output_tokens"],
+            limits.lanes["chat"].max_inflight,
+            limits.lanes["chat"].max_output_tokens,
         ) == (18, 4096)
         await pilot.press("u")
         limits = await wait_version(pilot, client, 3)
         assert (
-            limits["lanes"]["chat"]["max_inflight"],
-            limits["lanes"]["chat"]["max_output_tokens"],
+            limits.lanes["chat"].max_inflight,
+            limits.lanes["chat"].max_output_tokens,
         ) == (16, None)
         entries = await client.audit(10)
         assert len(entries) == 2  # the undo is a change of its own, audited
@@ -355,13 +355,13 @@ async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
         await pilot.pause()
         await pilot.click("#apply")
         limits = await wait_version(pilot, client, 2)
-        chat = limits["lanes"]["chat"]
-        assert chat["max_inflight"] == 12 and chat["max_output_tokens"] == 700
-        assert chat["max_queue_wait_s"] == 1.5
-        assert chat["upstream_first_byte_timeout_s"] == 120.0
-        assert chat["upstream_idle_timeout_s"] is None
+        chat = limits.lanes["chat"]
+        assert chat.max_inflight == 12 and chat.max_output_tokens == 700
+        assert chat.max_queue_wait_s == 1.5
+        assert chat.upstream_first_byte_timeout_s == 120.0
+        assert chat.upstream_idle_timeout_s is None
         [entry] = await client.audit(10)
-        assert entry["change"] == {
+        assert entry.change.to_json() == {
             "lanes": {
                 "chat": {
                     "max_inflight": 12,
@@ -384,12 +384,12 @@ async def test_wrong_token_shows_the_401_reason(stack) -> None:
         assert any("HTTP 401" in e.text for e in app.session.monitor.events)
         await pilot.press("plus")
         await settled(pilot, app)
-    assert (await client.limits())["version"] == 1
+    assert (await client.limits()).version == 1
 
 
 async def test_lowering_max_inflight_under_load_lowers_running_within_two_polls(stack) -> None:
     node, sim, gate, served, client = stack
-    await client.patch({"lanes": {"chat": {"max_inflight": 8}}})
+    await client.patch(LimitsPatch.from_json({"lanes": {"chat": {"max_inflight": 8}}}))
     app = GpuwatchApp(
         live_session(
             DashboardOptions(

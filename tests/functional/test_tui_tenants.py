@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 from textual.widgets import Select
 
+from gpuwatch.adminapi import TenantLimits
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER
@@ -54,19 +55,19 @@ async def test_tenants_shown_and_steered_from_the_keyboard(tmp_path: Path) -> No
             client = GateClient(r.url, None, Guard())
             try:
                 limits = await wait_version(pilot, client, 2)  # the pause
-                assert limits["tenants"] == {"acme": {"paused": True, "max_inflight": None}}
+                assert limits.tenants == {"acme": TenantLimits(paused=True, max_inflight=None)}
                 await pilot.press("c")
                 limits = await wait_version(pilot, client, 3)
-                assert limits["tenants"]["acme"] == {"paused": True, "max_inflight": 32}
+                assert limits.tenants["acme"] == TenantLimits(paused=True, max_inflight=32)
                 await pilot.press("u")
                 limits = await wait_version(pilot, client, 4)
-                assert limits["tenants"]["acme"] == {"paused": True, "max_inflight": None}
+                assert limits.tenants["acme"] == TenantLimits(paused=True, max_inflight=None)
                 await eventually(
                     lambda: "paused" in text(app, "#admission").split("tenants")[1],
                     pause=pilot.pause,
                 )
                 audit = await client.audit(3)
-                assert [e["version"] for e in audit] == [4, 3, 2]
+                assert [e.version for e in audit] == [4, 3, 2]
             finally:
                 await client.close()
         for _ in tasks:
@@ -116,8 +117,8 @@ async def test_edit_form_sets_the_image_lanes_caps(tmp_path: Path) -> None:
                 limits = await wait_version(pilot, client, 2)
             finally:
                 await client.close()
-        image = limits["lanes"]["image"]
-        assert (image["max_steps"], image["max_pixels"], image["media_policy"]) == (
+        image = limits.lanes["image"]
+        assert (image.max_steps, image.max_pixels, image.media_policy) == (
             30,
             1048576,
             "reject",

@@ -59,13 +59,13 @@ def test_classes_and_tenants(snap_compare, size: tuple[int, int]) -> None:  # ty
     chat = sc.monitor.gate.lanes["chat"]
     # The status is the gate's own: refusals by class add up to the lane's, batch is shed.
     by_class: Counter[str] = Counter()
-    for data in chat["classes"].values():
-        by_class.update(data["rejected_total"])
-    assert by_class == Counter(chat["rejected_total"]) and by_class["evicted"] > 0
+    for data in chat.classes.values():
+        by_class.update(data.rejected_total)
+    assert by_class == Counter(chat.rejected_total) and by_class["evicted"] > 0
     # Batch is shed first; the rest of the evictions take places from the tenant holding the
     # most of the full queue (the noisy one), never from a class above the arrival's.
-    assert chat["classes"]["sheddable"]["rejected_total"]["evicted"] > 0
-    assert {t["tenant"] for t in chat["tenants"]} <= {"noisy", *(f"t0{k}" for k in range(1, 7))}
+    assert chat.classes["sheddable"].rejected_total["evicted"] > 0
+    assert {t.tenant for t in chat.tenants} <= {"noisy", *(f"t0{k}" for k in range(1, 7))}
     assert snap_compare(scenario.app_for(sc), terminal_size=size, run_before=_paint)
 
 

@@ -32,9 +32,9 @@ def test_a_record_appended_late_does_not_hide_the_window() -> None:
     late = lane.start(arrived=930.0)
     late.ttft_s, late.e2e_s = 0.2, 80.0
     summary = lane.summary(60)
-    assert summary["requests"] == 10 and summary["ttft"]["count"] == 10
-    assert lane.goodput(60, 1.0, None)["ended"] == 10
-    assert lane.summary(300)["requests"] == 11
+    assert summary.requests == 10 and summary.ttft.count == 10
+    assert lane.goodput(60, 1.0, None).ended == 10
+    assert lane.summary(300).requests == 11
 
 
 def test_the_itl_sketch_is_within_its_relative_accuracy() -> None:
@@ -47,11 +47,11 @@ def test_the_itl_sketch_is_within_its_relative_accuracy() -> None:
         sketch.add(gaps[i : i + 500])
     summary = sketch.summary(120)
     ordered = sorted(gaps)
-    assert summary["count"] == 20000 and summary["max"] == ordered[-1]
+    assert summary.count == 20000 and summary.max == ordered[-1]
     for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
         exact = sample_quantile(ordered, q)
         # Rank by the nearest sample, value within ALPHA (plus the one-rank difference).
-        assert summary[name] == pytest.approx(exact, rel=ALPHA + 0.005)
+        assert getattr(summary, name) == pytest.approx(exact, rel=ALPHA + 0.005)
 
 
 def test_answers_are_reused_for_a_second_and_the_cache_stays_small() -> None:
@@ -68,7 +68,7 @@ def test_answers_are_reused_for_a_second_and_the_cache_stays_small() -> None:
     clock.t += 2
     lane.goodput(60, 1.0, None)
     assert lane.cached_answers == 1
-    assert lane.summary(60)["requests"] == 2
+    assert lane.summary(60).requests == 2
 
 
 async def test_a_report_is_one_computation_however_many_ask() -> None:
@@ -83,10 +83,10 @@ async def test_a_report_is_one_computation_however_many_ask() -> None:
     staying = asyncio.create_task(lane.report(None, None))
     leaving.cancel()
     answer = await staying
-    assert answer["latency"]["1m"]["ttft"]["count"] == 1000
+    assert answer.latency["1m"].ttft.count == 1000
     assert await lane.report(None, None) is answer  # reused within the second
     other = await lane.report(0.5, None)  # another SLO: its own computation
-    assert other["goodput"]["1m"]["good"] == 501 and lane.cached_answers == 2
+    assert other.goodput["1m"].good == 501 and lane.cached_answers == 2
 
 
 def test_a_view_does_not_change_with_the_record() -> None:
@@ -97,5 +97,5 @@ def test_a_view_does_not_change_with_the_record() -> None:
     view = lane.view()
     lane.start().e2e_s = 0.2
     lane.itl.add([0.02])
-    assert view.summary(60)["requests"] == 1 and view.summary(60)["itl"]["count"] == 1
-    assert lane.view().summary(60)["itl"]["count"] == 2
+    assert view.summary(60).requests == 1 and view.summary(60).itl.count == 1
+    assert lane.view().summary(60).itl.count == 2

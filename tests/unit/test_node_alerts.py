@@ -4,8 +4,7 @@ and goodput from the gate's histogram and refusals."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from gpuwatch.adminapi import GateStatus, LaneStatus, Limits
 from gpuwatch.alerts.node import NodeAlerts, node_alerts
 from gpuwatch.config import AlertSettings
 from gpuwatch.model import EngineSnapshot, Histogram, ScrapeResult
@@ -96,9 +95,9 @@ def test_a_histogram_without_the_bound_is_not_judged() -> None:
     assert alerts.budget_segments() == []
 
 
-def gate_status(refused: int) -> dict[str, Any]:
-    lane = {"inflight": 1, "queued": 0, "rejected_total": {"queue_full": refused}}
-    return {"version": 1, "paused": False, "lanes": {"chat": lane}}
+def gate_status(refused: int) -> GateStatus:
+    lane = LaneStatus(inflight=1, queued=0, rejected_total={"queue_full": refused})
+    return GateStatus(1, False, {"chat": lane})
 
 
 def test_goodput_is_the_gates_answers_in_time_over_all_that_arrived() -> None:
@@ -114,7 +113,7 @@ def test_goodput_is_the_gates_answers_in_time_over_all_that_arrived() -> None:
         hist = Histogram(((1.694, answered), (float("inf"), answered)), None, answered)
         snap = EngineSnapshot(GATE, "gate", None, histograms={"ttft": hist})
         m.apply_scrape(ScrapeResult(GATE, [snap]))
-        m.apply_gate({"version": 1, "paused": False, "lanes": {}}, gate_status(refused))
+        m.apply_gate(Limits(1, False), gate_status(refused))
         texts += alerts.tick()
     assert any(t.startswith("ALERT LLMGoodputErrorBudgetBurn critical (1m & 5s)") for t in texts)
     short = alerts.to_json()["goodput"]["tiers"][0]["burn_5s"]

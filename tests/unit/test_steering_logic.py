@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.adminapi import LaneLimits, Limits, LimitsPatch
 from gpuwatch.control.steering import (
     BUDGET_STEPS,
     describe,
@@ -12,14 +13,16 @@ from gpuwatch.control.steering import (
     step_output,
 )
 
-LIMITS = {
-    "version": 3,
-    "paused": False,
-    "lanes": {
-        "chat": {"max_inflight": 16, "max_queue": 64, "max_output_tokens": None},
-        "embed": {"max_inflight": 32, "max_queue": 256, "max_output_tokens": None},
-    },
-}
+LIMITS = Limits.from_json(
+    {
+        "version": 3,
+        "paused": False,
+        "lanes": {
+            "chat": {"max_inflight": 16, "max_queue": 64, "max_output_tokens": None},
+            "embed": {"max_inflight": 32, "max_queue": 256, "max_output_tokens": None},
+        },
+    }
+)
 
 
 @pytest.mark.parametrize(
@@ -64,17 +67,20 @@ def test_keys_fold_into_one_patch_with_only_what_changed() -> None:
         ("chat", "max_queue", lambda v: v + 8),  # back where it was: not in the patch
         ("", "paused", lambda v: not v),
     ]
-    assert patch_from(LIMITS, ops) == {"paused": True, "lanes": {"chat": {"max_inflight": 18}}}
+    assert patch_from(LIMITS, ops).to_json() == {
+        "paused": True,
+        "lanes": {"chat": {"max_inflight": 18}},
+    }
 
 
 def test_describe_and_revert() -> None:
-    patch = {"paused": True, "lanes": {"chat": {"max_inflight": 8, "max_output_tokens": 512}}}
+    patch = LimitsPatch(True, {"chat": {"max_inflight": 8, "max_output_tokens": 512}})
     assert describe(LIMITS, patch) == [
         "paused false -> true",
         "chat.max_inflight 16 -> 8",
         "chat.max_output_tokens none -> 512",
     ]
-    assert revert_of(LIMITS, patch) == {
+    assert revert_of(LIMITS, patch).to_json() == {
         "paused": False,
         "lanes": {"chat": {"max_inflight": 16, "max_output_tokens": None}},
     }
@@ -89,23 +95,20 @@ def test_the_budget_keys_step_over_their_own_steps() -> None:
 
 
 def test_a_patch_for_a_key_an_older_gate_lacks() -> None:
-    base = {"paused": False, "lanes": {"chat": {"max_inflight": 4}}}
+    base = Limits.from_json({"version": 1, "lanes": {"chat": {"max_inflight": 4}}})
     ops = [("chat", "max_inflight_tokens", lambda v: step_output(v, True, BUDGET_STEPS))]
     patch = patch_from(base, ops)
-    assert patch == {"lanes": {"chat": {"max_inflight_tokens": 512_000}}}
+    assert patch.to_json() == {"lanes": {"chat": {"max_inflight_tokens": 512_000}}}
     assert describe(base, patch) == ["chat.max_inflight_tokens none -> 512000"]
-    assert revert_of(base, patch) == {"lanes": {"chat": {"max_inflight_tokens": None}}}
+    assert revert_of(base, patch).to_json() == {"lanes": {"chat": {"max_inflight_tokens": None}}}
 
 
 def test_on_an_adaptive_lane_the_floor_follows_the_ceiling_down() -> None:
-    base = {
-        "version": 1,
-        "paused": False,
-        "lanes": {"chat": {"max_inflight": 6, "min_inflight": 4, "policy": "adaptive"}},
-    }
+    adaptive = LaneLimits(max_inflight=6, min_inflight=4, policy="adaptive")
+    base = Limits(1, False, {"chat": adaptive})
     down = [("chat", "max_inflight", lambda v: v - 3)]
-    assert patch_from(base, down) == {"lanes": {"chat": {"max_inflight": 3, "min_inflight": 3}}}
+    assert patch_from(base, down).lanes == {"chat": {"max_inflight": 3, "min_inflight": 3}}
     up = [("chat", "max_inflight", lambda v: v + 3)]
-    assert patch_from(base, up) == {"lanes": {"chat": {"max_inflight": 9}}}  # floor stays
-    static = {"version": 1, "paused": False, "lanes": {"chat": {"max_inflight": 6, "min_inflight": 4}}}  # fmt: skip
-    assert patch_from(static, down) == {"lanes": {"chat": {"max_inflight": 3}}}  # not judged
+    assert patch_from(base, up).lanes == {"chat": {"max_inflight": 9}}  # floor stays
+    static = Limits(1, False, {"chat": LaneLimits(max_inflight=6, min_inflight=4)})
+    assert patch_from(static, down).lanes == {"chat": {"max_inflight": 3}}  # not judged

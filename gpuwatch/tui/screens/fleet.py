@@ -324,9 +324,7 @@ class FleetScreen(Screen[None]):
 
     async def _edit_ops(self, read: list[Planned]) -> list[Op] | None:
         """The edit form on the first readable gate's lane; its values go to every gate."""
-        base = next(
-            (p for p in read if p.problem is None and self.lane in p.before.get("lanes", {})), None
-        )
+        base = next((p for p in read if p.problem is None and self.lane in p.before.lanes), None)
         if base is None:
             self.notify(f"no marked gate answered with a lane {self.lane}", severity="warning")
             return None

@@ -6,6 +6,7 @@ It fills the left column under the admission panel; at 80x24 the first lines are
 
 from __future__ import annotations
 
+from gpuwatch.adminapi import LatencyWindow
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.monitor.figures import TtftBreakdown
 from gpuwatch.monitor.health import SIGNALS, badness
@@ -56,15 +57,11 @@ def goodput_line(users: UsersView, target: float | None) -> str:
     )
 
 
-def tail_row(lane: str, t: dict[str, object]) -> str:
-    def p(kind: str, name: str) -> str:
-        part = t.get(kind)
-        return seconds(part.get(name)) if isinstance(part, dict) else seconds(None)
-
+def tail_row(lane: str, t: LatencyWindow) -> str:
     return (
-        f" {escape(lane):<8}{t.get('requests', 0)!s:>6} {p('ttft', 'p50'):>9}"
-        f"{p('ttft', 'p99'):>7}{p('ttft', 'max'):>7}{p('queue_wait', 'p99'):>10}"
-        f"{p('itl', 'p99'):>8}{p('e2e', 'p99'):>8}"
+        f" {escape(lane):<8}{t.requests!s:>6} {seconds(t.ttft.p50):>9}"
+        f"{seconds(t.ttft.p99):>7}{seconds(t.ttft.max):>7}{seconds(t.queue_wait.p99):>10}"
+        f"{seconds(t.itl.p99):>8}{seconds(t.e2e.p99):>8}"
     )
 
 
