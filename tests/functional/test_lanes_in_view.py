@@ -6,6 +6,7 @@ node (chat, embeddings, an image burst) with its gate scraped as an engine too."
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from textual.pilot import Pilot
@@ -59,7 +60,7 @@ def lanes_in_view(app: GpuwatchApp) -> list[str]:
     )
     gate = app.session.monitor.gate
     assert gate is not None and gate.limits is not None
-    lanes = list(gate.limits["lanes"])
+    lanes = list(gate.limits.lanes)
     # Every lane has its row in the panel's text, which the panel shows whole.
     rows = content(panel.markup).plain.splitlines()
     return [lane for lane in lanes if any(row.startswith(f" {lane} ") for row in rows)]
@@ -119,9 +120,8 @@ async def test_a_lane_added_at_the_gate_pushes_the_engines_not_the_lanes(
 
     async def gate_with(more: tuple[str, ...]) -> int | None:
         limits, status = scenario.gate_state(8, 64, 256, 0, {})
-        for name in more:
-            limits["lanes"][name] = dict(limits["lanes"]["embed"])
-            status["lanes"][name] = dict(status["lanes"]["embed"])
+        limits = replace(limits, lanes={**limits.lanes, **{n: limits.lanes["embed"] for n in more}})
+        status = replace(status, lanes={**status.lanes, **{n: status.lanes["embed"] for n in more}})
         monitor.apply_gate(limits, status)
         dashboard(app).repaint()
         await _painted(app, pilot)
