@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from typing import Any, ClassVar, TypeAlias, TypeVar
+from typing import Any, ClassVar, TypeAlias, TypeVar, cast
 
 from gpuwatch.errors import GpuwatchError
 
@@ -149,8 +149,7 @@ class _Doc:
 
     def carried(self, key: str) -> Json:
         """A value carried as it is: it was JSON, so it is JSON."""
-        value: Any = self.data.get(key)
-        return value
+        return cast("Json", self.data.get(key))
 
 
 def _items(d: _Doc, key: str) -> list[_Doc]:

@@ -96,8 +96,10 @@ async def fetch_model(session: aiohttp.ClientSession, url: str) -> str:
                 )
             data = await resp.json()
             if data.get("data"):
-                return data["data"][0]["id"]
-            return data["models"][0]["model"]  # llama.cpp's own list, when "data" is empty
+                model: str = data["data"][0]["id"]
+            else:  # llama.cpp's own list, when "data" is empty
+                model = data["models"][0]["model"]
+            return model
     except aiohttp.ClientConnectorError as exc:
         raise NothingListening(f"nothing listening at {url} (connection refused)") from exc
     except (aiohttp.ClientError, KeyError, IndexError, ValueError, TypeError) as exc:

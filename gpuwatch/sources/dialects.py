@@ -317,6 +317,9 @@ def _model_of(labels: Mapping[str, str]) -> str | None:
     return None
 
 
+_LabelSet = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
+
+
 def _engine_key(labels: Mapping[str, str], skip: Iterable[str]) -> tuple[tuple[str, str], ...]:
     dropped = {*MODEL_LABELS, *REPLICA_LABELS, *skip}
     return tuple(sorted((k, v) for k, v in labels.items() if k not in dropped))
@@ -342,7 +345,7 @@ def _collapse(
     """Aggregate samples to {model: {extra-key: value}}; extra-key is ``le`` for buckets."""
     skip = tuple(skip)
     # (model, engine, extra) -> {replica: value}
-    grouped: dict[tuple, dict[tuple, float]] = defaultdict(dict)
+    grouped: dict[tuple[str | None, _LabelSet, str], dict[_LabelSet, float]] = defaultdict(dict)
     for s in samples:
         key, replica = _group_of(tuple(s.labels.items()), skip)
         grouped[key][replica] = s.value
@@ -453,7 +456,7 @@ def _label_value(
     samples: Iterable[Sample], label: str, warnings: list[str]
 ) -> dict[str | None, float]:
     """A numeric label value per model, summed over engines (each engine has its own pool)."""
-    out: dict[str | None, dict[tuple, float]] = defaultdict(dict)
+    out: dict[str | None, dict[_LabelSet, float]] = defaultdict(dict)
     for s in samples:
         try:
             value = float(s.labels[label])
@@ -469,7 +472,7 @@ def _label_value(
     return {model: _sum_or_same(label, vals) for model, vals in out.items()}
 
 
-def _sum_or_same(label: str, values: dict[tuple, float]) -> float:
+def _sum_or_same(label: str, values: dict[_LabelSet, float]) -> float:
     # A block size is per engine and the same everywhere; a block count adds up across engines.
     return max(values.values()) if label == "block_size" else sum(values.values())
 

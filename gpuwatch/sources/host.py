@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 import psutil
 
@@ -46,7 +48,8 @@ def pid_listening_on(port: int) -> int | None:
         return None
     for conn in conns:
         if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
-            return conn.pid
+            pid: int | None = conn.pid  # psutil has no type information here
+            return pid
     return None
 
 
@@ -97,10 +100,11 @@ class ProcessTable:
         return info
 
 
+T = TypeVar("T")
 _Names = tuple[str | None, str | None, str | None, ContainerInfo | None]
 
 
-def _safe(fn):
+def _safe(fn: Callable[[], T]) -> T | None:
     try:
         return fn()
     except (psutil.AccessDenied, psutil.ZombieProcess, KeyError):

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pynvml
@@ -397,6 +397,14 @@ def checked_state(state: Any) -> Mapping[str, Any]:
 
 
 _MAX_STATE_BYTES = 4 * 1024 * 1024
+_T = TypeVar("_T")
+
+
+def _field(device: Mapping[str, Any], key: str, default: _T) -> _T:
+    """A device's field, or ``default``: checked_state (or the test that wrote the dict) made
+    it of the default's type."""
+    value: _T = device.get(key, default)
+    return value
 
 
 class SimGpuSource:
@@ -465,7 +473,8 @@ class FakeNvml:
         if handle is None:
             return {}
         index = handle.gpu if isinstance(handle, _MigHandle) else handle
-        device = gpu = self._now()["gpus"][index]
+        gpu: Mapping[str, Any] = self._now()["gpus"][index]
+        device = gpu
         if gpu.get("error"):
             raise pynvml.NVMLError(_FAKE_ERRORS[gpu["error"]])
         if isinstance(handle, _MigHandle):
@@ -502,12 +511,12 @@ class FakeNvml:
             # As NVML names a MIG device: the GPU's name, "MIG", the profile.
             parent = self._now()["gpus"][h.gpu].get("name", "Fake GPU")
             return f"{parent} MIG {device.get('profile', '1g.10gb')}"
-        return device.get("name", "Fake GPU")
+        return _field(device, "name", "Fake GPU")
 
     def nvmlDeviceGetUUID(self, h: int | _MigHandle) -> str:
         device = self._enter("nvmlDeviceGetUUID", h)
         fallback = f"MIG-fake-{h.gpu}-{h.slot}" if isinstance(h, _MigHandle) else f"GPU-fake-{h}"
-        return device.get("uuid", fallback)
+        return _field(device, "uuid", fallback)
 
     def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
         on = int("mig" in self._enter("nvmlDeviceGetMigMode", h))
@@ -515,7 +524,7 @@ class FakeNvml:
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
         g = self._enter("nvmlDeviceGetMaxMigDeviceCount", h)
-        return g.get("mig_max", max(7, len(g["mig"]))) if "mig" in g else 0
+        return _field(g, "mig_max", max(7, len(g["mig"]))) if "mig" in g else 0
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, slot: int) -> _MigHandle:
         g = self._enter("nvmlDeviceGetMigDeviceHandleByIndex", h)
@@ -525,10 +534,12 @@ class FakeNvml:
         return _MigHandle(h, slot)
 
     def nvmlDeviceGetGpuInstanceId(self, h: _MigHandle) -> int:
-        return self._enter("nvmlDeviceGetGpuInstanceId", h)["gpu_instance_id"]
+        gi: int = self._enter("nvmlDeviceGetGpuInstanceId", h)["gpu_instance_id"]
+        return gi
 
     def nvmlDeviceGetComputeInstanceId(self, h: _MigHandle) -> int:
-        return self._enter("nvmlDeviceGetComputeInstanceId", h)["compute_instance_id"]
+        ci: int = self._enter("nvmlDeviceGetComputeInstanceId", h)["compute_instance_id"]
+        return ci
 
     def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> _Struct:
         g = self._enter("nvmlDeviceGetMemoryInfo", h)
@@ -544,7 +555,7 @@ class FakeNvml:
         return _Struct(gpu=g.get("utilization_gpu", 0), memory=g.get("utilization_memory", 0))
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
-        return self._enter("nvmlDeviceGetTemperature", h).get("temperature_c", 40)
+        return _field(self._enter("nvmlDeviceGetTemperature", h), "temperature_c", 40)
 
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         return int(self._enter("nvmlDeviceGetPowerUsage", h).get("power_w", 50) * 1000)
@@ -556,13 +567,13 @@ class FakeNvml:
 
     def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
         g = self._enter("nvmlDeviceGetClockInfo", h)
-        return g.get("clock_sm_mhz" if clock == pynvml.NVML_CLOCK_SM else "clock_mem_mhz", 0)
+        return _field(g, "clock_sm_mhz" if clock == pynvml.NVML_CLOCK_SM else "clock_mem_mhz", 0)
 
     def nvmlDeviceGetFanSpeed(self, h: int) -> int:
-        return self._enter("nvmlDeviceGetFanSpeed", h).get("fan_percent", 30)
+        return _field(self._enter("nvmlDeviceGetFanSpeed", h), "fan_percent", 30)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
-        return self._enter("nvmlDeviceGetCurrentClocksEventReasons", h).get("throttle_mask", 0)
+        return _field(self._enter("nvmlDeviceGetCurrentClocksEventReasons", h), "throttle_mask", 0)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[_Struct]:
         g = self._enter("nvmlDeviceGetComputeRunningProcesses", h)

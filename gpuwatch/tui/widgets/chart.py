@@ -46,7 +46,7 @@ def nice_max(value: float) -> float:
     """A round axis top at or above ``value`` (1, 2, 2.5, 5 x 10^n)."""
     if value <= 0:
         return 1.0
-    exp = 10 ** int(f"{value:e}".split("e")[1])
+    exp: float = 10 ** int(f"{value:e}".split("e")[1])
     for m in (1, 2, 2.5, 5, 10):
         if value <= m * exp:
             return m * exp
@@ -107,6 +107,8 @@ def dot_heights(values: list[float | None], top: float, dots_h: int) -> list[int
 
 
 Column = tuple[tuple[int, str], ...]  # (braille bits, colour name) per row, top row first
+# (threshold dot's x or None, each series' (before, y0, y1) dot heights): what draws a column
+ColumnKey = tuple[int | None, tuple[tuple[int | None, int | None, int | None], ...]]
 
 
 class ColumnCache:
@@ -117,9 +119,9 @@ class ColumnCache:
     def __init__(self, rows: int, threshold_y: int | None) -> None:
         self.rows = rows
         self.threshold_y = threshold_y
-        self._columns: dict[tuple, Column] = {}
+        self._columns: dict[ColumnKey, Column] = {}
 
-    def column(self, key: tuple, colors: Sequence[str]) -> Column:
+    def column(self, key: ColumnKey, colors: Sequence[str]) -> Column:
         found = self._columns.get(key)
         if found is None:
             if len(self._columns) > 4096:  # bounded: heights that scrolled away are dropped
@@ -127,7 +129,7 @@ class ColumnCache:
             found = self._columns[key] = self._draw(key, colors)
         return found
 
-    def _draw(self, key: tuple, colors: Sequence[str]) -> Column:
+    def _draw(self, key: ColumnKey, colors: Sequence[str]) -> Column:
         dotted, heights = key
         rows = self.rows
         dots_h = rows * 4
@@ -212,9 +214,15 @@ class Chart(Widget):
     """
 
     def __init__(
-        self, title: str, fmt: Callable[[float], str] = lambda v: f"{v:.0f}", **kwargs
+        self,
+        title: str,
+        fmt: Callable[[float], str] = lambda v: f"{v:.0f}",
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(name=name, id=id, classes=classes)
         self.auto_links = False  # no links: Textual need not look for them in every row
         self.title = title
         self.fmt = fmt
@@ -223,12 +231,12 @@ class Chart(Widget):
         self.threshold: float | None = None
         self.floor_max: float = 0.0
         self._version = 0
-        self._key: tuple | None = None
+        self._key: tuple[int, int, int, str] | None = None
         self._strips: list[Strip] = []
         self.rebuilds = 0
-        self._style_key: tuple | None = None
+        self._style_key: tuple[str, tuple[str, ...]] | None = None
         self._style_map: dict[str, Style] = {}
-        self._bins_key: tuple | None = None
+        self._bins_key: tuple[float, tuple[str, ...]] | None = None
         self._bins: list[TimeBins] = []
         self._columns: ColumnCache | None = None
         self._top = 0.0

@@ -46,8 +46,10 @@ class FleetTable(ScrollView, can_focus=True):
     FleetTable { height: 1fr; }
     """
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self, *, name: str | None = None, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
         self.keys: list[RowKey] = []
         self.cells: list[tuple[str, ...]] = []
         self.levels: list[str] = []
