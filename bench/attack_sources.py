@@ -40,7 +40,7 @@ def page() -> str:
     )
 
 
-def gpu_state() -> dict:
+def gpu_state() -> dict[str, object]:
     proc = {"pid": 4242, "name": EVIL, "used_memory": 1 << 30}
     gpu = {
         "index": 0,

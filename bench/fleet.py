@@ -51,8 +51,8 @@ class SyntheticPrometheus:
         self.queries = 0
         self.rng = random.Random(1)
 
-    def _series(self, kind: str, at: float) -> list[dict]:
-        out = []
+    def _series(self, kind: str, at: float) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
         gates = kind == "gate"
         count = self.engines // 4 if gates else self.engines
         for i in range(count):

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -45,7 +46,8 @@ STREAM_CHUNKS = 32
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def run_upstream(port: int) -> None:
@@ -174,7 +176,10 @@ def wrk(url: str, seconds: int, body: str, connections: int = 64) -> float:
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if errors:
         raise RuntimeError(f"wrk saw {errors.group(1)} errors from {url}")
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if rate is None:
+        raise RuntimeError(f"wrk printed no Requests/sec for {url}")
+    return float(rate.group(1))
 
 
 async def fixed_rate(url: str, rate: float, seconds: float, stream: bool) -> list[float]:
@@ -291,7 +296,7 @@ def main() -> None:
             cpu_of = {n: psutil.Process(p.pid) for n, p in {**gates, "floor": floor}.items()}
             short = '{"prompt":"hi","max_tokens":8}'
             streamed = '{"prompt":"hi","max_tokens":32,"stream":true}'
-            rounds: list[dict] = []
+            rounds: list[Round] = []
             for _ in range(args.repeat):
                 rps_short, rps_stream, cpu_us = {}, {}, {}
                 for name, url in targets.items():
@@ -315,15 +320,8 @@ def main() -> None:
                     for n, u in targets.items()
                     if n != "nginx"
                 }
-                rounds.append(
-                    {
-                        "short": rps_short,
-                        "stream": rps_stream,
-                        "cpu": cpu_us,
-                        "latency": latency,
-                        "ttft": ttft,
-                    }
-                )
+                rates = {"short": rps_short, "stream": rps_stream, "cpu": cpu_us}
+                rounds.append(Round(rates, {"latency": latency, "ttft": ttft}))
         finally:
             for proc in procs:
                 proc.terminate()
@@ -336,9 +334,17 @@ def main() -> None:
     report(rounds, list(targets), list(trees), args.baseline)
 
 
-def report(rounds: list[dict], names: list[str], gates: list[str], baseline: str) -> None:
+@dataclass
+class Round:
+    """One round's numbers by kind, then by target."""
+
+    rates: dict[str, dict[str, float]]  # "short", "stream" (requests/s), "cpu" (us/request)
+    times: dict[str, dict[str, list[float]]]  # "latency", "ttft": each request's seconds
+
+
+def report(rounds: list[Round], names: list[str], gates: list[str], baseline: str) -> None:
     def med(kind: str, name: str) -> float:
-        return statistics.median(r[kind][name] for r in rounds)
+        return statistics.median(r.rates[kind][name] for r in rounds)
 
     print(f"{len(rounds)} round(s), medians; 'gate' is this checkout, 'before' is {baseline}, "
           "'floor' a bare aiohttp proxy")  # fmt: skip
@@ -349,15 +355,15 @@ def report(rounds: list[dict], names: list[str], gates: list[str], baseline: str
         print(f"{label:30}{cells}   {med(kind, 'gate') / med(kind, 'nginx'):>9.0%}   {goal}")
     print(f"{'CPU per short request':30}" + "".join(
         f"{med('cpu', n):>8.0f}us" if n in gates or n == "floor" else f"{'':>10}" for n in names) + "   (goal <= 250 us)")  # fmt: skip
-    for kind, label, goal in (("latency", "latency p50 at 200 req/s", 0.5),
-                              ("ttft", "streamed TTFT p50 at 100/s", 2.0)):  # fmt: skip
+    for kind, label, goal_ms in (("latency", "latency p50 at 200 req/s", 0.5),
+                                 ("ttft", "streamed TTFT p50 at 100/s", 2.0)):  # fmt: skip
         p50 = {
-            n: statistics.median(statistics.median(r[kind][n]) for r in rounds)
+            n: statistics.median(statistics.median(r.times[kind][n]) for r in rounds)
             for n in names
             if n != "nginx"
         }
         p99 = {
-            n: statistics.median(pct(r[kind][n], 0.99) for r in rounds)
+            n: statistics.median(pct(r.times[kind][n], 0.99) for r in rounds)
             for n in names
             if n != "nginx"
         }
@@ -367,7 +373,7 @@ def report(rounds: list[dict], names: list[str], gates: list[str], baseline: str
         )
         print(f"{'  added p50 over direct':30}" + "".join(
             f"{(p50[n] - p50['direct']) * 1000:>8.2f}ms" if n in p50 and n != "direct" else f"{'':>10}" for n in names)
-            + f"   (goal: gate added p50 <= {goal:g} ms)")  # fmt: skip
+            + f"   (goal: gate added p50 <= {goal_ms:g} ms)")  # fmt: skip
         print(f"{'  added p99 over direct':30}" + "".join(
             f"{(p99[n] - p99['direct']) * 1000:>8.2f}ms" if n in p99 and n != "direct" else f"{'':>10}" for n in names))  # fmt: skip
 

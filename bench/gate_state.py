@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -30,7 +31,7 @@ from gate import free_port, wait_port
 LIMITS = {"version": 1, "paused": False, "lanes": {}}
 
 
-def entry(n: int) -> dict:
+def entry(n: int) -> dict[str, object]:
     lanes = {
         name: {"max_inflight": 16, "max_queue": 64, "queue_timeout_s": 30.0,
                "max_prompt_tokens": None, "max_output_tokens": None,
@@ -67,7 +68,7 @@ async def patch_latency(url: str, n: int = 40) -> float:
 
 
 async def big_bodies(url: str, proc: psutil.Process, size: int, clients: int = 8) -> int:
-    peak = proc.memory_info().rss
+    peak: int = proc.memory_info().rss  # psutil has no type information
     done = asyncio.Event()
 
     async def sample() -> None:
@@ -77,7 +78,7 @@ async def big_bodies(url: str, proc: psutil.Process, size: int, clients: int = 8
             await asyncio.sleep(0.01)
 
     async def one(s: aiohttp.ClientSession) -> None:
-        async def chunks():  # type: ignore[no-untyped-def]
+        async def chunks() -> AsyncIterator[bytes]:
             piece = b"x" * (1 << 20)
             for _ in range(size >> 20):
                 yield piece

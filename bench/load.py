@@ -11,6 +11,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from gpuwatch.load import LoadRun, LoadSpec, build_report
 from gpuwatch.load.report import send_errors
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gate import free_port, wait_port
 
 
-async def measure(url: str, rate: float, seconds: float) -> dict:
+async def measure(url: str, rate: float, seconds: float) -> dict[str, Any]:
     spec = LoadSpec(url=url, rate=rate, duration_s=seconds, model="stub", api="completions",
                     prompt_tokens=Dist("fixed", 16), output_tokens=Dist("fixed", 32))  # fmt: skip
     run = LoadRun(spec)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -35,7 +36,7 @@ from gpuwatch.sources.scrape import (
 TOKENS = buckets_1_2_5(10_000)
 ITER = ITERATION_BUCKETS
 TTFT, ITL, REQ = TTFT_BUCKETS, ITL_BUCKETS, REQUEST_LATENCY_BUCKETS
-HISTOGRAMS = {
+HISTOGRAMS: dict[str, Sequence[float]] = {
     "time_to_first_token_seconds": TTFT,
     "inter_token_latency_seconds": ITL,
     "request_time_per_output_token_seconds": ITL,

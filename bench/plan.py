@@ -28,6 +28,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from baseline import REPO, checkout
 
@@ -72,14 +73,14 @@ for seed in range(int(sys.argv[1])):
 """
 
 
-def knees_across_seeds(root: Path, seeds: int) -> list[dict]:
+def knees_across_seeds(root: Path, seeds: int) -> list[dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     out = subprocess.run([sys.executable, "-c", _SEEDS, str(seeds)], env=env, cwd=root,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     return [json.loads(line) for line in out.splitlines()]
 
 
-def print_seeds(name: str, runs: list[dict]) -> None:
+def print_seeds(name: str, runs: list[dict[str, Any]]) -> None:
     knees = [r["knee"] for r in runs]
     print(f"{name}: knees {knees}: {min(knees):.2f} to {max(knees):.2f} req/s "
           f"(spread {max(knees) - min(knees):.2f}, sd {statistics.pstdev(knees):.2f}); wall "

@@ -19,6 +19,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from appthread import serve_in_thread
@@ -102,11 +103,11 @@ TITLES = {
 }
 
 
-def run_case(tree: Path, url: str, polls: int) -> dict:
+def run_case(tree: Path, url: str, polls: int) -> dict[str, Any]:
     out = run_on(tree, ["-c", CHILD, url, str(polls)])
     if out.returncode != 0:
         return {"peak_mib": float("nan"), "said": f"crashed: {out.stderr.strip()[-100:]}"}
-    result: dict = json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])  # the child's JSON
     return result
 
 

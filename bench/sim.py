@@ -31,7 +31,9 @@ def step_cost() -> tuple[float, float]:
     return statistics.median(samples), min(samples)
 
 
-def fast_forward(minutes: float = 10.0, rate: float = 2.0, burstiness: float = 0.5) -> dict:
+def fast_forward(
+    minutes: float = 10.0, rate: float = 2.0, burstiness: float = 0.5
+) -> dict[str, float]:
     profile = get_profile("rtx4090-llama3-8b-awq")
     engine = Engine(profile, seed=7)
     rng = random.Random(7)

@@ -187,15 +187,16 @@ async def soak(minutes: float) -> int:
                         lane_mix={"chat": 0.8, "embed": 0.2}, seed=3)  # fmt: skip
         run = LoadRun(spec)
         try:
-            tasks = [
-                asyncio.create_task(run.run()),
-                asyncio.create_task(change_limits(url, stop_at, rng)),
+            load = asyncio.create_task(run.run())
+            changing = asyncio.create_task(change_limits(url, stop_at, rng))
+            others = [
                 asyncio.create_task(restart_sim_twice(sim_port, holder, minutes, started)),
                 asyncio.create_task(sample_rss(psutil.Process(gate_proc.pid), stop_at, started, rss)),
                 *(asyncio.create_task(churn(url, stop_at, random.Random(i), counts))
                   for i in range(24)),
             ]  # fmt: skip
-            results, changes, *_ = await asyncio.gather(*tasks)
+            await asyncio.gather(load, changing, *others)
+            results, changes = load.result(), changing.result()
             checks = await final_checks(url)
             rss_end = psutil.Process(gate_proc.pid).memory_info().rss
         finally:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import json
 import os
 import shutil
@@ -29,16 +30,22 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 from baseline import BEFORE, REPO, checkout
+
+if TYPE_CHECKING:  # only for the types: a --baseline checkout may not have these modules
+    from gpuwatch.model import ScrapeResult
+    from gpuwatch.series import EngineHistory
+    from gpuwatch.tui.screens.dashboard import Dashboard
 
 GIB = 2**30
 PROFILE_HZ = 500
 PYSPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 
 
-def fake_gpus(n: int) -> dict:
+def fake_gpus(n: int) -> dict[str, object]:
     gpu = {"name": "NVIDIA H100 80GB HBM3", "memory_total": 80 * GIB, "memory_used": 76 * GIB,
            "utilization_gpu": 97, "utilization_memory": 60, "temperature_c": 67, "power_w": 640,
            "power_limit_w": 700, "clock_sm_mhz": 1980, "clock_mem_mhz": 2619,
@@ -47,7 +54,7 @@ def fake_gpus(n: int) -> dict:
     return {"gpus": [{**gpu, "uuid": f"GPU-{i:04d}"} for i in range(n)]}
 
 
-def fill(history, now: float) -> None:  # type: ignore[no-untyped-def]
+def fill(history: EngineHistory, now: float) -> None:
     for name, ring in history.series.items():
         if len(ring) >= 3600:
             continue
@@ -62,20 +69,20 @@ def run_dashboard(url: str, first_frame_file: str, gpus: int, paint: bool = True
     try:
         from gpuwatch.session.node import DashboardOptions, live_session
         from gpuwatch.tui.app import GpuwatchApp
-        from gpuwatch.tui.screens.dashboard import Dashboard as Painter
+        from gpuwatch.tui.screens.dashboard import Dashboard
 
         session = live_session(DashboardOptions(urls=[url], interval_s=1.0, nvml=nvml))
-        app, monitor = GpuwatchApp(session), session.monitor
-    except ImportError:  # a --baseline from before the session layer: the app painted itself
-        from gpuwatch.tui.app import DashboardOptions, GpuwatchApp  # type: ignore[attr-defined]
-        from gpuwatch.tui.app import GpuwatchApp as Painter  # type: ignore[assignment]
-
-        app = GpuwatchApp(DashboardOptions(urls=[url], interval_s=1.0, nvml=nvml))
-        monitor = app.monitor  # type: ignore[attr-defined]
+        app, monitor, painter = GpuwatchApp(session), session.monitor, Dashboard
+    except ImportError:
+        # A --baseline from before the session layer: the app painted itself. Its names are
+        # not today's, so that module is read as it was, untyped.
+        then = importlib.import_module("gpuwatch.tui.app")
+        app = then.GpuwatchApp(then.DashboardOptions(urls=[url], interval_s=1.0, nvml=nvml))
+        monitor, painter = app.monitor, then.GpuwatchApp
     original = monitor.apply_scrape
     loaded: set[int] = set()
 
-    def apply_and_preload(result) -> None:  # type: ignore[no-untyped-def]
+    def apply_and_preload(result: ScrapeResult) -> None:
         original(result)
         for ep in monitor.endpoints.values():
             for view in ep.engines.values():
@@ -84,17 +91,17 @@ def run_dashboard(url: str, first_frame_file: str, gpus: int, paint: bool = True
                     fill(view.history, monitor.clock())
 
     monitor.apply_scrape = apply_and_preload  # type: ignore[method-assign]
-    original_first = Painter._first_frame
+    original_first = painter._first_frame
 
-    def patched_first(painter: Painter) -> None:
-        original_first(painter)
+    def patched_first(self: Dashboard) -> None:
+        original_first(self)
         if not paint:  # the polling floor: sources polled, monitor ticked, nothing drawn again
-            painter.paint = lambda force_charts=False: None  # type: ignore[method-assign]
+            self.paint = lambda force_charts=False: None  # type: ignore[method-assign]
         part = Path(first_frame_file + ".part")  # renamed whole: never read half written
         part.write_text(json.dumps({"first_frame": time.time()}))
         part.replace(first_frame_file)
 
-    Painter._first_frame = patched_first  # type: ignore[method-assign]
+    painter._first_frame = patched_first  # type: ignore[method-assign]
     app.run()
 
 
@@ -127,7 +134,7 @@ class Side:
             if time.time() > end:
                 raise SystemExit(f"{self.name}: the dashboard never drew a frame")
             time.sleep(0.02)
-        return json.loads(self.frame_file.read_text())["first_frame"] - self.started
+        return float(json.loads(self.frame_file.read_text())["first_frame"]) - self.started
 
     def process(self) -> psutil.Process:
         return psutil.Process(int(self.pid_file.read_text()))
@@ -226,6 +233,7 @@ def main() -> None:
     sim = subprocess.Popen([sys.executable, "-m", "gpuwatch", "sim", "--listen", "127.0.0.1:0", "--time-scale", "1",
                             "--engines", str(args.engines)],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert sim.stdout is not None  # stdout=PIPE
     url = sim.stdout.readline().split(" on ")[1].split()[0] + "/metrics"
     budget = (args.seconds + 12) * args.repeat + 30
     load = subprocess.Popen([sys.executable, "-m", "gpuwatch", "load", "--url", url.removesuffix("/metrics"),
