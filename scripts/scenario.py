@@ -303,9 +303,10 @@ def build(
             result = engine.step()
             recorder.step(result)
             for event in result.events:
-                record, at_gate = records.get(event.request.rid, (None, 0.0))
-                if record is None:
+                found = records.get(event.request.rid)
+                if found is None:
                     continue
+                record, at_gate = found
                 if event.kind == "token" and event.gap is None:  # the first token
                     record.ttft_s = event.time - at_gate
                     if chat_metrics is not None:

@@ -102,11 +102,17 @@ async def main(out: Path) -> None:
     # Chat from the demo's tenants (Zipf, one noisy) and classes (interactive, batch), through
     # the real gate's admission with the demo's [fairness]: the panel's classes and tenants.
     demo = demo_load(scenario.GATE_URL, 1.5, 0.5)
-    tenants = {"tenancy": demo.tenancy, "classes": demo.classes}
-    mix = scenario.build(seconds=180, images_at=165, **tenants)
+    mix = scenario.build(seconds=180, images_at=165, tenancy=demo.tenancy, classes=demo.classes)
     # The same tenants through a tight chat lane (8 in flight, 16 queued) in a spike: critical
     # work evicts queued batch work, batch is refused first, the noisy tenant waits its turn.
-    classes = scenario.build(seconds=180, spike_at=120, max_inflight=8, max_queue=16, **tenants)
+    classes = scenario.build(
+        seconds=180,
+        spike_at=120,
+        max_inflight=8,
+        max_queue=16,
+        tenancy=demo.tenancy,
+        classes=demo.classes,
+    )
     # The GPU screen on a node shared by containers, one GPU in MIG mode (scripts.shared_gpus).
     shared = with_shared_gpus(scenario.build(seconds=180))
     for label, size in SIZES.items():

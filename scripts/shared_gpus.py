@@ -12,11 +12,15 @@ the same on every machine.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuwatch.model import ContainerInfo, GpuReading, ProcessInfo
 from gpuwatch.sources.cgroups import container_of
+from gpuwatch.sources.host import ProcessTable
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader
+
+if TYPE_CHECKING:  # scripts.scenario is the caller's; imported here only for its type
+    from scripts.scenario import Scenario
 
 GIB = 2**30
 HIDDEN_PID = 4711  # NVML lists it; this machine has no /proc entry for it
@@ -50,10 +54,10 @@ PROCESSES: dict[int, tuple[str, str, str, ContainerInfo | None]] = {
 }  # fmt: skip
 
 
-class FixedTable:
+class FixedTable(ProcessTable):
     """ProcessTable's ``describe`` for the pids above; any other pid is not visible here."""
 
-    def describe(self, pid: int) -> ProcessInfo:
+    def describe(self, pid: int, used_memory_bytes: int | None = None) -> ProcessInfo:
         if pid not in PROCESSES:
             return ProcessInfo(pid, visible=False)
         name, user, cmd, container = PROCESSES[pid]
@@ -94,10 +98,10 @@ NODE: dict[str, Any] = {
 
 
 def node_reading() -> GpuReading:
-    return NvmlReader(FakeNvml(NODE), processes=FixedTable()).read()  # type: ignore[arg-type]
+    return NvmlReader(FakeNvml(NODE), processes=FixedTable()).read()
 
 
-def with_shared_gpus(sc: Any) -> Any:
+def with_shared_gpus(sc: Scenario) -> Scenario:
     """The scenario (scripts.scenario) with this node's GPUs in its monitor."""
     sc.monitor.apply_gpus(node_reading())
     return sc

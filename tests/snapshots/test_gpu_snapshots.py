@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.tui.app import GpuwatchApp
 from scripts import scenario
 from scripts.shared_gpus import node_reading, with_shared_gpus
 from tests.snapshots.test_dashboard_snapshots import _paint, utc  # noqa: F401
@@ -29,7 +30,7 @@ def test_the_reading_behind_the_pictures() -> None:
     assert sglang is not None and (sglang.runtime, sglang.label) == ("cri-o", "llm-1/7b2e6f01a9c8")
 
 
-def _app():  # type: ignore[no-untyped-def]
+def _app() -> GpuwatchApp:
     return scenario.app_for(with_shared_gpus(scenario.build(seconds=20)))
 
 
