@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,7 +40,7 @@ from gpuwatch.record import codec
 
 # -- strategies: values of every field's type ------------------------------------------------
 
-names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=8)
 counts = st.integers(0, 10**6)
 maybe_counts = st.none() | counts
 seconds = st.floats(0, 1e6, allow_nan=False)
@@ -282,7 +283,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=20,
 )  # fmt: skip
-READERS = [Limits.from_json, GateStatus.from_json, LimitsPatch.from_json, AuditEntry.from_json,
+READERS: list[Callable[[Any], object]] = [Limits.from_json, GateStatus.from_json, LimitsPatch.from_json, AuditEntry.from_json,
            audit_entries, lambda v: ConflictBody.from_json(v, "409")]  # fmt: skip
 
 
@@ -317,7 +318,7 @@ def test_a_status_with_one_part_replaced_is_read_or_refused_naming_where(
     """A real status document with any one value replaced by any JSON: read, or one error
     whose message names a place in the document (a prefix of the path replaced)."""
     doc = copy.deepcopy(STATUS)
-    parent = doc
+    parent: Any = doc  # walked down by any path: a dict or a list
     for key in path[:-1]:
         parent = parent[key]
     parent[path[-1]] = value

@@ -86,7 +86,8 @@ def test_cached_columns_equal_columns_drawn_dot_by_dot() -> None:
     cache = ColumnCache(rows, threshold_y=9)
     for _ in range(2000):
         values = [[rng.choice([None, rng.uniform(0, 12)]) for _ in range(3)] for _ in colors]
-        heights = [tuple(dot_heights(v, 10.0, rows * 4)) for v in values]
+        drawn = [dot_heights(v, 10.0, rows * 4) for v in values]
+        heights = [(h[0], h[1], h[2]) for h in drawn]
         dotted = rng.choice([None, 0, 1])
         key = (dotted, tuple(heights))
         assert list(cache.column(key, colors)) == reference_column(heights, colors, rows, dotted, 9)

@@ -270,7 +270,10 @@ def test_an_le_label_on_a_gauge_is_an_ordinary_label() -> None:
     assert result.error is None and result.engines[0].running == 5
 
 
-def _mapped_both_ways(page: str, cache: ParseCache | None = None) -> tuple[object, object]:
+_Mapped = tuple[list[EngineSnapshot], list[str]]  # a page's engines and warnings
+
+
+def _mapped_both_ways(page: str, cache: ParseCache | None = None) -> tuple[_Mapped, _Mapped]:
     """``map_page`` of ``page`` with each sample's grouping remembered (as shipped) and worked
     out afresh from its labels (as before the memo)."""
     memo = dialects._group_of
@@ -312,7 +315,7 @@ def test_remembered_label_grouping_follows_values_and_label_order() -> None:
         page = _page([line.replace("{a}", str(a)).replace("{b}", str(b)) for line in lines])
         remembered, fresh = _mapped_both_ways(page)
         assert remembered == fresh
-        m = next(e for e in remembered[0] if e.model == "m")  # type: ignore[index]
+        m = next(e for e in remembered[0] if e.model == "m")
         assert (m.running, m.generation_tokens_total) == (a, a + b)
 
 

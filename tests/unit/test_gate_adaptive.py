@@ -28,8 +28,17 @@ from gpuwatch.sources.scrape import map_page
 LANE = LaneLimits(max_inflight=16, min_inflight=2, policy="adaptive", target_ttft_p99_s=2.0)
 
 
-def window(p99: float | None, queued: int = 0, samples: int = 20, **kw: float) -> Measure:
-    return Measure(p99, 0.0, samples, queued, **kw)
+def window(
+    p99: float | None,
+    queued: int = 0,
+    samples: int = 20,
+    *,
+    preemptions: float = 0.0,
+    kv_usage: float | None = None,
+    engine_waiting: float | None = None,
+    turned_away: int = 0,
+) -> Measure:
+    return Measure(p99, 0.0, samples, queued, preemptions, kv_usage, engine_waiting, turned_away)
 
 
 def test_over_target_cuts_a_quarter_and_says_why() -> None:

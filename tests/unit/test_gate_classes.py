@@ -71,7 +71,7 @@ def test_config_file(tmp_path: Path) -> None:
         ({"colour": 1}, "unknown key 'fairness.colour'"),
     ],
 )
-def test_config_errors_name_the_key(data: dict, message: str) -> None:
+def test_config_errors_name_the_key(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         parse_fairness(Path("gate.toml"), data)
 

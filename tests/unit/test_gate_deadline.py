@@ -5,6 +5,7 @@ the shedding of a waiter at its deadline, and priorities kept inside it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -25,10 +26,10 @@ class Clock:
 
 
 @pytest.fixture
-def loop() -> asyncio.AbstractEventLoop:
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
     # Futures are made on it, never run: the lane's step that takes no time (``enter``).
     loop = asyncio.new_event_loop()
-    yield loop  # type: ignore[misc]
+    yield loop
     loop.close()
 
 

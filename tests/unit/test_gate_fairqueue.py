@@ -150,12 +150,12 @@ def test_blocked_tenants_are_skipped_and_victims_are_sheddable_only() -> None:
     q.append(waiter("a", "standard", 0, 1))
     q.append(waiter("b", "standard", 0, 2))
     q.blocked = lambda tenant: tenant == "a"
-    assert q.peek().since == 2
+    assert (head := q.peek()) is not None and head.since == 2
     assert q.victim(10) is None  # nobody sheddable
     q.append(waiter("s", "sheddable", -10, 3))
     q.append(waiter("s", "sheddable", -10, 4))
     assert q.victim(-10) is None  # not for an equal class
-    assert q.victim(0).since == 4  # the newest of the lowest class
+    assert (victim := q.victim(0)) is not None and victim.since == 4  # the lowest class's newest
     assert q.oldest_since() == 1
 
 

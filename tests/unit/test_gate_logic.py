@@ -98,7 +98,7 @@ def test_guard_read_only_and_confirmation_policy() -> None:
         Guard(read_only=True).check("set chat.max_inflight")
     Guard().check("anything")
     before = BASE
-    assert confirmation_reason(before, LimitsPatch(True)).startswith("pause admission")
+    assert (confirmation_reason(before, LimitsPatch(True)) or "").startswith("pause admission")
     assert confirmation_reason(before, LimitsPatch(lanes={"chat": {"max_inflight": 7}})) is not None
     assert (
         confirmation_reason(before, LimitsPatch(lanes={"chat": {"max_inflight": 8}})) is None
