@@ -168,7 +168,7 @@ def apply_gate(
     )
 
 
-def _status(good: int, slow: int, refused: int, ttft_p99: float) -> dict:
+def _status(good: int, slow: int, refused: int, ttft_p99: float) -> dict[str, Any]:
     tails = {
         "requests": good + slow + refused,
         "ttft": {"count": good + slow, "p50": 0.2, "p90": 0.5, "p99": ttft_p99, "max": ttft_p99},
@@ -209,26 +209,31 @@ def test_limits_that_went_back_are_believed_when_the_gate_says_so_twice() -> Non
     clock = Clock()
     m = Monitor([], clock=clock, wall=clock, admin_url="http://127.0.0.1:9000")
     assert m.gate is not None
+
+    def version() -> int:
+        assert m.gate is not None and m.gate.limits is not None
+        return m.gate.limits.version
+
     apply_gate(m, {"version": 7, "paused": False, "lanes": {}}, None)
     apply_gate(m, {"version": 6, "paused": False, "lanes": {}}, None)  # a poll that raced a PATCH
-    assert m.gate.limits.version == 7
+    assert version() == 7
     apply_gate(m, {"version": 1, "paused": True, "lanes": {}}, None)
-    assert m.gate.limits.version == 7  # once: maybe a race
+    assert version() == 7  # once: maybe a race
     apply_gate(m, {"version": 1, "paused": True, "lanes": {}}, None)
-    assert m.gate.limits.version == 1 and "went back from v7 to v1" in m.events[-1].text
+    assert version() == 1 and "went back from v7 to v1" in m.events[-1].text
     apply_gate(m, {"version": 9, "paused": False, "lanes": {}}, None)
     apply_gate(m, {"version": 2, "paused": False, "lanes": {}}, None, current=True)  # a 409's
-    assert m.gate.limits.version == 2
+    assert version() == 2
     apply_gate(m, None, None, "connection refused")
     apply_gate(m, {"version": 1, "paused": False, "lanes": {}}, None)  # back after being DOWN
-    assert m.gate.limits.version == 1
+    assert version() == 1
 
 
 def test_a_move_of_the_adaptive_controller_is_one_event() -> None:
     clock = Clock()
     m = Monitor([], clock=clock, wall=clock, admin_url="http://127.0.0.1:9000")
 
-    def status(decision: dict | None) -> dict:
+    def status(decision: dict[str, Any] | None) -> dict[str, Any]:
         lane = {"queued": 0, "rejected_total": {}, "adaptive": {"last_decision": decision}}
         return {"lanes": {"chat": lane}}
 

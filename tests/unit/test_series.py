@@ -135,9 +135,14 @@ def test_bucket_rates_equal_a_walk_through_every_scrape_and_are_worked_out_once(
                 assert window.quantile(q) == (
                     None if expected is None else histogram_quantile(q, expected)
                 )
-    worked = []
+    worked: list[float | None] = []
     real = window._rates
-    window._rates = lambda at: worked.append(at) or real(at)  # type: ignore[method-assign]
+
+    def counted(at: float | None) -> list[tuple[float, float]] | None:
+        worked.append(at)
+        return real(at)
+
+    window._rates = counted  # type: ignore[method-assign]  # counts the windows worked out
     window.update(t + 1, Histogram(tuple((le, v + 1) for le, v in scrapes[-1][1].items())))
     for q in (0.5, 0.99, 0.9):
         window.quantile(q)
