@@ -20,7 +20,7 @@ from gpuwatch.plan.probe import Outcome, ProbeResult, Target, summarize
 from gpuwatch.plan.recommend import recommend
 from gpuwatch.plan.simulate import run_probe
 from gpuwatch.plan.stats import judge, judge_sequences, min_requests, t975, wilson
-from gpuwatch.plan.sweep import CHECK_FIRST, Search, SearchSettings, sequence_seed
+from gpuwatch.plan.sweep import CHECK_FIRST, Prober, Search, SearchSettings, sequence_seed
 from gpuwatch.plan.traffic import Recording, Traffic
 from gpuwatch.sim.profiles import get_profile
 
@@ -74,7 +74,9 @@ def test_goodput_counts_refusals_and_slow_requests_as_misses() -> None:
 # -- the search --------------------------------------------------------------------------------
 
 
-def _fake(capacity: float, undecided_below_s: float = 0.0, calls: list | None = None):
+def _fake(
+    capacity: float, undecided_below_s: float = 0.0, calls: list[tuple[float, float]] | None = None
+) -> Prober:
     """A prober whose probes pass iff rate <= capacity; undecided while shorter than
     ``undecided_below_s``."""
 
@@ -90,7 +92,7 @@ def _fake(capacity: float, undecided_below_s: float = 0.0, calls: list | None = 
 
 
 def test_search_doubles_then_bisects_to_the_knee_within_precision() -> None:
-    calls: list = []
+    calls: list[tuple[float, float]] = []
     search = Search(TARGET, SearchSettings(start_rate=1.0, precision=0.05, max_probes=30))
     knee = search.run(_fake(3.3, calls=calls))
     assert knee is not None and 3.3 / 1.05 <= knee <= 3.3
@@ -107,7 +109,7 @@ def test_search_halves_when_the_first_rate_fails() -> None:
 
 
 def test_an_undecided_probe_runs_twice_as_long_until_decided() -> None:
-    calls: list = []
+    calls: list[tuple[float, float]] = []
     settings = SearchSettings(start_rate=1.0, min_duration_s=100, max_duration_s=1000)
     search = Search(TARGET, settings)
     result = search.probe(_fake(5.0, undecided_below_s=500, calls=calls), 1.0)
@@ -162,7 +164,7 @@ def test_sequences_that_agree_are_bounded_by_their_requests() -> None:
     assert many.passed is True and many.low == pytest.approx(2000 / (2000 + 1.959963984540054**2))
 
 
-def _bursty(calls: list | None = None):
+def _bursty(calls: list[tuple[float, float, int]] | None = None) -> Prober:
     """A prober shaped like the simulator's goodput near its knee: misses come in bursts (a
     burst makes many requests late together), bursts are rare at low rates and common past
     capacity, and sequence ``i`` meets the same bursts at every rate (common random numbers).
@@ -250,7 +252,7 @@ def test_the_simulated_gate_bounds_what_the_engine_holds_and_refuses_past_its_qu
     assert result.batch_max == 4
     assert result.refused > 0 and result.queue_peak is not None and result.queue_peak <= 2 + 4
     unbounded = run_probe(PROFILE, Traffic(), 20.0, 30.0, TARGET, seed=1)
-    assert unbounded.refused == 0 and unbounded.batch_max > 4
+    assert unbounded.refused == 0 and (unbounded.batch_max or 0) > 4
     assert unbounded.arrived == result.arrived  # the same arrivals, judged differently
 
 
@@ -328,7 +330,7 @@ def test_arrivals_are_the_load_generators_own() -> None:
 # -- replaying a recording ---------------------------------------------------------------------
 
 
-def _report(n: int = 5) -> dict:
+def _report(n: int = 5) -> dict[str, object]:
     return {
         "start_times": [0.0, 0.5, 1.0, 3.0, 3.5][:n],
         "input_lens": [100, 200, 300, 400, 500][:n],
@@ -367,7 +369,7 @@ def test_a_bad_recording_is_refused_with_the_reason(tmp_path: Path) -> None:
 # -- the recommendation ------------------------------------------------------------------------
 
 
-def _at_knee(**kw) -> ProbeResult:
+def _at_knee(**kw: float) -> ProbeResult:
     base = ProbeResult(6.0, 480, 2800, 2790, 0, 0, True, 0.994, 0.998, 0.44, 1.76, 0.015, 0.4, 6.0,
                        kv_peak=0.5, preemptions=0, queue_peak=18, batch_p99=114, batch_max=130)  # fmt: skip
     for k, v in kw.items():
@@ -424,6 +426,7 @@ def test_the_sweep_finds_a_knee_and_its_checks_agree(plan: planner.Plan) -> None
     for p in plan.probes:
         assert 4 <= p.sequences <= 8 and len(p.seq_goodput) == p.sequences
         assert not p.passed or (p.sequences == 8 and p.low >= 0.99)
+    assert plan.recommended is not None and plan.boring is not None
     boring, surge = plan.checks
     assert boring.probe.passed and boring.limits["max_inflight"] == plan.recommended.max_inflight
     assert boring.probe.rate == pytest.approx(plan.boring)
