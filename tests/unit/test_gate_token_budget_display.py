@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.adminapi import LaneLimits, LaneStatus, Limits
+from gpuwatch.adminapi import REASONS, LaneLimits, LaneStatus, Limits
 from gpuwatch.cli.limits import print_limits
 from gpuwatch.tui.screens.edit import FIELDS, VALIDATORS, parse_field
-from gpuwatch.tui.widgets.admission import REASONS, SHORT, _budget, _tokens
+from gpuwatch.tui.widgets.admission import SHORT, _budget, _tokens
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ from typing import Any
 import grimp
 import pytest
 
-from gpuwatch.control.steering import Limits, Severity
+from gpuwatch.adminapi import Limits
+from gpuwatch.control.steering import Severity
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.record.player import Player
 from gpuwatch.record.recorder import Recorder
@@ -114,7 +115,7 @@ async def test_the_steerings_questions_go_to_the_screen_showing_the_session() ->
     session.steering.inflight(1)  # read-only: the guard refuses, said on the screen
     assert asking.told and "refused" in asking.told[-1][0] and asking.told[-1][1] == "warning"
     assert await view.confirm("Apply this change?", []) is True
-    assert await view.edit_form("chat", {}) == {"gate": "?"}  # no gate known yet
+    assert await view.edit_form("chat", Limits(1, False)) == {"gate": "?"}  # no gate known yet
     session.show_on(None)
     assert await view.confirm("Apply this change?", []) is False
 

@@ -140,7 +140,7 @@ def test_init_failure_is_one_reason(code: str, reason: str) -> None:
     reader = NvmlReader(fake)
     for _ in range(2):
         reading = reader.read()
-        assert reading.gpus == [] and reading.error.startswith(reason)
+        assert reading.gpus == [] and (reading.error or "").startswith(reason)
     assert fake.calls["nvmlInit"] == 1  # not retried on every poll
 
 

@@ -51,7 +51,7 @@ def test_headroom_arithmetic() -> None:
     ("used", "total", "running"),
     [(None, 100, 1), (10, None, 1), (10, 100, None), (10, 100, 0), (0, 100, 3), (10, 0, 1)],
 )
-def test_headroom_unknown(used, total, running) -> None:
+def test_headroom_unknown(used: int | None, total: int | None, running: int | None) -> None:
     assert headroom_sessions(used, total, running) is None
 
 

@@ -437,7 +437,13 @@ def test_the_sweep_finds_a_knee_and_its_checks_agree(plan: planner.Plan) -> None
     assert (
         boring.limits == surge.limits and boring.limits["queue_timeout_s"] == chat.queue_timeout_s
     )
-    limits = replace(chat, **plan.recommended.limits())
+    rec = plan.recommended
+    limits = replace(
+        chat,
+        max_inflight=rec.max_inflight,
+        max_queue=rec.max_queue,
+        max_output_tokens=rec.max_output_tokens,
+    )
     fresh = run_probe(PROFILE, Traffic(), boring.probe.rate, boring.probe.duration_s, TARGET,
                       limits, seed=sequence_seed(0, CHECK_FIRST))  # fmt: skip
     assert boring.probe.seq_goodput[0] == fresh.attainment

@@ -7,11 +7,14 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from gpuwatch.sources.host import ProcessTable
 
 
-def test_names_once_numbers_every_poll_and_an_ended_process_forgotten(monkeypatch) -> None:
+def test_names_once_numbers_every_poll_and_an_ended_process_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         table = ProcessTable()
@@ -23,7 +26,8 @@ def test_names_once_numbers_every_poll_and_an_ended_process_forgotten(monkeypatc
 
         def counted(self: psutil.Process) -> list[str]:
             asked["cmdline"] += 1
-            return real(self)
+            cmdline: list[str] = real(self)  # psutil has no type information
+            return cmdline
 
         monkeypatch.setattr(psutil.Process, "cmdline", counted)
         for _ in range(3):

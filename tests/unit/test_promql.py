@@ -69,13 +69,15 @@ def labels(instance: str, node: str | None = None, **extra: str) -> dict[str, st
 
 
 def test_rows_carry_the_gate_of_their_node_and_a_lone_gate_is_its_own_row() -> None:
-    answers = {
+    answers: dict[str, promql.Vector] = {
         "running": [
             (labels("10.0.0.1:8000", model_name="m", gpuwatch_dialect="vllm"), 3.0),
             (labels("10.0.0.2:8000", model_name="m", gpuwatch_dialect="vllm"), 1.0),
         ]
     }
-    gates = {"gate_inflight": [(labels("10.0.0.1:9000"), 5.0), (labels("10.0.0.9:9000", "x"), 1.0)]}
+    gates: dict[str, promql.Vector] = {
+        "gate_inflight": [(labels("10.0.0.1:9000"), 5.0), (labels("10.0.0.9:9000", "x"), 1.0)]
+    }
     rows, _ = promql.rows_from(answers, gates)
     by_instance = {r.instance: r for r in rows}
     assert by_instance["10.0.0.1:8000"].gate == "10.0.0.1:9000"  # same host, no node label
@@ -99,7 +101,8 @@ def reading(rows: dict[str, dict[str, float | None]]) -> FleetReading:
     out = []
     for instance, values in rows.items():
         row = promql.FleetRow(instance, "m" if instance < "c" else "z", "vllm", instance)
-        row.values = {s.key: None for s in promql.SIGNALS} | values
+        unknown: dict[str, float | None] = {s.key: None for s in promql.SIGNALS}
+        row.values = unknown | values
         out.append(row)
     return FleetReading(0.0, out)
 

@@ -54,8 +54,8 @@ def test_an_image_alone_on_an_idle_gpu_runs_at_full_speed_and_small_ones_weigh_l
 
 def test_embedding_batches_take_whole_requests_up_to_the_token_budget() -> None:
     queue = EmbedQueue(BGE_LARGE, RTX4090)
-    for i, tokens in enumerate(([512] * 16, [512] * 16, [100])):
-        queue.add(EmbedJob(str(i), list(tokens), arrival=0.0))
+    for i, sizes in enumerate(([512] * 16, [512] * 16, [100])):
+        queue.add(EmbedJob(str(i), list(sizes), arrival=0.0))
     batch, tokens, seconds = queue.next_batch()
     assert [j.rid for j in batch] == ["0", "1"] and tokens == 16384
     assert seconds == pytest.approx(0.002 + 2 * 335e6 * 16384 / (165.2e12 * 0.5))
