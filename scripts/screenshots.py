@@ -10,10 +10,15 @@ import argparse
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuwatch.demo import demo_load
 from scripts import scenario
 from scripts.shared_gpus import with_shared_gpus
+
+if TYPE_CHECKING:  # for the types only: fleet_scene imports them when it runs
+    from gpuwatch.monitor.fleet import FleetState
+    from gpuwatch.session.fleet import FleetOptions
 
 SIZES = {"160x48": (160, 48), "80x24": (80, 24)}
 TZ_NOTE = "times are UTC"
@@ -32,7 +37,7 @@ async def shoot(
         app.save_screenshot(filename=path.name, path=str(path.parent))
 
 
-def fleet_scene() -> tuple[object, object]:
+def fleet_scene() -> tuple[FleetOptions, FleetState]:
     """A fleet of 14 engines on 10 nodes, two of them in trouble (seeded, no server)."""
     import random
 
@@ -78,7 +83,7 @@ async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
 
     options, state = fleet_scene()
     assert isinstance(options, FleetOptions)
-    app = FleetApp(options, state)  # type: ignore[arg-type]
+    app = FleetApp(options, state)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         screen = app.screen

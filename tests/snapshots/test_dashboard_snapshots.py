@@ -9,15 +9,18 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 
 from gpuwatch.demo import demo_load
+from gpuwatch.tui.app import Shell
 from scripts import scenario
+from tests.snapshots.snaptypes import AnyPilot, SnapCompare
 
 
 @pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     yield
@@ -25,28 +28,29 @@ def utc(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     time.tzset()
 
 
-async def _paint(pilot) -> None:  # type: ignore[no-untyped-def]
+async def _paint(pilot: AnyPilot) -> None:
     await pilot.pause()
+    assert isinstance(pilot.app, Shell)
     scenario.paint(pilot.app)
     await pilot.pause()
 
 
 @pytest.mark.parametrize("size", [(160, 48), (80, 24)])
-def test_normal(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+def test_normal(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     assert snap_compare(
         scenario.app_for(scenario.build(seconds=150)), terminal_size=size, run_before=_paint
     )
 
 
 @pytest.mark.parametrize("size", [(160, 48), (80, 24)])
-def test_overloaded(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+def test_overloaded(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     sc = scenario.build(seconds=150, spike_at=110)
     assert sc.monitor.verdict.level == "OVERLOADED"
     assert snap_compare(scenario.app_for(sc), terminal_size=size, run_before=_paint)
 
 
 @pytest.mark.parametrize("size", [(160, 48), (80, 24)])
-def test_classes_and_tenants(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+def test_classes_and_tenants(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     """The demo's tenants and classes through a tight chat lane in a spike, admitted by the
     real gate's code: the panel's classes, refusals by class and busiest tenants (at 80x24 the
     classes and tenants share a line so the lanes below stay on screen)."""
@@ -69,14 +73,14 @@ def test_classes_and_tenants(snap_compare, size: tuple[int, int]) -> None:  # ty
     assert snap_compare(scenario.app_for(sc), terminal_size=size, run_before=_paint)
 
 
-def test_adaptive_lane(snap_compare) -> None:  # type: ignore[no-untyped-def]
+def test_adaptive_lane(snap_compare: SnapCompare) -> None:
     """The adaptive panel: effective limit in its bounds, target, last cut and why, sparkline."""
     sc = scenario.with_adaptive(scenario.build(seconds=150, spike_at=110))
     assert snap_compare(scenario.app_for(sc), terminal_size=(160, 48), run_before=_paint)
 
 
-def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+def test_help_screen(snap_compare: SnapCompare) -> None:
+    async def run_before(pilot: AnyPilot) -> None:
         await _paint(pilot)
         await pilot.press("question_mark")
 
@@ -85,8 +89,8 @@ def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def test_ansi_theme(snap_compare) -> None:  # type: ignore[no-untyped-def]
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+def test_ansi_theme(snap_compare: SnapCompare) -> None:
+    async def run_before(pilot: AnyPilot) -> None:
         pilot.app.theme = "ansi"
         await _paint(pilot)
 
@@ -107,7 +111,7 @@ def _demo_like(spike_at: float | None) -> scenario.Scenario:
 
 
 @pytest.mark.parametrize("spike_at", [None, 110.0], ids=["calm", "spike"])
-def test_demo_at_80x24_shows_every_lane(snap_compare, spike_at: float | None) -> None:  # type: ignore[no-untyped-def]
+def test_demo_at_80x24_shows_every_lane(snap_compare: SnapCompare, spike_at: float | None) -> None:
     """The demo at 80x24: the gate's engine line on one line, the engine's in two, so the four
     lanes (and chat's classes and tenants) are all on screen; legends with short labels."""
     assert snap_compare(

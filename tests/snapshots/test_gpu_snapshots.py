@@ -12,6 +12,7 @@ import pytest
 from gpuwatch.tui.app import GpuwatchApp
 from scripts import scenario
 from scripts.shared_gpus import node_reading, with_shared_gpus
+from tests.snapshots.snaptypes import AnyPilot, SnapCompare
 from tests.snapshots.test_dashboard_snapshots import _paint, utc  # noqa: F401
 
 
@@ -20,7 +21,7 @@ def test_the_reading_behind_the_pictures() -> None:
     whole, mig = node_reading().gpus
     labels = [p.container.label if p.container else None for p in whole.processes]
     assert labels == ["vllm", "embed", "notebook-0/jupyter", None]
-    assert [p.container.runtime for p in whole.processes[:3]] == [  # type: ignore[union-attr]
+    assert [p.container and p.container.runtime for p in whole.processes[:3]] == [
         "docker", "podman", "containerd",
     ]  # fmt: skip
     assert whole.processes[-1].visible is False and whole.mig_mode is False
@@ -35,8 +36,8 @@ def _app() -> GpuwatchApp:
 
 
 @pytest.mark.parametrize("size", [(160, 48), (80, 24)])
-def test_gpu_screen(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
-    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+def test_gpu_screen(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    async def run_before(pilot: AnyPilot) -> None:
         await _paint(pilot)
         await pilot.press("g")
         await pilot.pause()
@@ -45,5 +46,5 @@ def test_gpu_screen(snap_compare, size: tuple[int, int]) -> None:  # type: ignor
 
 
 @pytest.mark.parametrize("size", [(160, 48), (80, 24)])
-def test_gpu_panel_split_by_container(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+def test_gpu_panel_split_by_container(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
     assert snap_compare(_app(), terminal_size=size, run_before=_paint)

@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 
 from scripts import scenario
+from tests.snapshots.snaptypes import SnapCompare
 from tests.snapshots.test_dashboard_snapshots import utc  # noqa: F401  (times in UTC)
 
 
 @pytest.mark.parametrize("size", [(160, 48), (80, 24)])
-def test_replay_at_the_tightening(snap_compare, size: tuple[int, int], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_replay_at_the_tightening(
+    snap_compare: SnapCompare, size: tuple[int, int], tmp_path: Path
+) -> None:
     app = scenario.replay_for(tmp_path / "story.db", 160, seconds=235, spike_at=100, tighten_at=150)
     try:
         assert snap_compare(app, terminal_size=size)
