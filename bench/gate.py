@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,7 +107,7 @@ def run_floor(port: int, upstream: int) -> None:
             await resp.write_eof()
             return resp
 
-    async def session(app: web.Application):  # type: ignore[no-untyped-def]
+    async def session(app: web.Application) -> AsyncIterator[None]:
         app["session"] = ClientSession(connector=TCPConnector(limit=0), auto_decompress=False)
         yield
         await app["session"].close()

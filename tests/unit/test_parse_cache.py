@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterable, Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.sources.scrape import ParseCache, map_page, split_blocks
@@ -127,7 +129,7 @@ class Page:
         return "".join("".join(line) + "\n" for family in self.families for line in family)
 
 
-def outcome(parse, text: str):  # type: ignore[no-untyped-def]
+def outcome(parse: Callable[[str], Iterable[Metric]], text: str) -> Sequence[object]:
     """A full description of a parse (values by type and repr, so NaN equals NaN), or its error."""
     try:
         families = list(parse(text))

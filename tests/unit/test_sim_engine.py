@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -13,7 +14,9 @@ SMALL = get_profile("h100-llama3-70b-fp8")  # 1,054 blocks: easy to oversubscrib
 BIG = get_profile("rtx4090-llama3-8b-awq")  # 7,829 blocks
 
 
-def run_to_idle(engine: Engine, check=None, limit: int = 200_000) -> int:  # type: ignore[no-untyped-def]
+def run_to_idle(
+    engine: Engine, check: Callable[[Engine], None] | None = None, limit: int = 200_000
+) -> int:
     steps = 0
     while not engine.idle:
         engine.step()
