@@ -14,15 +14,18 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.bounds import DEFAULT_MAX_ENGINES
 from gpuwatch.buckets import ITERATION_BUCKETS, ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from gpuwatch.model import EngineSnapshot
 from gpuwatch.sim.metrics import buckets_1_2_5
 from gpuwatch.sources import dialects
-from gpuwatch.sources.dialects import index_samples, map_samples
+from gpuwatch.sources.dialects import MapResult, index_samples, map_samples
 from gpuwatch.sources.scrape import (
     WANTED,
     ParseCache,
@@ -107,19 +110,31 @@ BUSY_LABELS = {"stop", "local_compute", "local_cache_hit"}
 PER_TOKEN = {"inter_token_latency_seconds", "iteration_tokens_total"}
 
 
-def page_lines() -> list[str | list]:  # type: ignore[type-arg]
+@dataclass
+class Line:
+    """A sample line of the page: what it says before the value, the value, how it moves
+    (STATIC, BUSY, ...; a bucket's index, "count" or "sum" in a histogram) and the histogram
+    (name, engine, model) it belongs to."""
+
+    head: str
+    value: float
+    how: str | int
+    group: tuple[str, int, str] | None
+
+
+def page_lines() -> list[str | Line]:
     """The page as comment lines (str) and sample lines [head, value, how it moves, group]."""
-    out: list[str | list] = []  # type: ignore[type-arg]
+    out: list[str | Line] = []
     for i in range(60):  # the process/python block every vLLM page starts with
         out += [
             f"# HELP python_gc_objects_collected_{i} x",
             f"# TYPE python_gc_objects_collected_{i} gauge",
-            [
+            Line(
                 f'python_gc_objects_collected_{i}{{generation="0"}}',
                 i * 7.0,
                 BUSY if i % 12 == 0 else STATIC,
                 None,
-            ],
+            ),
         ]
     created = 1.7682643398898673e09
     for name in GAUGES:
@@ -127,15 +142,15 @@ def page_lines() -> list[str | list]:  # type: ignore[type-arg]
         for e, model in SERIES:
             how = BUSY if name == "kv_cache_usage_perc" else SOMETIMES
             out.append(
-                [f'vllm:{name}{{engine="{e}",model_name="{model}"}}', 0.1 * (e + 1), how, None]
+                Line(f'vllm:{name}{{engine="{e}",model_name="{model}"}}', 0.1 * (e + 1), how, None)
             )
     for name in COUNTERS:
         out += [f"# HELP vllm:{name}_total counter", f"# TYPE vllm:{name}_total counter"]
         how = BUSY if name in BUSY_COUNTERS else RARE if name == "num_preemptions" else STATIC
         for e, model in SERIES:
             labels = f'engine="{e}",model_name="{model}"'
-            out.append([f"vllm:{name}_total{{{labels}}}", 1000.0 * (e + 1), how, None])
-            out.append([f"vllm:{name}_created{{{labels}}}", created, STATIC, None])
+            out.append(Line(f"vllm:{name}_total{{{labels}}}", 1000.0 * (e + 1), how, None))
+            out.append(Line(f"vllm:{name}_created{{{labels}}}", created, STATIC, None))
     out += [
         "# HELP vllm:cache_config_info info",
         "# TYPE vllm:cache_config_info gauge",
@@ -152,11 +167,13 @@ def page_lines() -> list[str | list]:  # type: ignore[type-arg]
                 labels = f'engine="{e}",{label}="{v}",model_name="{model}"'
                 how = BUSY if v in BUSY_LABELS else SOMETIMES if v == "length" else STATIC
                 out.append(
-                    [f"vllm:{name}{{{labels}}}", 3.0, how if kind == "counter" else STATIC, None]
+                    Line(
+                        f"vllm:{name}{{{labels}}}", 3.0, how if kind == "counter" else STATIC, None
+                    )
                 )
                 if kind == "counter":
                     created_name = f"vllm:{name.removesuffix('_total')}_created"
-                    out.append([f"{created_name}{{{labels}}}", created, STATIC, None])
+                    out.append(Line(f"{created_name}{{{labels}}}", created, STATIC, None))
     for name, bounds in HISTOGRAMS.items():
         out += [f"# HELP vllm:{name} histogram", f"# TYPE vllm:{name} histogram"]
         for e, model in SERIES:
@@ -166,16 +183,16 @@ def page_lines() -> list[str | list]:  # type: ignore[type-arg]
             for k, le in enumerate([*bounds, "+Inf"]):
                 cumulative += (k % 5) * (e + 1)
                 out.append(
-                    [f'vllm:{name}_bucket{{{labels},le="{le}"}}', float(cumulative), k, group]
+                    Line(f'vllm:{name}_bucket{{{labels},le="{le}"}}', float(cumulative), k, group)
                 )
-            out.append([f"vllm:{name}_count{{{labels}}}", float(cumulative), "count", group])
-            out.append([f"vllm:{name}_sum{{{labels}}}", cumulative * 0.37, "sum", group])
-            out.append([f"vllm:{name}_created{{{labels}}}", created, STATIC, None])
+            out.append(Line(f"vllm:{name}_count{{{labels}}}", float(cumulative), "count", group))
+            out.append(Line(f"vllm:{name}_sum{{{labels}}}", cumulative * 0.37, "sum", group))
+            out.append(Line(f"vllm:{name}_created{{{labels}}}", created, STATIC, None))
     return out
 
 
-def render(lines: list[str | list]) -> str:  # type: ignore[type-arg]
-    return "".join(f"{x}\n" if isinstance(x, str) else f"{x[0]} {x[1]!r}\n" for x in lines)
+def render(lines: list[str | Line]) -> str:
+    return "".join(f"{x}\n" if isinstance(x, str) else f"{x.head} {x.value!r}\n" for x in lines)
 
 
 def page() -> str:
@@ -191,25 +208,29 @@ class SteadyLoad:
     def __init__(self, seed: int = 1) -> None:
         self.rng = random.Random(seed)
         self.lines = page_lines()
-        self.groups: dict[tuple, list[list]] = {}  # type: ignore[type-arg]
+        self.groups: dict[tuple[str, int, str], list[Line]] = {}
         for x in self.lines:
-            if not isinstance(x, str) and x[3] is not None:
-                self.groups.setdefault(x[3], []).append(x)
+            if not isinstance(x, str) and x.group is not None:
+                self.groups.setdefault(x.group, []).append(x)
 
     def tick(self) -> str:
         rng = self.rng
         for x in self.lines:
-            if isinstance(x, str) or x[3] is not None:
+            if isinstance(x, str) or x.group is not None:
                 continue
-            how = x[2]
+            how = x.how
             if (
                 how == BUSY
                 or (how == SOMETIMES and rng.random() < 0.5)
                 or (how == RARE and rng.random() < 0.05)
             ):
-                x[1] = round(x[1] + rng.uniform(1, 500), 0) if x[1] >= 1 else round(rng.random(), 4)
+                x.value = (
+                    round(x.value + rng.uniform(1, 500), 0)
+                    if x.value >= 1
+                    else round(rng.random(), 4)
+                )
         for (name, _e, _model), lines in self.groups.items():
-            buckets = [x for x in lines if isinstance(x[2], int)]
+            buckets = [x for x in lines if isinstance(x.how, int)]
             per_token = name in PER_TOKEN
             observed = rng.randint(50, 300) if per_token else rng.choice([0, 1, 2, 3, 4, 5])
             if not observed:
@@ -219,21 +240,21 @@ class SteadyLoad:
             else:  # observations spread over the middle of the bucket range
                 lowest = int(rng.triangular(0, len(buckets) - 1, len(buckets) * 0.3))
             for x in lines:
-                if isinstance(x[2], int) and x[2] >= lowest:
-                    x[1] += float(observed * (1 + (x[2] - lowest) // 3))
-                elif x[2] == "count":
-                    x[1] += float(observed)
-                elif x[2] == "sum":
-                    x[1] = round(x[1] + observed * rng.uniform(0.01, 2.0), 6)
+                if isinstance(x.how, int) and x.how >= lowest:
+                    x.value += float(observed * (1 + (x.how - lowest) // 3))
+                elif x.how == "count":
+                    x.value += float(observed)
+                elif x.how == "sum":
+                    x.value = round(x.value + observed * rng.uniform(0.01, 2.0), 6)
         return render(self.lines)
 
 
-def full_parse(text: str):  # type: ignore[no-untyped-def]
+def full_parse(text: str) -> list[EngineSnapshot]:
     families = list(text_string_to_metric_families(text))
     return map_samples("bench", index_samples(s for f in families for s in f.samples)).engines
 
 
-def per_scrape(fn, pages: list[str]) -> float:  # type: ignore[no-untyped-def]
+def per_scrape(fn: Callable[[str], object], pages: list[str]) -> float:
     """Median seconds of ``fn`` over consecutive pages (the first one, which fills a cache, is
     not timed)."""
     fn(pages[0])
@@ -262,16 +283,16 @@ def main_prefilter(text: str, max_models: int) -> str:
     return "\n".join(keep)
 
 
-def main_parse(text: str) -> list:  # type: ignore[type-arg]
+def main_parse(text: str) -> list[Metric]:
     return parse_families(main_prefilter(text, DEFAULT_MAX_ENGINES), filtered=False)
 
 
-def main_map_page(text: str):  # type: ignore[no-untyped-def]
+def main_map_page(text: str) -> MapResult:
     families = main_parse(text)
     return map_samples("bench", index_samples(s for f in families for s in f.samples))
 
 
-def parse_only(text: str, cache: ParseCache | None) -> list:  # type: ignore[type-arg]
+def parse_only(text: str, cache: ParseCache | None) -> list[Metric]:
     kept = prefilter(text, max_models=DEFAULT_MAX_ENGINES, cache=cache).text
     return parse_families(kept, filtered=False, cache=cache)
 
@@ -353,7 +374,7 @@ def map_only(pages: list[str]) -> None:
     parsed = [parse_only(t, None) for t in pages]
     memo = dialects._group_of
     times: dict[str, list[float]] = {"before": [], "after": []}
-    results: dict[str, list] = {"before": [], "after": []}  # type: ignore[type-arg]
+    results: dict[str, list[tuple[list[EngineSnapshot], list[str]]]] = {"before": [], "after": []}
     try:
         for families in parsed:
             for side in ("before", "after"):
