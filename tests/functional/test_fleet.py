@@ -21,7 +21,7 @@ from textual.widgets import Static
 from gpuwatch import config
 from gpuwatch.aioserve import serve
 from gpuwatch.config import GateTarget
-from gpuwatch.control.fleet import FleetChange, address_of
+from gpuwatch.control.fleet import FleetChange, GateAddress, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.monitor.fleet import FleetState
 from gpuwatch.session.fleet import FleetOptions, FleetSession
@@ -69,7 +69,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield f
 
 
-def gates_of(f: Fleet) -> list:
+def gates_of(f: Fleet) -> list[GateAddress]:
     targets = config.load(f.config).gates
     return [address_of(url.split("://")[1], node, targets) for node, url in f.gates.items()]
 

@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from gpuwatch import config
+from gpuwatch.monitor.badgechanges import Badges
 from gpuwatch.session.fleet import FleetOptions
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.tui.fleet_app import FleetApp
@@ -181,7 +182,7 @@ async def test_curly_brackets_move_to_where_the_badges_change(rig: Fleet) -> Non
     app = history_app(rig, time.time() - 2)
     source = PrometheusSource(rig.prometheus)
 
-    async def badges(at: float) -> dict:
+    async def badges(at: float) -> Badges:
         return badges_of(await source.read_fleet(at), app.fleet.state.slo)
 
     async with app.run_test(size=(160, 48)) as pilot:
