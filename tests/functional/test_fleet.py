@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -232,10 +233,10 @@ async def test_a_prometheus_answering_deep_json_is_said_to_be_too_deep() -> None
     assert "than 0" not in reading.error
 
 
-def fleet_app(rig: Fleet, **kw: object) -> FleetApp:
+def fleet_app(rig: Fleet, **kw: Any) -> FleetApp:
     settings = config.load(rig.config)
     source = PrometheusSource(rig.prometheus)
-    options = FleetOptions(rig.prometheus, source, gates=settings.gates, **kw)  # type: ignore[arg-type]
+    options = FleetOptions(rig.prometheus, source, gates=settings.gates, **kw)
     return FleetApp(options)
 
 

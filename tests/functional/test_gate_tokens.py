@@ -81,6 +81,7 @@ async def test_the_budget_holds_at_the_simulator(tmp_path: Path) -> None:
         peak["at_submit"] = max(peak["at_submit"], in_flight_at_sim(node))
         return out
 
+    # Wrapping the instance's method to watch it: mypy forbids assigning to a method.
     node.submit = counting_submit  # type: ignore[method-assign]
     _, gate = await start_gate(sim.url, GateConfig(DEFAULT_LANES), state_file=tmp_path / "s.json")
     stop = asyncio.Event()
