@@ -138,7 +138,8 @@ def fleet(root: Path) -> Iterator[Fleet]:
     procs: list[subprocess.Popen[str]] = []
     stack = ExitStack()
     try:
-        sims, gates = {}, {}
+        sims: dict[str, str] = {}
+        gates: dict[str, str] = {}
         for node, engines, model in (("a", 1, "m-one"), ("b", 2, "m-two"), ("c", 1, "m-one")):
             proc, sims[node] = child(
                 "sim", "--time-scale", "10", "--engines", str(engines), "--seed", str(len(sims)),
@@ -202,7 +203,7 @@ def fleet(root: Path) -> Iterator[Fleet]:
             up = f.query("count_over_time(up[1m]) >= 5", _now())
             rated = f.query("rate(vllm:time_to_first_token_seconds_count[1m]) > 0", _now())
             alerts = f.query('ALERTS{alertstate="firing"}', _now())
-            return len(up) == 7 and len(rated) == 4 and alerts
+            return len(up) == 7 and len(rated) == 4 and bool(alerts)
 
         eventually_sync(scraped, 60, message="prometheus never saw the whole fleet serving")
         yield f

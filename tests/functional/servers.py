@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
@@ -14,7 +14,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class ThreadedServer:
     """An aiohttp app on its own loop in a thread, so sync code (subprocess CLIs) can use it."""
 
-    def __init__(self, routes: dict[str, Handler], unix_path: str | None = None) -> None:
+    def __init__(self, routes: Mapping[str, Handler], unix_path: str | None = None) -> None:
         self.routes = routes
         self.unix_path = unix_path  # serve on this unix socket instead of a TCP port
         self.port = 0  # the port the OS picked, once started

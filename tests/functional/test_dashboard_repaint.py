@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 
 from textual.app import App, ComposeResult
 from textual.content import Content
 from textual.geometry import Offset
+from textual.pilot import Pilot
 from textual.selection import Selection
 from textual.widget import Widget
 from textual.widgets import Static
@@ -42,12 +44,19 @@ async def test_values_that_change_in_place_repaint_without_a_layout_pass() -> No
             for name, calls in updates.items():
                 panel = app.screen.query_one(f"#{name}", Panel)
 
-                def show(markup: str, *, panel=panel, calls=calls, real=panel.show) -> None:  # type: ignore[no-untyped-def]
+                def show(
+                    markup: str,
+                    *,
+                    panel: Panel = panel,
+                    calls: list[tuple[bool, object]] = calls,
+                    real: Callable[[str], None] = panel.show,
+                ) -> None:
                     if markup != panel.markup:
                         layouts = panel.layouts
                         real(markup)
                         calls.append((panel.layouts > layouts, panel._lines))
 
+                # Wrapping the instance's method to watch it: mypy forbids assigning to a method.
                 panel.show = show  # type: ignore[method-assign]
             # Token rates and the clock move every second.
             await eventually(
@@ -71,6 +80,7 @@ async def test_values_that_change_in_place_repaint_without_a_layout_pass() -> No
             panel.show(base + "\nthree\nmore\nlines")
             assert panel.layouts == layouts + 1
             height = panel._lines
+            assert height is not None
             panel.show(base)
             now[0] += HOLD_S - 1
             panel.show(base + " ")
@@ -133,7 +143,7 @@ def _styled(widget: Widget) -> list[list[tuple[str, str]]]:
     ]
 
 
-async def _both_showing(app: App[None], pilot, markup: str) -> tuple[Panel, Static]:  # type: ignore[no-untyped-def]
+async def _both_showing(app: App[None], pilot: Pilot[None], markup: str) -> tuple[Panel, Static]:
     """The app's Panel and Static, both showing ``markup``, drawn."""
     panel, static = app.query_one(Panel), app.query_one(Static)
     panel.show(markup)
@@ -184,7 +194,7 @@ class Charts(App[None]):
 
 async def test_a_chart_scrolled_frame_by_frame_equals_one_drawn_from_scratch() -> None:
     rng = random.Random(11)
-    points = {name: [] for name in ("running", "waiting")}  # type: list[Point]
+    points: dict[str, list[Point]] = {name: [] for name in ("running", "waiting")}
     app = Charts()
     async with app.run_test(size=(80, 24)) as pilot:
         scrolled = app.query_one("#scrolled", Chart)

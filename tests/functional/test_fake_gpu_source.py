@@ -4,13 +4,14 @@ one bounded error line in the reading, never an exception out of NvmlReader.read
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
 
 from gpuwatch.fmt import LINE_LIMIT
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
-from tests.functional.servers import ThreadedServer
+from tests.functional.servers import Handler, ThreadedServer
 
 GOOD_GPU = {"name": "g", "memory_total": 100, "memory_used": 10, "processes": []}
 MIG_DEVICE = {"gpu_instance_id": 1, "compute_instance_id": 0, "memory_total": 50, "memory_used": 5}
@@ -61,7 +62,7 @@ BODIES = {
 }
 
 
-def _body(data: bytes):
+def _body(data: bytes) -> Handler:
     async def handler(_: web.Request) -> web.Response:
         return web.Response(body=data, content_type="application/json")
 
@@ -69,7 +70,7 @@ def _body(data: bytes):
 
 
 @pytest.fixture(scope="module")
-def server():
+def server() -> Iterator[ThreadedServer]:
     routes = {f"/{i}": _body(data) for i, (data, _) in enumerate(BODIES.values())}
     routes["/good"] = _body(json.dumps({"gpus": [GOOD_GPU]}).encode())
     with ThreadedServer(routes) as srv:
@@ -77,7 +78,7 @@ def server():
 
 
 @pytest.mark.parametrize("case", BODIES)
-def test_a_bad_answer_is_one_bounded_error_line(server, case: str) -> None:
+def test_a_bad_answer_is_one_bounded_error_line(server: ThreadedServer, case: str) -> None:
     index = list(BODIES).index(case)
     reader = NvmlReader(FakeNvml(SimGpuSource(server.url(f"/{index}"))))
     reading = reader.read()
@@ -86,7 +87,7 @@ def test_a_bad_answer_is_one_bounded_error_line(server, case: str) -> None:
     reader.close()
 
 
-def test_a_good_answer_is_read(server) -> None:
+def test_a_good_answer_is_read(server: ThreadedServer) -> None:
     reader = NvmlReader(FakeNvml(SimGpuSource(server.url("/good"))))
     [gpu] = reader.read().gpus
     assert (gpu.name, gpu.memory_total_bytes, gpu.memory_used_bytes, gpu.error) == (

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +22,7 @@ from textual.widgets import Static
 from gpuwatch import config
 from gpuwatch.aioserve import serve
 from gpuwatch.config import GateTarget
-from gpuwatch.control.fleet import FleetChange, address_of
+from gpuwatch.control.fleet import FleetChange, GateAddress, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.monitor.fleet import FleetState
 from gpuwatch.session.fleet import FleetOptions, FleetSession
@@ -69,7 +70,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield f
 
 
-def gates_of(f: Fleet) -> list:
+def gates_of(f: Fleet) -> list[GateAddress]:
     targets = config.load(f.config).gates
     return [address_of(url.split("://")[1], node, targets) for node, url in f.gates.items()]
 
@@ -232,10 +233,10 @@ async def test_a_prometheus_answering_deep_json_is_said_to_be_too_deep() -> None
     assert "than 0" not in reading.error
 
 
-def fleet_app(rig: Fleet, **kw: object) -> FleetApp:
+def fleet_app(rig: Fleet, **kw: Any) -> FleetApp:
     settings = config.load(rig.config)
     source = PrometheusSource(rig.prometheus)
-    options = FleetOptions(rig.prometheus, source, gates=settings.gates, **kw)  # type: ignore[arg-type]
+    options = FleetOptions(rig.prometheus, source, gates=settings.gates, **kw)
     return FleetApp(options)
 
 

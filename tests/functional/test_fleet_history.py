@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from gpuwatch import config
+from gpuwatch.monitor.badgechanges import Badges
 from gpuwatch.session.fleet import FleetOptions
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.tui.fleet_app import FleetApp
@@ -66,15 +67,14 @@ def assert_table_is_prometheus_answer(rig: Fleet, app: FleetApp, at: float) -> i
 
 async def moved_to(rig: Fleet, app: FleetApp, pilot: Pilot[None], at: float) -> int:
     """Wait for the reading at ``at`` (the cursor), then compare it with Prometheus."""
-    assert app.time_cursor is not None and app.time_cursor.at == pytest.approx(at, abs=1e-6)
+    cursor = app.time_cursor
+    assert cursor is not None and cursor.at == pytest.approx(at, abs=1e-6)
     await eventually(
-        lambda: (
-            app.fleet.state.reading is not None and app.fleet.state.reading.at == app.time_cursor.at
-        ),  # type: ignore[union-attr]
+        lambda: app.fleet.state.reading is not None and app.fleet.state.reading.at == cursor.at,
         20,
         pause=pilot.pause,
     )
-    return assert_table_is_prometheus_answer(rig, app, app.time_cursor.at)
+    return assert_table_is_prometheus_answer(rig, app, cursor.at)
 
 
 def title(app: FleetApp) -> str:
@@ -90,6 +90,7 @@ async def test_the_cursor_keys_move_the_fleet_through_prometheus_history(rig: Fl
     async with app.run_test(size=(160, 48)) as pilot:
         assert isinstance(app.screen, FleetHistoryScreen)
         assert app.time_cursor is not None
+        cursor = app.time_cursor  # one cursor for the app's life; lambdas see it narrowed
         compared = await moved_to(rig, app, pilot, start)
         assert compared >= 3 * 7, "every engine column of three rows"
         clock = time.strftime("%H:%M:%S", time.localtime(start))
@@ -110,12 +111,12 @@ async def test_the_cursor_keys_move_the_fleet_through_prometheus_history(rig: Fl
         await pilot.press("colon")
         await eventually(lambda: isinstance(app.screen, GoToTime), 5, pause=pilot.pause)
         await pilot.press(*time.strftime("%H:%M:%S", time.localtime(target)), "enter")
-        await eventually(lambda: app.time_cursor.at == target, 5, pause=pilot.pause)  # type: ignore[union-attr]
+        await eventually(lambda: cursor.at == target, 5, pause=pilot.pause)
         await moved_to(rig, app, pilot, target)
         await pilot.press("colon")
         await eventually(lambda: isinstance(app.screen, GoToTime), 5, pause=pilot.pause)
         await pilot.press(*"+1s", "enter")
-        await eventually(lambda: app.time_cursor.at == target + 1.0, 5, pause=pilot.pause)  # type: ignore[union-attr]
+        await eventually(lambda: cursor.at == target + 1.0, 5, pause=pilot.pause)
         await moved_to(rig, app, pilot, target + 1.0)
 
         # Speed and play: the cursor moves on by itself, and the table follows it.
@@ -125,7 +126,7 @@ async def test_the_cursor_keys_move_the_fleet_through_prometheus_history(rig: Fl
         assert app.time_cursor.speed == 2
         played_from = app.time_cursor.at
         await pilot.press("space")
-        await eventually(lambda: app.time_cursor.at >= played_from + 2.0, 10, pause=pilot.pause)  # type: ignore[union-attr]
+        await eventually(lambda: cursor.at >= played_from + 2.0, 10, pause=pilot.pause)
         await pilot.press("space")
         assert not app.time_cursor.playing
         await moved_to(rig, app, pilot, app.time_cursor.at)
@@ -181,7 +182,7 @@ async def test_curly_brackets_move_to_where_the_badges_change(rig: Fleet) -> Non
     app = history_app(rig, time.time() - 2)
     source = PrometheusSource(rig.prometheus)
 
-    async def badges(at: float) -> dict:
+    async def badges(at: float) -> Badges:
         return badges_of(await source.read_fleet(at), app.fleet.state.slo)
 
     async with app.run_test(size=(160, 48)) as pilot:

@@ -13,11 +13,14 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gpuwatch.aioserve import Served
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.listener import Listening
 from gpuwatch.gate.server import Gate, start_gate
 from gpuwatch.gate.state import StateError
 from gpuwatch.sim.engine import Finish
+from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.scrape import map_page
@@ -28,7 +31,9 @@ CONFIG = GateConfig(DEFAULT_LANES, ("/health-upstream",))
 
 
 @contextlib.asynccontextmanager
-async def sim_behind_gate(tmp_path: Path, time_scale: float) -> AsyncIterator[tuple]:
+async def sim_behind_gate(
+    tmp_path: Path, time_scale: float
+) -> AsyncIterator[tuple[SimNode, Served, Gate, Listening]]:
     """The simulator with a gate (default lanes) in front of it: (node, sim, gate, served)."""
     node, sim = await start_sim(get_profile("rtx4090-llama3-8b-awq"), time_scale=time_scale, seed=4)
     gate, served = await start_gate(sim.url, CONFIG, state_file=tmp_path / "s.json")
@@ -51,11 +56,13 @@ class Harness:
 
     async def limits(self) -> dict[str, Any]:
         async with self.s.get(f"{self.url}/admin/limits") as r:
-            return await r.json()
+            limits: dict[str, Any] = await r.json()
+            return limits
 
     async def status(self) -> dict[str, Any]:
         async with self.s.get(f"{self.url}/admin/status") as r:
-            return await r.json()
+            status: dict[str, Any] = await r.json()
+            return status
 
     def send(self, tag: Any, **extra: Any) -> asyncio.Task[tuple[int, Any, dict[str, str]]]:
         async def go() -> tuple[int, Any, dict[str, str]]:
@@ -71,7 +78,8 @@ class Harness:
         return asyncio.create_task(go())
 
     async def queued(self, lane: str = "chat") -> int:
-        return (await self.status())["lanes"][lane]["queued"]
+        queued: int = (await self.status())["lanes"][lane]["queued"]
+        return queued
 
     async def wait_queued(self, n: int, lane: str = "chat", timeout: float = 5.0) -> None:
         async def reached() -> bool:
@@ -235,6 +243,7 @@ async def test_streams_pass_through_chunk_by_chunk(h: Harness) -> None:
                 first_at = first_at or time.monotonic()
         last_at = time.monotonic()
     assert got == [f'data: {{"i": {i}}}'.encode() for i in range(5)] + [b"data: [DONE]"]
+    assert first_at is not None
     assert last_at - first_at > 0.15  # the chunks arrived spread out, not buffered whole
 
 
@@ -398,7 +407,7 @@ async def test_gate_in_front_of_the_simulator_bounds_its_running_count(tmp_path:
                     return r.status
 
             tasks = [asyncio.create_task(one()) for _ in range(12)]
-            peak = 0
+            peak: float = 0
             while not all(t.done() for t in tasks):
                 async with s.get(f"{sim.url}/metrics") as r:
                     [engine] = map_page("sim", await r.text()).engines

@@ -16,12 +16,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gpuwatch.adminapi import AuditEntry, LimitsPatch
+from gpuwatch.adminapi import AdaptiveDecision, AuditEntry, LimitsPatch
 from gpuwatch.aioserve import serve
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.listener import Listening
 from gpuwatch.gate.server import Gate, start_gate
+from gpuwatch.gate.upstream_metrics import UpstreamMetrics
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from tests.functional import test_gate_cli
@@ -222,7 +224,7 @@ async def adaptive_at(url: str, upstream: CountingUpstream, n: int) -> AsyncIter
 @contextlib.asynccontextmanager
 async def page_fed_gate(
     tmp_path: Path, inflight: int, **limits: Any
-) -> AsyncIterator[tuple[Gate, Any, dict[str, Any]]]:
+) -> AsyncIterator[tuple[Gate, Listening, dict[str, Any]]]:
     """A gate whose chat lane has ``limits``, in front of a counting upstream, reading a vLLM
     page the test sets (``vllm_page``) as its --upstream-metrics; switched to adaptive with
     ``inflight`` requests held in flight (``adaptive_at``)."""
@@ -240,16 +242,29 @@ async def page_fed_gate(
             await upstream.stop()
 
 
+def upstream_of(gate: Gate) -> UpstreamMetrics:
+    """The gate's reader of the upstream's /metrics: these gates are given a page to read."""
+    assert gate.upstream_metrics is not None
+    return gate.upstream_metrics
+
+
+def last_decision(gate: Gate, lane: str = "chat") -> AdaptiveDecision | None:
+    """The adaptive controller's last decision on an adaptive ``lane``."""
+    status = gate.adaptive.status(lane)
+    assert status is not None
+    return status.last_decision
+
+
 async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None:
     limits = {"max_inflight": 16, "target_ttft_p99_s": 5.0, "min_inflight": 2}
     async with page_fed_gate(tmp_path, 16, **limits) as (gate, served, page):
-        reading = await eventually(gate.upstream_metrics.latest, timeout=10)  # type: ignore[union-attr]
+        reading = await eventually(upstream_of(gate).latest, timeout=10)
         assert reading.kv_usage == 0.5 and reading.preemptions_total == 0.0
         # The controller has seen the counter at 0 once: only what comes after counts.
         await eventually(lambda: gate.adaptive.control["chat"].preemptions_seen == 0.0)
         page["preemptions"] = 7.0
         await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 12, timeout=10)
-        last = gate.adaptive.status("chat").last_decision  # type: ignore[union-attr]
+        last = last_decision(gate)
         assert last is not None and last.reason == "-25%: 7 preemptions upstream"
 
         # Paused: more preemptions, but the operator's pause wins; nothing moves.
@@ -264,7 +279,7 @@ async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None
 
         # A page no dialect reads: the reading goes, the lane stays as it is.
         page["broken"] = True
-        await eventually(lambda: gate.upstream_metrics.latest() is None, timeout=10)  # type: ignore[union-attr]
+        await eventually(lambda: upstream_of(gate).latest() is None, timeout=10)
         assert gate.lanes["chat"].limits.max_inflight == 12
 
 
@@ -274,11 +289,11 @@ async def test_the_engines_own_queue_cuts_before_any_first_token(tmp_path: Path)
     its /metrics page cuts the lane to what the engine batches, at once."""
     limits = {"max_inflight": 16, "target_ttft_p99_s": 60.0, "min_inflight": 2}
     async with page_fed_gate(tmp_path, 16, **limits) as (gate, served, page):
-        latest = gate.upstream_metrics.latest  # type: ignore[union-attr]
-        await eventually(lambda: latest() is not None and latest().waiting == 0.0)
+        latest = upstream_of(gate).latest
+        await eventually(lambda: (now := latest()) is not None and now.waiting == 0.0)
         page["waiting"] = 5.0
         await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 11, timeout=10)
-        last = gate.adaptive.status("chat").last_decision  # type: ignore[union-attr]
+        last = last_decision(gate)
         assert last is not None and last.reason == "-31%: upstream queue growing to 5"
         assert last.from_ == 16 and last.to == 11
         # No first token came: this was no TTFT cut.
@@ -301,8 +316,10 @@ async def test_preemptions_the_controller_could_not_answer_are_spent(tmp_path: P
 
         async def seen(total: float) -> None:
             """The gate has read ``total`` and the controller has ticked twice since."""
-            latest = gate.upstream_metrics.latest  # type: ignore[union-attr]
-            await eventually(lambda: (latest() or 0) and latest().preemptions_total == total)  # type: ignore[union-attr]
+            latest = upstream_of(gate).latest
+            await eventually(
+                lambda: (now := latest()) is not None and now.preemptions_total == total
+            )
             ticks = len(control.history)
             await eventually(lambda: len(control.history) >= ticks + 2, timeout=10)
 
@@ -361,7 +378,9 @@ async def test_a_409_names_the_person_after_a_thousand_controller_lines(tmp_path
 gate = test_gate_cli.gate  # the fixture: ``gpuwatch gate`` as a process, with a token
 
 
-def test_limits_cli_switches_a_lane_to_adaptive_and_shows_the_effective_limit(gate) -> None:  # type: ignore[no-untyped-def]
+def test_limits_cli_switches_a_lane_to_adaptive_and_shows_the_effective_limit(
+    gate: tuple[str, Path, Path],
+) -> None:
     url, token, _ = gate
     common = ["--admin", url, "--admin-token-file", str(token)]
     out = gw("limits", "set", "chat.policy=adaptive", "chat.min_inflight=4", *common)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -179,7 +180,7 @@ async def test_a_schema_1_state_file_is_migrated(tmp_path: Path) -> None:
     ],
 )
 async def test_corrupt_limits_refuse_to_start_naming_file_and_key(
-    tmp_path: Path, limits: dict, key: str
+    tmp_path: Path, limits: dict[str, Any], key: str
 ) -> None:
     """Regression: "lanes" as a list or null escaped as a traceback."""
     path = tmp_path / "state.json"

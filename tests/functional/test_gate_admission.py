@@ -35,13 +35,14 @@ async def gate(tmp_path: Path) -> AsyncIterator[tuple[str, CountingUpstream]]:
     await upstream.stop()
 
 
-async def status(url: str) -> dict:
+async def status(url: str) -> dict[str, Any]:
     async with aiohttp.ClientSession() as s, s.get(f"{url}/admin/status") as r:
-        return (await r.json())["lanes"]["chat"]
+        chat: dict[str, Any] = (await r.json())["lanes"]["chat"]
+        return chat
 
 
 async def wait_status(url: str, inflight: int, queued: int, timeout: float = 5.0) -> None:
-    seen: dict = {}
+    seen: dict[str, Any] = {}
 
     async def reached() -> bool:
         seen.update(await status(url))
@@ -52,7 +53,9 @@ async def wait_status(url: str, inflight: int, queued: int, timeout: float = 5.0
     )
 
 
-async def raw_request(url: str, body: dict) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def raw_request(
+    url: str, body: dict[str, Any]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     data = json.dumps(body).encode()

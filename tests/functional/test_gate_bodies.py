@@ -10,6 +10,7 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,7 +83,7 @@ async def test_json_python_cannot_decode_is_400_with_a_reason(
     ],
 )
 async def test_a_field_of_the_wrong_type_is_400_naming_it(
-    tmp_path: Path, body: dict, field: str
+    tmp_path: Path, body: dict[str, Any], field: str
 ) -> None:
     """Regression: a content part whose text was not a string raised TypeError in a helper."""
     async with rig(tmp_path) as r:
@@ -338,7 +339,7 @@ CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "
     ],
 )  # fmt: skip
 async def test_prompt_fields_outside_the_messages_count(
-    tmp_path: Path, path: str, body: dict
+    tmp_path: Path, path: str, body: dict[str, Any]
 ) -> None:
     """Regression: 120 KB in tools[], a tool call's arguments or the Responses API's
     instructions passed a 2,000-token prompt cap: only messages[].content was counted."""

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 
-def gw(*args: str, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+def gw(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gpuwatch", *args],
         capture_output=True,
@@ -32,6 +34,7 @@ def gate(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
          "--listen", "127.0.0.1:0", "--state-file", str(state), "--admin-token-file", str(token)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
     line = proc.stdout.readline()
     assert line.startswith("gpuwatch gate: http://127.0.0.1:"), proc.stderr.read()
     url = line.split()[2]
@@ -42,7 +45,7 @@ def gate(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
         assert proc.wait(10) == 0
 
 
-def test_limits_get_set_pause_resume_audit(gate) -> None:
+def test_limits_get_set_pause_resume_audit(gate: tuple[str, Path, Path]) -> None:
     url, token, state = gate
     common = ["--admin", url, "--admin-token-file", str(token)]
     out = gw("limits", "get", *common)
@@ -67,7 +70,7 @@ def test_limits_get_set_pause_resume_audit(gate) -> None:
     assert persisted["limits"]["version"] == 5
 
 
-def test_refusals_exit_1_with_the_servers_reason(gate) -> None:
+def test_refusals_exit_1_with_the_servers_reason(gate: tuple[str, Path, Path]) -> None:
     url, token, _ = gate
     common = ["--admin", url, "--admin-token-file", str(token)]
     out = gw("limits", "set", "chat.max_inflight=-2", *common)
@@ -81,7 +84,7 @@ def test_refusals_exit_1_with_the_servers_reason(gate) -> None:
     assert gw("limits", "get", "--admin", url, env=env).returncode == 0
 
 
-def test_read_only_refuses_and_sends_nothing(gate) -> None:
+def test_read_only_refuses_and_sends_nothing(gate: tuple[str, Path, Path]) -> None:
     url, token, state = gate
     before = state.read_text()
     out = gw(
@@ -153,7 +156,7 @@ def test_gate_config_errors_name_the_key(tmp_path: Path) -> None:
     assert out.returncode == 2 and "new lane 'lanes.batch' needs 'prefixes'" in out.stderr
 
 
-def test_limits_set_image_and_embedding_caps(gate) -> None:
+def test_limits_set_image_and_embedding_caps(gate: tuple[str, Path, Path]) -> None:
     """The issue's own command line: ``gpuwatch limits set image.max_steps=30``."""
     url, token, _ = gate
     common = ["--admin", url, "--admin-token-file", str(token)]
@@ -166,7 +169,7 @@ def test_limits_set_image_and_embedding_caps(gate) -> None:
     assert out.returncode == 1 and "lanes.embed.max_inputs: must be >= 1" in out.stderr
 
 
-def test_limits_set_a_tenants_limits(gate) -> None:
+def test_limits_set_a_tenants_limits(gate: tuple[str, Path, Path]) -> None:
     url, token, _ = gate
     common = ["--admin", url, "--admin-token-file", str(token)]
     out = gw("limits", "set", "tenants.team.a.max_inflight=2", "tenants.bob.paused=true", *common)

@@ -8,7 +8,9 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -213,10 +215,10 @@ async def test_a_client_that_closes_at_done_got_a_whole_answer(tmp_path: Path) -
     try:
         async with httpx.AsyncClient() as client:
 
-            async def chat(n: int) -> dict:
+            async def chat(n: int) -> dict[str, Any]:
                 params = {"ttft_s": "100"}
                 r = await client.get(f"{served.url}/admin/status", params=params)
-                lane: dict = r.json()["lanes"]["chat"]
+                lane: dict[str, Any] = r.json()["lanes"]["chat"]
                 return lane if lane["goodput"]["5m"]["ended"] == n else {}
 
             body = json.dumps({"model": "m", "stream": True, "messages": []}).encode()
@@ -225,7 +227,7 @@ async def test_a_client_that_closes_at_done_got_a_whole_answer(tmp_path: Path) -
                 assert seen.startswith(b"HTTP/1.1 200")
                 # the gate has let go of it (the client's close cancelled its handler) while
                 # the upstream's stream is still open after [DONE]
-                lane = await eventually(lambda n=n: chat(n), 10, message="not ended at the gate")
+                lane = await eventually(partial(chat, n), 10, message="not ended at the gate")
             upstream.linger.set()
             metrics = (await client.get(f"{served.url}/metrics")).text
     finally:

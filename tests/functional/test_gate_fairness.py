@@ -33,7 +33,8 @@ async def post(
 
 async def chat_status(r: Rig) -> dict[str, Any]:
     async with aiohttp.ClientSession() as s, s.get(f"{r.url}/admin/status") as resp:
-        return (await resp.json())["lanes"]["chat"]
+        chat: dict[str, Any] = (await resp.json())["lanes"]["chat"]
+        return chat
 
 
 async def queued(r: Rig, n: int) -> None:

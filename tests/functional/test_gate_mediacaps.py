@@ -169,7 +169,7 @@ async def test_rerank_and_score_items_are_held_to_the_embed_caps(
     5,000 documents went through a lane capped at 4 inputs."""
     async with rig(tmp_path) as r:
         await r.patch({"lanes": {"embed": {"max_inputs": 4, "max_input_tokens": 8}}})
-        body = {"query": "q", "text_1": "q", field: ["doc"] * 5000}
+        body: dict[str, object] = {"query": "q", "text_1": "q", field: ["doc"] * 5000}
         reply = await r.request("POST", path, json.dumps(body).encode())
         assert reply.status == 400, reply
         assert reply.json()["error"]["code"] == "max_inputs"

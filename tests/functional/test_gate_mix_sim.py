@@ -55,7 +55,7 @@ async def metric(url: str, name: str) -> float:
     )
 
 
-async def test_image_over_max_pixels_clamped_or_refused(stack) -> None:
+async def test_image_over_max_pixels_clamped_or_refused(stack: tuple[str, str]) -> None:
     gate, sim = stack
     async with aiohttp.ClientSession() as s:
         await patch(s, gate, {"lanes": {"image": {"max_pixels": 512 * 512, "max_steps": 20}}})
@@ -74,7 +74,9 @@ async def test_image_over_max_pixels_clamped_or_refused(stack) -> None:
 
 
 @pytest.mark.parametrize("policy", ["clamp", "reject"])
-async def test_steps_under_another_name_still_bind_the_simulator(stack, policy: str) -> None:
+async def test_steps_under_another_name_still_bind_the_simulator(
+    stack: tuple[str, str], policy: str
+) -> None:
     """Regression: ``num_inference_steps: 10`` skipped the cap, and the simulator (which reads
     ``steps``) ran its default 30 against a cap of 20, under clamp and reject alike."""
     gate, _ = stack
@@ -93,7 +95,7 @@ async def test_steps_under_another_name_still_bind_the_simulator(stack, policy: 
                 assert status == 200 and data["steps"] == 20, data
 
 
-async def test_embeddings_over_max_inputs_refused_naming_the_limit(stack) -> None:
+async def test_embeddings_over_max_inputs_refused_naming_the_limit(stack: tuple[str, str]) -> None:
     gate, sim = stack
     async with aiohttp.ClientSession() as s:
         await patch(s, gate, {"lanes": {"embed": {"max_inputs": 8}}})
@@ -109,7 +111,7 @@ async def test_embeddings_over_max_inputs_refused_naming_the_limit(stack) -> Non
         assert await metric(sim, "te_request_count_total") == served
 
 
-async def test_under_saturation_only_sheddable_is_refused(stack) -> None:
+async def test_under_saturation_only_sheddable_is_refused(stack: tuple[str, str]) -> None:
     gate, _ = stack
     async with aiohttp.ClientSession() as s:
         await patch(s, gate, {"lanes": {"chat": {"max_inflight": 2, "max_queue": 4}}})
@@ -135,7 +137,7 @@ async def test_under_saturation_only_sheddable_is_refused(stack) -> None:
         await asyncio.gather(*batch)
 
 
-async def test_a_tenant_sending_10x_gets_no_more_than_its_share(stack) -> None:
+async def test_a_tenant_sending_10x_gets_no_more_than_its_share(stack: tuple[str, str]) -> None:
     gate, _ = stack
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as s:

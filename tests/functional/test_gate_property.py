@@ -49,11 +49,13 @@ patches = st.one_of(
         st.tuples(patches, st.one_of(st.none(), st.integers(0, 6))), min_size=1, max_size=8
     )
 )
-def test_random_patches_only_get_200_400_409_and_state_stays_valid(batch) -> None:  # type: ignore[no-untyped-def]
+def test_random_patches_only_get_200_400_409_and_state_stays_valid(
+    batch: list[tuple[object, int | None]],
+) -> None:
     asyncio.run(_run(batch))
 
 
-async def _run(batch) -> None:  # type: ignore[no-untyped-def]
+async def _run(batch: list[tuple[object, int | None]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "state.json"
         config = GateConfig(DEFAULT_LANES)

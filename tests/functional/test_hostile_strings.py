@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from textual.app import App
 from textual.geometry import Region
+from textual.widget import Widget
 
 from gpuwatch.session.fleet import FleetOptions
 from gpuwatch.session.node import DashboardOptions, live_session
@@ -127,10 +128,10 @@ def test_the_cli_prints_hostile_labels_visibly_and_drives_nothing(
     assert controls(out) == [], out
 
 
-def drawn(app: App[object]) -> str:
+def drawn(app: App[None]) -> str:
     """Every line every visible widget of the screen draws."""
-    lines = []
-    for widget in app.screen.walk_children(with_self=True):
+    lines: list[str] = []
+    for widget in app.screen.walk_children(Widget, with_self=True):
         if widget.display and widget.size.area:
             region = Region(0, 0, widget.size.width, widget.size.height)
             lines += ["".join(s.text for s in strip) for strip in widget.render_lines(region)]

@@ -91,7 +91,9 @@ class Recorder:
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
         text = body["input"] if isinstance(body["input"], str) else body["input"][0]
-        tag = int(re.match(r"req (\d+)", text).group(1))  # type: ignore[union-attr]
+        match = re.match(r"req (\d+)", text)
+        assert match is not None, text
+        tag = int(match.group(1))
         headers = request.headers
         # The llm-d router's names (the x-gateway-inference-* ones are its deprecated aliases).
         tenant, objective = "x-llm-d-inference-fairness-id", "x-llm-d-inference-objective"

@@ -18,13 +18,13 @@ from gpuwatch.tui.replay import ReplayApp, ReplayDashboard
 from scripts import scenario
 from tests.functional import test_tui_control as tui_control
 from tests.functional.test_tui import text
-from tests.functional.test_tui_control import TOKEN, ready, settled, wait_version
+from tests.functional.test_tui_control import TOKEN, Stack, ready, settled, wait_version
 from tests.helpers import eventually
 
 stack = tui_control.stack  # the fixture: simulator, gate and a client of the gate
 
 
-async def test_live_dashboard_from_its_factory_steers_the_gate(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_live_dashboard_from_its_factory_steers_the_gate(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     options = DashboardOptions(
         [f"{sim.url}/metrics"], interval_s=0.25, admin_url=served.url, admin_token=TOKEN

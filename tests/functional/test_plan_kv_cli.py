@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -27,7 +29,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def write(tmp_path: Path, cfg: dict) -> str:
+def write(tmp_path: Path, cfg: dict[str, Any]) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     return str(path)
@@ -45,7 +47,7 @@ async def _gpus(_: web.Request) -> web.Response:
 
 
 @pytest.fixture(scope="module")
-def gpu_server():
+def gpu_server() -> Iterator[ThreadedServer]:
     with ThreadedServer({"/sim/gpu": _gpus}) as srv:
         yield srv
 
@@ -149,7 +151,7 @@ def test_a_profile_by_name() -> None:
     )
 
 
-def test_gpu_memory_read_through_nvml(tmp_path: Path, gpu_server) -> None:
+def test_gpu_memory_read_through_nvml(tmp_path: Path, gpu_server: ThreadedServer) -> None:
     fake = gpu_server.url("/sim/gpu")
     cfg = write(tmp_path, LLAMA3_8B)
     proc = run("--config", cfg, "--gpu", "0", "--fake-gpu-from", fake, "--json")
@@ -198,7 +200,9 @@ def test_gpu_without_a_driver_is_one_line(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, cfg, args, message) -> None:
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, cfg: dict[str, Any], args: tuple[str, ...], message: str
+) -> None:
     proc = run("--config", write(tmp_path, cfg), *args)
     assert proc.returncode == 2
     assert one_line(proc.stderr) == message

@@ -13,16 +13,24 @@ from gpuwatch.control.gate import default_actor
 from gpuwatch.plan import planner
 from gpuwatch.plan.probe import ProbeResult, Target
 from gpuwatch.plan.recommend import Recommendation
+from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.plan import PlanScreen
-from tests.functional.test_tui_control import confirm_shown, make_app, ready, settled, stack
+from tests.functional.test_tui_control import (
+    Stack,
+    confirm_shown,
+    make_app,
+    ready,
+    settled,
+    stack,
+)
 from tests.functional.test_tui_control import wait_version as wait_version
 from tests.helpers import eventually
 
 __all__ = ["stack"]  # the fixture, shared with the steering tests
 
 
-def summary(app) -> str:  # type: ignore[no-untyped-def]
+def summary(app: GpuwatchApp) -> str:
     """The summary as shown (markup rendered away)."""
     return Text.from_markup(str(app.screen.query_one("#summary", Static).content)).plain
 
@@ -43,7 +51,7 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 async def test_p_shows_the_plan_and_apply_changes_the_gate_after_confirmation(
-    stack, state: Path
+    stack: Stack, state: Path
 ) -> None:
     node, sim, gate, served, client = stack
     planner.save(_plan(served.url))
@@ -76,7 +84,7 @@ async def test_p_shows_the_plan_and_apply_changes_the_gate_after_confirmation(
     assert any("from the plan of" in e.text for e in app.session.monitor.events)
 
 
-async def test_cancel_and_read_only_send_nothing(stack, state: Path) -> None:
+async def test_cancel_and_read_only_send_nothing(stack: Stack, state: Path) -> None:
     node, sim, gate, served, client = stack
     planner.save(_plan(served.url))
     app = make_app(sim.url, served.url)
@@ -104,7 +112,7 @@ async def test_cancel_and_read_only_send_nothing(stack, state: Path) -> None:
     assert await client.audit(10) == []
 
 
-async def test_p_without_a_saved_plan_says_how_to_make_one(stack, state: Path) -> None:
+async def test_p_without_a_saved_plan_says_how_to_make_one(stack: Stack, state: Path) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url)
     async with app.run_test(size=(160, 48)) as pilot:

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from gpuwatch.record import codec, store
 from gpuwatch.record.player import Player
-from tests.functional.servers import ThreadedServer
+from tests.functional.servers import Handler, ThreadedServer
 from tests.helpers import eventually_sync
 
 GW = [sys.executable, "-m", "gpuwatch"]
@@ -412,7 +412,7 @@ def test_a_forged_row_of_256_mib_is_never_read_into_memory(tmp_path: Path) -> No
     assert bad == 1 and peak_mib < 200, proc.stdout
 
 
-def fake_admin(entries: object) -> tuple[dict, dict[str, int]]:
+def fake_admin(entries: object) -> tuple[dict[str, Handler], dict[str, int]]:
     """A gate's admin routes answering ``entries`` as its audit trail, and how often the
     audit was asked for."""
     asked = {"audit": 0}

@@ -5,6 +5,7 @@ instants must equal what the live screen showed then."""
 from __future__ import annotations
 
 import copy
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ CHARTS = ("#chart-requests", "#chart-ttft", "#chart-kv", "#chart-tokens")
 
 
 @pytest.fixture
-async def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
+async def stack(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
     node, sim = await start_sim(PROFILE, time_scale=4.0, seed=9)
     gate, served = await start_gate(
         sim.url, GateConfig(DEFAULT_LANES), token="tok", state_file=tmp_path / "s.json"
@@ -78,7 +79,7 @@ def screen(app: Shell) -> dict[str, Any]:
     return out
 
 
-async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_replayed_screens_equal_the_live_ones(stack: tuple[str, str], tmp_path: Path) -> None:
     sim_url, gate_url = stack
     path = tmp_path / "incident.db"
     load = LoadRun(
@@ -126,7 +127,11 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
             )
 
         await eventually(changed, 20, pause=pilot.pause)
-        await eventually(lambda: m.version > 0 and m.gate.queued.points(), 30, pause=pilot.pause)  # type: ignore[union-attr]
+        await eventually(
+            lambda: m.version > 0 and m.gate is not None and m.gate.queued.points(),
+            30,
+            pause=pilot.pause,
+        )
         live.append(screen(app))
         load.stop()
     recorder.close()
@@ -153,11 +158,14 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
         assert len({s["#events"] + s["#admission"] for s in live}) == 3
 
         # Control keys ask the one guard, which refuses; nothing is sent.
-        limits = copy.deepcopy(player.monitor.gate.limits)  # type: ignore[union-attr]
+        gate_before = player.monitor.gate
+        assert gate_before is not None
+        limits = copy.deepcopy(gate_before.limits)
         await pilot.press("plus")
         await pilot.pause()
         assert any(REPLAY_READ_ONLY in str(n.message) for n in replay._notifications)
-        assert player.monitor.gate.limits == limits  # type: ignore[union-attr]
+        gate_after = player.monitor.gate
+        assert gate_after is not None and gate_after.limits == limits
 
         # The cursor keys move through time, and the screen with them.
         player.seek(player.start)

@@ -175,7 +175,9 @@ def test_record_the_demo_and_replay_it_in_tmux(tmp_path: Path) -> None:
             return found.group(1) if found else ""
 
         for shot in shots:
-            at = LIVE_CLOCK.search(shot).group(1)  # type: ignore[union-attr]
+            live_clock = LIVE_CLOCK.search(shot)
+            assert live_clock is not None, shot
+            at = live_clock.group(1)
             keys(replay, ":")
             eventually_sync(lambda: "go to:" in capture(replay), 10)
             keys(replay, at, "Enter")

@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import time
 import zlib
+from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
@@ -179,7 +180,7 @@ ROUTES = {
 
 
 @pytest.fixture(scope="module")
-def server():
+def server() -> Iterator[ThreadedServer]:
     with ThreadedServer(ROUTES) as srv:
         yield srv
 
@@ -203,7 +204,9 @@ EXPECTED_ERRORS = {
 }
 
 
-async def test_each_bad_source_has_one_line_reason_and_good_still_reports(server) -> None:
+async def test_each_bad_source_has_one_line_reason_and_good_still_reports(
+    server: ThreadedServer,
+) -> None:
     with refusing_port() as port:
         refused = f"http://127.0.0.1:{port}/metrics"
         urls = [server.url(p) for p in ["/good", *EXPECTED_ERRORS]] + [refused]
@@ -224,7 +227,9 @@ async def test_each_bad_source_has_one_line_reason_and_good_still_reports(server
     assert elapsed < 10
 
 
-async def test_nan_inf_and_missing_inf_bucket_are_warnings_not_failures(server) -> None:
+async def test_nan_inf_and_missing_inf_bucket_are_warnings_not_failures(
+    server: ThreadedServer,
+) -> None:
     async with async_client() as client:
         nan = await scrape(client, server.url("/nan"))
         noinf = await scrape(client, server.url("/noinf"))
@@ -270,7 +275,9 @@ async def test_counter_going_backwards_between_scrapes_is_an_event() -> None:
         ("/long-garbage", "malformed metrics page: "),
     ],
 )
-async def test_foreign_text_in_an_error_is_one_bounded_line(server, path: str, start: str) -> None:
+async def test_foreign_text_in_an_error_is_one_bounded_line(
+    server: ThreadedServer, path: str, start: str
+) -> None:
     async with async_client() as client:
         result = await scrape(client, server.url(path))
     assert result.error is not None and result.error.startswith(start), result.error
@@ -278,13 +285,17 @@ async def test_foreign_text_in_an_error_is_one_bounded_line(server, path: str, s
 
 
 @pytest.mark.parametrize("path", ["/gzip-good", "/deflate-raw"])
-async def test_a_compressed_page_is_read_like_a_plain_one(server, path: str) -> None:
+async def test_a_compressed_page_is_read_like_a_plain_one(
+    server: ThreadedServer, path: str
+) -> None:
     async with async_client() as client:
         result = await scrape(client, server.url(path))
     assert result.error is None and result.engines[0].generation_tokens_total == 600
 
 
-async def test_a_4_mib_label_is_dropped_unread_with_one_line_and_the_rest_reports(server) -> None:
+async def test_a_4_mib_label_is_dropped_unread_with_one_line_and_the_rest_reports(
+    server: ThreadedServer,
+) -> None:
     """Regression: the model-label regex kept ~140 bytes a character: one 4 MiB label took a
     scrape to 600 MiB (15 MiB: 2.1 GiB), and the label became an engine named by it. The
     line is dropped before any regex or parser reads it (peak memory: bench/scrape_memory.py)."""

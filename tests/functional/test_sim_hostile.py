@@ -9,6 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gpuwatch.sim.node import SimNode
+
 RAW = {
     # json.loads raises RecursionError here, not JSONDecodeError.
     "deep nesting": b"[" * 100_000 + b"]" * 100_000,
@@ -45,7 +47,7 @@ async def still_serves(url: str) -> None:
 
 
 @pytest.mark.parametrize("body", RAW.values(), ids=RAW.keys())
-async def test_undecodable_json_is_a_400(sim, body: bytes) -> None:
+async def test_undecodable_json_is_a_400(sim: tuple[SimNode, str], body: bytes) -> None:
     _, url = sim
     for path in ("/v1/completions", "/v1/chat/completions"):
         status, data = await post(url, path, body)
@@ -125,7 +127,9 @@ WRONG_TYPES = {
 
 
 @pytest.mark.parametrize("case", WRONG_TYPES)
-async def test_a_field_of_the_wrong_type_is_a_400_naming_it(sim, case: str) -> None:
+async def test_a_field_of_the_wrong_type_is_a_400_naming_it(
+    sim: tuple[SimNode, str], case: str
+) -> None:
     node, url = sim
     path, body, expected = WRONG_TYPES[case]
     status, data = await post(url, path, json.dumps(body).encode())
@@ -134,7 +138,7 @@ async def test_a_field_of_the_wrong_type_is_a_400_naming_it(sim, case: str) -> N
     await still_serves(url)
 
 
-async def test_an_unknown_model_is_a_404_with_the_name_clipped(sim) -> None:
+async def test_an_unknown_model_is_a_404_with_the_name_clipped(sim: tuple[SimNode, str]) -> None:
     _, url = sim
     body = json.dumps({"prompt": "hi", "model": "m" * 100_000}).encode()
     status, data = await post(url, COMPLETIONS, body)
@@ -142,7 +146,7 @@ async def test_an_unknown_model_is_a_404_with_the_name_clipped(sim) -> None:
     assert message.startswith("The model `mmm") and "...` does not exist." in message
 
 
-async def test_lone_surrogates_in_a_prompt_are_served(sim) -> None:
+async def test_lone_surrogates_in_a_prompt_are_served(sim: tuple[SimNode, str]) -> None:
     """JSON can carry "\\ud800"; hashing the prefix blocks must not choke on it."""
     _, url = sim
     body = json.dumps({"prompt": "\ud800" * 200, "max_tokens": 2}).encode()
@@ -153,7 +157,9 @@ async def test_lone_surrogates_in_a_prompt_are_served(sim) -> None:
     assert status == 200 and data["usage"]["completion_tokens"] == 2
 
 
-async def test_unknown_paths_and_methods_answer_in_the_openai_error_shape(sim) -> None:
+async def test_unknown_paths_and_methods_answer_in_the_openai_error_shape(
+    sim: tuple[SimNode, str],
+) -> None:
     _, url = sim
     async with aiohttp.ClientSession() as s:
         async with s.get(url + "/v1/nothing") as resp:
@@ -170,7 +176,9 @@ async def test_unknown_paths_and_methods_answer_in_the_openai_error_shape(sim) -
             assert (await resp.json())["error"]["code"] == 405
 
 
-async def test_a_body_over_the_size_limit_is_a_413_in_the_error_shape(sim) -> None:
+async def test_a_body_over_the_size_limit_is_a_413_in_the_error_shape(
+    sim: tuple[SimNode, str],
+) -> None:
     _, url = sim
     body = json.dumps({"prompt": "x" * (2 * 1024 * 1024)}).encode()
     status, data = await post(url, COMPLETIONS, body)

@@ -53,7 +53,7 @@ async def ask(url: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
     return await post(url, path, json.dumps(body).encode())
 
 
-async def test_image_cost_is_steps_times_pixels_times_n(mix) -> None:
+async def test_image_cost_is_steps_times_pixels_times_n(mix: tuple[SimNode, str]) -> None:
     _, url = mix
     status, data = await ask(url, IMAGES, {"prompt": "a cat", "size": "1024x1024", "steps": 30})
     assert status == 200 and len(data["data"]) == 1 and data["data"][0]["b64_json"]
@@ -74,7 +74,9 @@ async def test_image_cost_is_steps_times_pixels_times_n(mix) -> None:
     assert m['sim_image_requests_total{"outcome": "ok"}'] == 2
 
 
-async def test_image_vram_by_resolution_and_batch_and_the_gpu_is_busy(mix) -> None:
+async def test_image_vram_by_resolution_and_batch_and_the_gpu_is_busy(
+    mix: tuple[SimNode, str],
+) -> None:
     node, url = mix
     idle = await gpu(url)
     base = idle["memory_used"]
@@ -89,7 +91,7 @@ async def test_image_vram_by_resolution_and_batch_and_the_gpu_is_busy(mix) -> No
     expected = int(SDXL.activation_bytes * 1024 * 768 / (1024 * 1024) * 2)
 
     async def holding() -> bool:
-        return (await gpu(url))["memory_used"] == base + expected
+        return bool((await gpu(url))["memory_used"] == base + expected)
 
     await eventually(holding, 30, message="the running image's activations are not in memory")
     m = await scrape(url)
@@ -97,7 +99,7 @@ async def test_image_vram_by_resolution_and_batch_and_the_gpu_is_busy(mix) -> No
     assert m["sim_image_requests_running{}"] == 1
 
     async def busy() -> bool:
-        return (await gpu(url))["utilization_gpu"] >= 90
+        return bool((await gpu(url))["utilization_gpu"] >= 90)
 
     await eventually(busy, 30, message="an image alone does not show as GPU utilization")
     status, _ = await task
@@ -105,7 +107,7 @@ async def test_image_vram_by_resolution_and_batch_and_the_gpu_is_busy(mix) -> No
     assert (await gpu(url))["memory_used"] == base
 
 
-async def test_images_that_do_not_fit_queue_and_too_big_is_a_400(mix) -> None:
+async def test_images_that_do_not_fit_queue_and_too_big_is_a_400(mix: tuple[SimNode, str]) -> None:
     _, url = mix
     # 5 GiB reserve: two 1024x1024 (2.5 GiB each) run, the third waits for VRAM.
     tasks = [asyncio.create_task(ask(url, IMAGES, {"prompt": "p", "steps": 20}))
@@ -124,7 +126,9 @@ async def test_images_that_do_not_fit_queue_and_too_big_is_a_400(mix) -> None:
     assert "10.0 GiB" in message and "image reserve of 5.0 GiB" in message
 
 
-async def test_past_the_image_queue_cap_a_request_is_a_429_with_a_reason(mix) -> None:
+async def test_past_the_image_queue_cap_a_request_is_a_429_with_a_reason(
+    mix: tuple[SimNode, str],
+) -> None:
     """Review 2: the image queue had no cap; each waiter holds a connection and memory."""
     node, url = mix
     assert node.side.images is not None
@@ -146,7 +150,9 @@ async def test_past_the_image_queue_cap_a_request_is_a_429_with_a_reason(mix) ->
     assert [s for s, _ in await asyncio.gather(*tasks)] == [200, 200, 200]
 
 
-async def test_past_the_embeddings_queue_cap_a_request_is_a_429_like_tei_s(mix) -> None:
+async def test_past_the_embeddings_queue_cap_a_request_is_a_429_like_tei_s(
+    mix: tuple[SimNode, str],
+) -> None:
     """TEI refuses past `max_concurrent_requests` (512) with 429 "Model is overloaded"; the
     simulator's queue had no cap. Here the cap is 0, so the next request is past it."""
     node, url = mix
@@ -165,7 +171,9 @@ async def test_past_the_embeddings_queue_cap_a_request_is_a_429_like_tei_s(mix) 
     assert status == 200
 
 
-async def test_an_image_in_progress_slows_text_decode_by_its_weight(mix) -> None:
+async def test_an_image_in_progress_slows_text_decode_by_its_weight(
+    mix: tuple[SimNode, str],
+) -> None:
     node, url = mix
     body = {"prompt": "hello " * 20, "max_tokens": 60, "ignore_eos": True}
 
@@ -257,14 +265,16 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize(("path", "body", "reason"), HOSTILE.values(), ids=HOSTILE.keys())
-async def test_hostile_bodies_are_400s_with_a_reason(mix, path, body, reason) -> None:
+async def test_hostile_bodies_are_400s_with_a_reason(
+    mix: tuple[SimNode, str], path: str, body: dict[str, Any], reason: str
+) -> None:
     _, url = mix
     status, data = await ask(url, path, body)
     expected = 404 if "does not exist" in reason else 400
     assert reason in assert_openai_error(status, data, expected)
 
 
-async def test_undecodable_bodies_are_400s_and_the_node_goes_on(mix) -> None:
+async def test_undecodable_bodies_are_400s_and_the_node_goes_on(mix: tuple[SimNode, str]) -> None:
     _, url = mix
     for body in RAW.values():
         for path in (EMBEDDINGS, IMAGES):
@@ -276,7 +286,7 @@ async def test_undecodable_bodies_are_400s_and_the_node_goes_on(mix) -> None:
     assert m['te_request_failure_total{"err": "validation"}'] == len(RAW)
 
 
-async def test_models_lists_every_served_model(mix) -> None:
+async def test_models_lists_every_served_model(mix: tuple[SimNode, str]) -> None:
     _, url = mix
     async with aiohttp.ClientSession() as s, s.get(f"{url}/v1/models") as r:
         ids = [m["id"] for m in (await r.json())["data"]]

@@ -12,6 +12,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuwatch.model import GpuReading
+from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
@@ -53,7 +55,9 @@ def families(text: str) -> dict[str, tuple[str, tuple[str, ...], tuple[str, ...]
     return out
 
 
-async def test_metrics_match_the_real_vllm_v1_scrape_family_by_family(sim) -> None:
+async def test_metrics_match_the_real_vllm_v1_scrape_family_by_family(
+    sim: tuple[SimNode, str],
+) -> None:
     _, url = sim
     async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as resp:
         ours = families(await resp.text())
@@ -84,7 +88,9 @@ async def test_metrics_match_the_real_vllm_v1_scrape_family_by_family(sim) -> No
         assert name in ours
 
 
-async def test_streaming_completion_and_the_data_layer_reads_it_as_vllm(sim) -> None:
+async def test_streaming_completion_and_the_data_layer_reads_it_as_vllm(
+    sim: tuple[SimNode, str],
+) -> None:
     _, url = sim
     body = {"model": "sim-model", "prompt": "x" * 400, "max_tokens": 12, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True}  # fmt: skip
@@ -131,7 +137,7 @@ async def test_streaming_completion_and_the_data_layer_reads_it_as_vllm(sim) -> 
     assert samples["vllm:time_per_output_token_seconds_count"] == 11
 
 
-async def test_chat_non_streaming(sim) -> None:
+async def test_chat_non_streaming(sim: tuple[SimNode, str]) -> None:
     _, url = sim
     body = {
         "messages": [{"role": "user", "content": "hello there"}],
@@ -170,7 +176,7 @@ async def test_chat_non_streaming(sim) -> None:
     ],
 )
 async def test_bad_requests_get_openai_errors_with_vllm_status(
-    sim, path, body, status, message
+    sim: tuple[SimNode, str], path: str, body: dict[str, object], status: int, message: str
 ) -> None:
     node, url = sim
     async with aiohttp.ClientSession() as s, s.post(url + path, json=body) as resp:
@@ -180,7 +186,7 @@ async def test_bad_requests_get_openai_errors_with_vllm_status(
     assert node.engines[0].idle
 
 
-async def test_client_disconnect_aborts_and_frees_blocks(sim) -> None:
+async def test_client_disconnect_aborts_and_frees_blocks(sim: tuple[SimNode, str]) -> None:
     node, url = sim
     body = {"prompt": "y" * 8000, "max_tokens": 4000, "stream": True, "ignore_eos": True}
     session = aiohttp.ClientSession()
@@ -191,7 +197,7 @@ async def test_client_disconnect_aborts_and_frees_blocks(sim) -> None:
     resp.close()
     await session.close()
 
-    async def freed():
+    async def freed() -> dict[str, float] | bool:
         async with aiohttp.ClientSession() as s:
             m = await metrics(s, url)
         return (
@@ -242,6 +248,7 @@ async def test_virtual_gpu_through_the_nvml_fake_backend() -> None:
         g = idle.gpus[0]
         assert g.name == "NVIDIA GeForce RTX 4090" and g.memory_total_bytes == 24 * 2**30
         # Flat and nearly full: context + weights + the whole KV pool, with no load at all.
+        assert g.memory_used_bytes is not None
         assert 0.9 < g.memory_used_bytes / g.memory_total_bytes < 0.95
         assert g.utilization_gpu == 0 and g.processes[0].pid > 0
         assert g.processes[0].used_memory_bytes == g.memory_used_bytes
@@ -249,7 +256,7 @@ async def test_virtual_gpu_through_the_nvml_fake_backend() -> None:
         async with aiohttp.ClientSession() as s:
             resps = [await s.post(f"{served.url}/v1/completions", json=body) for _ in range(4)]
 
-            async def busy():
+            async def busy() -> GpuReading | None:
                 reading = await asyncio.to_thread(reader.read)
                 return (
                     reading
@@ -275,6 +282,7 @@ def test_sim_command_serves_and_stops_on_sigterm() -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
+        assert proc.stdout is not None
         line = proc.stdout.readline()
         assert "gpuwatch sim: meta-llama/Llama-3.1-8B-Instruct-AWQ on http://127.0.0.1:" in line
         url = line.split(" on ")[1].split(" ")[0]

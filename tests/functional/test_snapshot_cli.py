@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,14 @@ async def sglang(_: web.Request) -> web.Response:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server() -> Iterator[ThreadedServer]:
     with ThreadedServer({"/metrics": sglang}) as srv:
         yield srv
 
 
 def run(
-    *args: str, stdin: bytes | None = None, env: dict | None = None
-) -> subprocess.CompletedProcess:
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "gpuwatch", *args],
         input=stdin,
@@ -39,7 +40,7 @@ def run(
     )
 
 
-def test_json_contract_for_a_live_endpoint(server) -> None:
+def test_json_contract_for_a_live_endpoint(server: ThreadedServer) -> None:
     proc = run("snapshot", "--no-gpu", "--json", "--metrics", server.url("/metrics"))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
@@ -65,7 +66,7 @@ def test_json_contract_for_a_live_endpoint(server) -> None:
     assert engine["process"]["pid"] > 0
 
 
-def test_a_failed_source_exits_1_and_says_why(server) -> None:
+def test_a_failed_source_exits_1_and_says_why(server: ThreadedServer) -> None:
     with refusing_port() as port:
         dead = f"http://127.0.0.1:{port}/metrics"
         proc = run(
@@ -109,7 +110,7 @@ def test_missing_file_is_a_source_error() -> None:
     ]
 
 
-def test_without_a_gpu_nvml_error_is_reported(server) -> None:
+def test_without_a_gpu_nvml_error_is_reported(server: ThreadedServer) -> None:
     proc = run("snapshot", "--json", "--metrics", server.url("/metrics"))
     data = json.loads(proc.stdout)
     if data["nvml_error"] is None:
@@ -129,7 +130,7 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
     assert b"usage:" in proc.stderr
 
 
-def test_config_file_is_used_and_bad_config_exits_2(server, tmp_path: Path) -> None:
+def test_config_file_is_used_and_bad_config_exits_2(server: ThreadedServer, tmp_path: Path) -> None:
     cfg = tmp_path / "gpuwatch" / "config.toml"
     cfg.parent.mkdir()
     cfg.write_text(f'metrics = ["{server.url("/metrics")}"]\nno_gpu = true\n')

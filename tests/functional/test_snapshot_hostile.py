@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from gpuwatch.fmt import LINE_LIMIT
-from tests.functional.servers import ThreadedServer
+from tests.functional.servers import Handler, ThreadedServer
 from tests.functional.test_snapshot_cli import run
 
 RUNNING = 'vllm:num_requests_running{model_name="m"} 3\n'
@@ -94,7 +96,7 @@ PAGES = {
 }
 
 
-def _page(text: str):
+def _page(text: str) -> Handler:
     async def handler(_: web.Request) -> web.Response:
         return web.Response(text=text)
 
@@ -105,28 +107,31 @@ WIDE = {**os.environ, "COLUMNS": "200"}  # no column of the table is cut short
 
 
 @pytest.fixture(scope="module")
-def server():
+def server() -> Iterator[ThreadedServer]:
     with ThreadedServer({path: _page(text) for path, text in PAGES.items()}) as srv:
         yield srv
 
 
-def strict_json(raw: bytes) -> dict:
+def strict_json(raw: bytes) -> dict[str, Any]:
     """Parse as a strict JSON peer would: NaN and Infinity are not JSON."""
 
     def refuse(name: str) -> None:
         raise AssertionError(f"{name} in JSON output")
 
-    return json.loads(raw, parse_constant=refuse)
+    data: dict[str, Any] = json.loads(raw, parse_constant=refuse)
+    return data
 
 
-def snapshot_json(*args: str) -> tuple[int, dict, str]:
+def snapshot_json(*args: str) -> tuple[int, dict[str, Any], str]:
     proc = run("snapshot", "--no-gpu", "--json", *args)
     assert b"Traceback" not in proc.stderr, proc.stderr.decode()[-2000:]
     return proc.returncode, strict_json(proc.stdout), proc.stderr.decode()
 
 
 @pytest.mark.parametrize("case", NON_FINITE)
-def test_non_finite_values_are_null_with_a_warning_and_json_stays_valid(server, case: str) -> None:
+def test_non_finite_values_are_null_with_a_warning_and_json_stays_valid(
+    server: ThreadedServer, case: str
+) -> None:
     _, warning, where = NON_FINITE[case]
     code, data, _ = snapshot_json("--metrics", server.url(f"/{case}"))
     assert code == 0 and data["errors"] == []  # warnings, not failures
@@ -143,7 +148,7 @@ def test_non_finite_values_are_null_with_a_warning_and_json_stays_valid(server, 
 
 
 @pytest.mark.parametrize("case", NON_FINITE)
-def test_table_output_survives_non_finite_values(server, case: str) -> None:
+def test_table_output_survives_non_finite_values(server: ThreadedServer, case: str) -> None:
     proc = run("snapshot", "--no-gpu", "--metrics", server.url(f"/{case}"), env=WIDE)
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
@@ -153,7 +158,7 @@ def test_table_output_survives_non_finite_values(server, case: str) -> None:
     assert NON_FINITE[case][1] in warnings
 
 
-def test_table_shows_markup_in_label_values_literally(server) -> None:
+def test_table_shows_markup_in_label_values_literally(server: ThreadedServer) -> None:
     proc = run("snapshot", "--no-gpu", "--metrics", server.url("/markup"), env=WIDE)
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0 and "Traceback" not in err, err[-2000:]
@@ -163,7 +168,7 @@ def test_table_shows_markup_in_label_values_literally(server) -> None:
     assert "num_requests_waiting is nan: shown as unknown" in warnings
 
 
-def test_huge_metric_name_gives_a_bounded_error_line(server) -> None:
+def test_huge_metric_name_gives_a_bounded_error_line(server: ThreadedServer) -> None:
     code, data, _ = snapshot_json("--metrics", server.url("/hugename"))
     assert code == 1
     [error] = data["errors"]
@@ -174,7 +179,9 @@ def test_huge_metric_name_gives_a_bounded_error_line(server) -> None:
     assert len(line) < LINE_LIMIT * 2
 
 
-def test_engines_per_source_are_capped_with_one_warning(server, tmp_path: Path) -> None:
+def test_engines_per_source_are_capped_with_one_warning(
+    server: ThreadedServer, tmp_path: Path
+) -> None:
     url = server.url("/many")
     code, data, _ = snapshot_json("--metrics", url)
     assert code == 0
@@ -195,7 +202,7 @@ def test_engines_per_source_are_capped_with_one_warning(server, tmp_path: Path) 
     assert len(configured["engines"]) == 7
 
 
-def test_under_the_cap_nothing_is_dropped_or_warned(server) -> None:
+def test_under_the_cap_nothing_is_dropped_or_warned(server: ThreadedServer) -> None:
     _, data, _ = snapshot_json("--metrics", server.url("/many"), "--max-engines", str(MANY))
     assert len(data["engines"]) == MANY and data["warnings"] == []
     assert math.fsum(e["running"] for e in data["engines"]) == sum(range(MANY))

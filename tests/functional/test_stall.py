@@ -102,7 +102,7 @@ async def test_the_gate_sheds_a_stalled_upstream_and_admits_again_when_it_moves(
         status_url = f"{stack.url}/admin/status"
 
         async def queued_in_chat() -> bool:
-            return (await get(s, status_url))["lanes"]["chat"]["queued"] == 1
+            return bool((await get(s, status_url))["lanes"]["chat"]["queued"] == 1)
 
         await eventually(queued_in_chat)
         assert (await get(s, f"{stack.sim}/sim/stall"))["stalled"] is False
@@ -192,7 +192,7 @@ async def next_frame(proc: asyncio.subprocess.Process, want: Any) -> dict[str, A
     while True:
         line = await proc.stdout.readline()
         assert line, "watch ended"
-        frame = json.loads(line)
+        frame: dict[str, Any] = json.loads(line)
         if want(frame):
             return frame
 

@@ -8,26 +8,35 @@ import logging
 import os
 import re
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from textual.content import Content
+from textual.widgets import DataTable
 
+from gpuwatch.aioserve import Served
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
-from gpuwatch.gate.server import start_gate
+from gpuwatch.gate.listener import Listening
+from gpuwatch.gate.server import Gate, start_gate
 from gpuwatch.session.node import DashboardOptions, live_session
+from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
+from gpuwatch.tui.widgets.chart import Chart
 from gpuwatch.tui.widgets.panel import Panel
 from tests.helpers import eventually, refusing_port
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
+# (simulator, its server, gate, its listener)
+Stack = tuple[SimNode, Served, Gate, Listening]
 
 
 def text(app: GpuwatchApp, selector: str) -> str:
@@ -44,7 +53,7 @@ def screen_text(app: GpuwatchApp) -> str:
 
 
 @pytest.fixture
-async def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
+async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     node, sim = await start_sim(PROFILE, time_scale=2.0, seed=9)
     gate, served = await start_gate(
         sim.url, GateConfig(DEFAULT_LANES), token="tok", state_file=tmp_path / "s.json"
@@ -54,7 +63,7 @@ async def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
     await sim.close()
 
 
-def options(sim_url: str, gate_url: str, **kw) -> DashboardOptions:  # type: ignore[no-untyped-def]
+def options(sim_url: str, gate_url: str, **kw: Any) -> DashboardOptions:
     return DashboardOptions(
         urls=[f"{sim_url}/metrics", f"{gate_url}/metrics"], interval_s=0.2, admin_url=gate_url,
         admin_token="tok", nvml=NvmlReader(FakeNvml(SimGpuSource(f"{sim_url}/sim/gpu"))), **kw,
@@ -80,7 +89,7 @@ class Load:
         await self.session.close()
 
 
-async def test_panels_show_what_the_sources_return(stack) -> None:
+async def test_panels_show_what_the_sources_return(stack: Stack) -> None:
     node, sim, gate, served = stack
     app = GpuwatchApp(live_session(options(sim.url, served.url)))
     load = Load(served.url, 6)
@@ -103,7 +112,7 @@ async def test_panels_show_what_the_sources_return(stack) -> None:
         assert snap.running == 6 and snap.kv_tokens_total == PROFILE.kv_tokens
         await eventually(
             pause=pilot.pause,
-            condition=lambda: app.screen.query_one("#chart-requests").rebuilds > 0,
+            condition=lambda: app.screen.query_one("#chart-requests", Chart).rebuilds > 0,
         )
     await load.close()
 
@@ -141,7 +150,7 @@ async def test_dead_endpoint_goes_down_and_back_up(tmp_path: Path) -> None:
             await sim2.close()
 
 
-async def test_theme_switching_cycles_every_theme(stack) -> None:
+async def test_theme_switching_cycles_every_theme(stack: Stack) -> None:
     node, sim, gate, served = stack
     app = GpuwatchApp(live_session(options(sim.url, served.url)))
     async with app.run_test(size=(100, 30)) as pilot:
@@ -156,7 +165,7 @@ async def test_theme_switching_cycles_every_theme(stack) -> None:
         assert app.get_css_variables()["ok"] == "#4fd18b"
 
 
-async def test_80x24_renders_everything_that_matters(stack) -> None:
+async def test_80x24_renders_everything_that_matters(stack: Stack) -> None:
     node, sim, gate, served = stack
     app = GpuwatchApp(live_session(options(sim.url, served.url)))
     async with app.run_test(size=(80, 24)) as pilot:
@@ -174,7 +183,8 @@ async def test_80x24_renders_everything_that_matters(stack) -> None:
         )
         assert "OK" in shot and "RTX 4090" in shot and "vllm" in shot and "chat" in shot
         assert app.screen.has_class("-narrow") and app.screen.has_class("-short")
-        kv, ttft = app.screen.query_one("#chart-kv"), app.screen.query_one("#chart-ttft")
+        kv = app.screen.query_one("#chart-kv", Chart)
+        ttft = app.screen.query_one("#chart-ttft", Chart)
         assert not kv.display
         hidden_before, shown_before = kv.rebuilds, ttft.rebuilds
         await eventually(
@@ -183,7 +193,7 @@ async def test_80x24_renders_everything_that_matters(stack) -> None:
         assert kv.rebuilds == hidden_before  # a hidden chart is never rebuilt
 
 
-async def test_help_gpu_screen_freeze_and_window(stack) -> None:
+async def test_help_gpu_screen_freeze_and_window(stack: Stack) -> None:
     node, sim, gate, served = stack
     app = GpuwatchApp(live_session(options(sim.url, served.url)))
     async with app.run_test(size=(160, 48)) as pilot:
@@ -196,7 +206,7 @@ async def test_help_gpu_screen_freeze_and_window(stack) -> None:
         await pilot.press("escape")
         await pilot.press("g")
         assert isinstance(app.screen, GpuScreen)
-        procs = app.screen.query_one("#procs")
+        procs = app.screen.query_one("#procs", DataTable)
         assert procs.row_count == 1 and str(os.getpid()) in screen_text(app)
         await pilot.press("escape")
         await pilot.press("w")
@@ -214,7 +224,7 @@ async def test_help_gpu_screen_freeze_and_window(stack) -> None:
         assert not dash.frozen
 
 
-async def test_badge_changes_with_hysteresis(stack) -> None:
+async def test_badge_changes_with_hysteresis(stack: Stack) -> None:
     node, sim, gate, served = stack
     app = GpuwatchApp(live_session(options(sim.url, served.url, slo={"ttft_p99_s": 1000.0})))
     app.session.monitor.health.hold_s = 1.0

@@ -14,6 +14,7 @@ from gpuwatch.tui.screens.confirm import ConfirmationModal
 from tests.functional import test_tui_control as tui_control
 from tests.functional.test_tui import text
 from tests.functional.test_tui_control import (
+    Stack,
     confirm_shown,
     make_app,
     ready,
@@ -25,7 +26,7 @@ from tests.helpers import eventually
 stack = tui_control.stack  # the fixture: simulator, gate and a client of the gate
 
 
-async def test_a_switches_adaptive_on_asks_first_and_u_undoes(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_a_switches_adaptive_on_asks_first_and_u_undoes(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -67,7 +68,7 @@ async def test_a_switches_adaptive_on_asks_first_and_u_undoes(stack) -> None:  #
     assert len(entries) == 4 and all(e.actor != "adaptive" for e in entries)
 
 
-async def test_the_panel_shows_the_controllers_cut_and_why(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_the_panel_shows_the_controllers_cut_and_why(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     spec = LoadSpec(url=served.url, rate=20.0, duration_s=30.0, prompt_tokens=Dist("fixed", 64),
                     output_tokens=Dist("fixed", 256), seed=2)  # fmt: skip
@@ -104,7 +105,7 @@ async def test_the_panel_shows_the_controllers_cut_and_why(stack) -> None:  # ty
     assert any(e.actor == "adaptive" and (e.reason or "").startswith("-25%") for e in audit)
 
 
-async def test_read_only_refuses_a_and_sends_nothing(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_read_only_refuses_a_and_sends_nothing(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url, read_only=True)
     async with app.run_test(size=(160, 48), notifications=True) as pilot:

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import Button
 
 from gpuwatch.adminapi import Limits, LimitsPatch
+from gpuwatch.aioserve import Served
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
-from gpuwatch.gate.server import start_gate
+from gpuwatch.gate.listener import Listening
+from gpuwatch.gate.server import Gate, start_gate
 from gpuwatch.load import LoadRun, LoadSpec
 from gpuwatch.load.spec import Dist
 from gpuwatch.session.node import DashboardOptions, live_session
+from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from gpuwatch.tui.app import GpuwatchApp
@@ -30,10 +35,12 @@ from tests.helpers import eventually
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 TOKEN = "s3cret"
+# (simulator, its server, gate, its listener, an admin client of the gate)
+Stack = tuple[SimNode, Served, Gate, Listening, GateClient]
 
 
 @pytest.fixture
-async def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
+async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     node, sim = await start_sim(PROFILE, time_scale=2.0, seed=11)
     gate, served = await start_gate(
         sim.url, GateConfig(DEFAULT_LANES), token=TOKEN, state_file=tmp_path / "s.json"
@@ -59,13 +66,19 @@ def make_app(sim_url: str, gate_url: str, token: str = TOKEN, **kw: Any) -> Gpuw
     )
 
 
+def gate_version(app: GpuwatchApp) -> int | None:
+    """The limits version the dashboard shows, None before the gate has been read."""
+    view = app.session.monitor.gate
+    return view.limits.version if view is not None and view.limits is not None else None
+
+
 def pressed_together(app: GpuwatchApp) -> None:
     """Keys a test presses together must land in one window even on a loaded machine: the
     coalescing is what is tested, not how fast the machine delivers keys."""
     app.session.steering.coalesce_s = 2.0
 
 
-async def ready(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def]
+async def ready(pilot: Pilot[None], app: GpuwatchApp) -> None:
     await eventually(
         pause=pilot.pause,
         condition=lambda: (
@@ -76,7 +89,7 @@ async def ready(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def
     )
 
 
-async def settled(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def]
+async def settled(pilot: Pilot[None], app: GpuwatchApp) -> None:
     """No key is waiting to be sent and no change is in flight: whatever was going to reach
     the gate has (a condition, not a sleep)."""
     await pilot.pause()
@@ -89,7 +102,7 @@ async def settled(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-d
     )
 
 
-async def confirm_shown(pilot, app: GpuwatchApp) -> ConfirmationModal:  # type: ignore[no-untyped-def]
+async def confirm_shown(pilot: Pilot[None], app: GpuwatchApp) -> ConfirmationModal:
     """The confirmation modal, mounted: its focus is on Cancel."""
     await eventually(
         pause=pilot.pause,
@@ -99,25 +112,30 @@ async def confirm_shown(pilot, app: GpuwatchApp) -> ConfirmationModal:  # type: 
             and app.focused.id == "cancel"
         ),
     )
-    return app.screen  # type: ignore[return-value]
+    screen = app.screen
+    assert isinstance(screen, ConfirmationModal)
+    return screen
 
 
-async def wait_version(pilot, client: GateClient, version: int) -> Limits:  # type: ignore[no-untyped-def]
+async def wait_version(pilot: Pilot[None], client: GateClient, version: int) -> Limits:
     async def reached() -> Limits | None:
         limits = await client.limits()
         return limits if limits.version >= version else None
 
     # A wide deadline: a condition, so it costs nothing when the change comes at once.
-    return await eventually(reached, 30, pause=pilot.pause, message=f"version {version} never came")
+    limits: Limits = await eventually(
+        reached, 30, pause=pilot.pause, message=f"version {version} never came"
+    )
+    return limits
 
 
-async def test_each_key_changes_the_gates_limits(stack) -> None:
+async def test_each_key_changes_the_gates_limits(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url)
     async with app.run_test(size=(160, 48)) as pilot:
         await ready(pilot, app)
         assert app.session.steering.selected_lane == "chat"
-        steps = [  # key, expected chat limits after it
+        steps: list[tuple[str, dict[str, int | None]]] = [  # key, expected chat limits after it
             ("plus", {"max_inflight": 17}),
             ("minus", {"max_inflight": 16}),
             ("asterisk", {"max_inflight": 32}),
@@ -152,7 +170,7 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
         # The panel shows what the server answered.
         await eventually(
             pause=pilot.pause,
-            condition=lambda: app.session.monitor.gate.limits.version == version + 1,
+            condition=lambda: gate_version(app) == version + 1,
         )
         assert "33/32" not in text(app, "#admission") and "0/33" in text(app, "#admission")
         assert "tokens 0/256k" in text(app, "#admission")  # chat's budget, as the gate has it
@@ -160,7 +178,7 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
         assert len(entries) == len(steps) + 1 and all("@" in e.actor for e in entries)
 
 
-async def test_key_presses_in_quick_succession_are_one_patch(stack) -> None:
+async def test_key_presses_in_quick_succession_are_one_patch(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url)
     pressed_together(app)
@@ -175,7 +193,7 @@ async def test_key_presses_in_quick_succession_are_one_patch(stack) -> None:
         assert entry.change.to_json() == {"lanes": {"chat": {"max_inflight": 21, "max_queue": 72}}}
 
 
-async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
+async def test_pause_asks_first_and_cancel_changes_nothing(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -204,7 +222,7 @@ async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
         assert limits.paused is False
 
 
-async def test_cutting_a_lane_by_more_than_half_asks_first(stack) -> None:
+async def test_cutting_a_lane_by_more_than_half_asks_first(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -221,7 +239,7 @@ async def test_cutting_a_lane_by_more_than_half_asks_first(stack) -> None:
         assert (await client.limits()).lanes["chat"].max_inflight == 8
 
 
-async def test_read_only_refuses_and_sends_nothing(stack) -> None:
+async def test_read_only_refuses_and_sends_nothing(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url, read_only=True)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -250,7 +268,7 @@ async def test_read_only_refuses_and_sends_nothing(stack) -> None:
     assert await client.audit(10) == []
 
 
-async def test_concurrent_change_gives_409_and_refreshes(stack) -> None:
+async def test_concurrent_change_gives_409_and_refreshes(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url)
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
@@ -272,13 +290,11 @@ async def test_concurrent_change_gives_409_and_refreshes(stack) -> None:
         )
         limits = await client.limits()
         assert limits.version == 2 and limits.lanes["chat"].max_inflight == 40  # not overwritten
-        await eventually(
-            pause=pilot.pause, condition=lambda: app.session.monitor.gate.limits.version == 2
-        )
+        await eventually(pause=pilot.pause, condition=lambda: gate_version(app) == 2)
         await eventually(pause=pilot.pause, condition=lambda: "40" in text(app, "#admission"))
 
 
-async def test_undo_restores(stack) -> None:
+async def test_undo_restores(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url)
     pressed_together(app)
@@ -308,7 +324,7 @@ async def test_undo_restores(stack) -> None:
         assert screen.query_one("DataTable").row_count == 2
 
 
-async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
+async def test_edit_form_validates_and_applies_one_patch(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -376,7 +392,7 @@ async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
         await eventually(pause=pilot.pause, condition=lambda: "/1.5s" in text(app, "#admission"))
 
 
-async def test_wrong_token_shows_the_401_reason(stack) -> None:
+async def test_wrong_token_shows_the_401_reason(stack: Stack) -> None:
     node, sim, gate, served, client = stack
     app = make_app(sim.url, served.url, token="wrong")
     async with app.run_test(size=(160, 48)) as pilot:
@@ -387,7 +403,9 @@ async def test_wrong_token_shows_the_401_reason(stack) -> None:
     assert (await client.limits()).version == 1
 
 
-async def test_lowering_max_inflight_under_load_lowers_running_within_two_polls(stack) -> None:
+async def test_lowering_max_inflight_under_load_lowers_running_within_two_polls(
+    stack: Stack,
+) -> None:
     node, sim, gate, served, client = stack
     await client.patch(LimitsPatch.from_json({"lanes": {"chat": {"max_inflight": 8}}}))
     app = GpuwatchApp(

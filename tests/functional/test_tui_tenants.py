@@ -34,7 +34,7 @@ async def test_tenants_shown_and_steered_from_the_keyboard(tmp_path: Path) -> No
             )
             for tenant, objective in (("acme", "interactive"), ("acme", "batch"), ("bob", ""))
         ]
-        tasks = [asyncio.create_task(send) for send in sends]  # type: ignore[arg-type]
+        tasks = [asyncio.create_task(send) for send in sends]
         await eventually(lambda: r.upstream.active == 3)
         app = GpuwatchApp(
             live_session(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +47,7 @@ class CountingUpstream:
         async with self.changed:
             self.changed.notify_all()
 
-    async def wait_until(self, predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         async with self.changed:
             await asyncio.wait_for(self.changed.wait_for(predicate), timeout)
 

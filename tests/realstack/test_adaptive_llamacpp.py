@@ -69,7 +69,8 @@ async def test_adaptive_settles_at_its_floor_and_requests_complete(
                 start = (await r.json())["effective"]["chat"]["max_inflight"]
             assert start in (2, 3)
             # The upstream's page is read in its own dialect (llama.cpp exports no KV usage).
-            reading = await eventually(gate.upstream_metrics.latest, timeout=60)  # type: ignore[union-attr]
+            assert gate.upstream_metrics is not None  # started with --upstream-metrics
+            reading = await eventually(gate.upstream_metrics.latest, timeout=60)
             assert reading.kv_usage is None
             await eventually(settled, timeout=180, message="the effective limit never settled")
             stop.set()

@@ -37,11 +37,14 @@ def snapshot(url: str) -> dict[str, Any]:
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
+    engine: dict[str, Any]
     [engine] = json.loads(out.stdout)["engines"]
     return engine
 
 
-async def complete(session: aiohttp.ClientSession, url: str, max_tokens: int, **extra: Any) -> dict:
+async def complete(
+    session: aiohttp.ClientSession, url: str, max_tokens: int, **extra: Any
+) -> dict[str, Any]:
     body = {
         "prompt": "the node is in its boring zone",
         "max_tokens": max_tokens,
@@ -50,7 +53,8 @@ async def complete(session: aiohttp.ClientSession, url: str, max_tokens: int, **
     }
     async with session.post(f"{url}/v1/completions", json=body) as r:
         assert r.status == 200
-        return await r.json()
+        answer: dict[str, Any] = await r.json()
+        return answer
 
 
 async def test_snapshot_reports_llamacpp_with_counters_matching_what_was_sent(
@@ -74,8 +78,8 @@ async def test_snapshot_reports_llamacpp_with_counters_matching_what_was_sent(
 
 
 async def test_more_long_requests_than_slots_are_seen_waiting(llama_server: str) -> None:
-    seen_waiting = 0
-    seen_running = 0
+    seen_waiting: float = 0
+    seen_running: float = 0
     async with aiohttp.ClientSession(timeout=LONG) as s, async_client() as client:
         # 3 requests for 2 slots: one waits, and an HTTP thread is left for /metrics.
         tasks = [asyncio.create_task(complete(s, llama_server, 1800)) for _ in range(3)]
@@ -147,7 +151,9 @@ async def test_gate_max_inflight_bounds_requests_processing(
         async with s.patch(f"{gate_url}/admin/limits", json={"lanes": {"chat": limits}}) as r:
             assert r.status == 200
         tasks = [asyncio.create_task(complete(s, gate_url, 1500)) for _ in range(4)]
-        peak_processing = peak_deferred = peak_gate_queue = 0
+        peak_processing: float = 0
+        peak_deferred: float = 0
+        peak_gate_queue = 0
         while not all(t.done() for t in tasks):
             [engine] = (await scrape(client, f"{llama_server}/metrics")).engines
             peak_processing = max(peak_processing, engine.running or 0)
@@ -224,8 +230,8 @@ async def test_dashboard_pointed_at_llama_server(llama_server: str) -> None:
             lambda: (m := re.search(r"gen (\d+)", engines())) and int(m[1]) > 0,
             20, pause=pilot.pause, message=engines,
         )  # fmt: skip
-        engines = text(app, "#engines")
-        assert "KV ········ N/A" in engines  # llama.cpp does not export it: shown unknown
+        shown = text(app, "#engines")
+        assert "KV ········ N/A" in shown  # llama.cpp does not export it: shown unknown
         await asyncio.gather(*tasks)
 
 
