@@ -50,7 +50,10 @@ class KeepInView(Vertical):
 
     def on_panel_resized(self, message: Panel.Resized) -> None:
         message.stop()
-        self.fit()  # a lane added at the gate, a ``sending:`` line, an engine's line wrapping
+        # A lane added at the gate, a ``sending:`` line, an engine's line wrapping: fitted once
+        # the layout has taken the new height (fitted now, the panels' sizes are the old ones).
+        self.fit()
+        self.call_after_refresh(self.fit)
 
     def room(self) -> int | None:
         """Rows the column can show at most, None when that is unknown (not laid out)."""

@@ -106,6 +106,12 @@ class Panel(Static):
         """Keep the panel at its tallest for ``HOLD_S``: a line that comes and goes with the
         load (an engine's ``fits ~N more sessions`` when it idles between requests) would
         otherwise move every panel below it, and lay the screen out, every few seconds."""
+        if self.has_class("keep"):
+            # The kept panel (the lanes) shows its own lines and no blank ones: rows it gives
+            # up go back to the panels above it (KeepInView), and a blank line held after a
+            # key's ``sending:`` line would make the live screen differ from its replay,
+            # which has the recorded state but not the keys pressed.
+            return lines
         now = self.clock()
         width, height = lines
         held_width, held_height, since = self._tallest
