@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.record import age, size
-from gpuwatch.model import GpuReading, GpuSample, HostSample, ProcessInfo
+from gpuwatch.model import GpuReading, GpuSample, HostSample, ProcessInfo, ScrapeResult
 from gpuwatch.monitor.state import Event, Monitor
 from gpuwatch.record import codec, store
 from gpuwatch.record.player import Player, parse_when
@@ -301,4 +301,33 @@ def test_a_full_disk_stops_recording_with_an_event_and_the_file_stays_readable(
     m.event("info", "the dashboard goes on")  # nothing raises, nothing is written
     p = Player(path)
     assert [mk.text for mk in p.marks] == ["before the disk filled"]
+    p.close()
+
+
+def test_a_node_recorded_down_replays_down(tmp_path: Path) -> None:
+    """A failed scrape keeps its ``unreachable`` flag through the file: a node that stopped
+    answering (connection refused) replays DOWN at once, as it was shown live, not UP and then
+    STALE three intervals later (which says it answers, badly)."""
+    url = "http://node:8000/metrics"
+    path = tmp_path / "r.db"
+    clock = [1000.0]
+    m = Monitor([url], interval_s=1.0, clock=lambda: clock[0], wall=lambda: 1e9 + clock[0])
+    recorder = Recorder(path).attach(m)
+    text = (FIXTURES / "vllm-1.prom").read_text()
+    m.apply_scrape(map_page(url, text))
+    clock[0] += 1.0
+    refused = "connection refused (node:8000)"
+    m.apply_scrape(ScrapeResult(url, error=refused, unreachable=True))
+    assert m.endpoints[url].status.state == "DOWN"
+    clock[0] += 0.5
+    m.check_stale()
+    recorder.close()
+    p = Player(path)
+    p.seek(p.start)
+    assert p.monitor.endpoints[url].status.state == "UP"
+    p.seek(p.start + 1.0)  # the failed scrape: DOWN at once, with its reason
+    status = p.monitor.endpoints[url].status
+    assert (status.state, status.reason) == ("DOWN", refused)
+    p.seek(p.end)
+    assert p.monitor.endpoints[url].status.state == "DOWN" and p.bad_rows == 0
     p.close()
