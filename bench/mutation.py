@@ -1,0 +1,269 @@
+"""Mutation testing of the pure modules: how many small bugs their unit tests catch.
+
+mutmut (a dev extra) mutates one module at a time (an operator flipped, a constant changed,
+an argument dropped, ...) and runs only that module's unit tests (``MODULES``) against each
+mutant, in a copy of the tree under a temporary folder: the work tree is never touched.
+
+    python bench/mutation.py                 # every module, one after another
+    python bench/mutation.py health codec    # some of them
+    python bench/mutation.py --survivors     # and each surviving mutant's diff
+
+Per module it prints the mutants, how many the tests killed, how many survived, how many ran
+past their time limit (an endless loop: caught, counted with the killed), those no selected
+test reaches ("no tests": survivors too), those judged equivalent (``EQUIVALENT``: a change no
+caller can observe, each with its reason in docs/testing.md), and the kill rate:
+(killed + timeout) / (mutants - equivalent). Mutants left unchecked when a module's time box
+(``--time-box``) ran out are counted and shown, never guessed.
+
+The machine has 2 cores shared with others: one module at a time, one test process at a time
+by default (``--children``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Module:
+    source: str
+    tests: tuple[str, ...]
+
+
+# Each pure module and the fast unit tests that are its tests (seconds each, no servers;
+# steering's state machine is the exception: its own in-process gate on 127.0.0.1, 3 s).
+MODULES: dict[str, Module] = {
+    "admission": Module(
+        "gpuwatch/gate/admission.py",
+        (
+            "tests/unit/test_gate_admission.py",
+            "tests/unit/test_gate_logic.py",
+            "tests/unit/test_gate_fairqueue.py",
+            "tests/unit/test_gate_token_budget.py",
+            "tests/unit/test_gate_deadline.py",
+        ),
+    ),
+    "caps": Module("gpuwatch/gate/caps.py", ("tests/unit/test_gate_caps.py",)),
+    "paths": Module("gpuwatch/gate/paths.py", ("tests/unit/test_gate_paths.py",)),
+    "latency": Module(
+        "gpuwatch/gate/latency.py",
+        ("tests/unit/test_gate_latency.py", "tests/unit/test_gate_adaptive.py"),
+    ),
+    "series": Module(
+        "gpuwatch/series.py", ("tests/unit/test_series.py", "tests/unit/test_quantile.py")
+    ),
+    "dialects": Module(
+        "gpuwatch/sources/dialects.py",
+        ("tests/unit/test_dialects.py", "tests/unit/test_scrape_property.py"),
+    ),
+    "health": Module(
+        "gpuwatch/monitor/health.py",
+        ("tests/unit/test_health.py", "tests/unit/test_monitor.py", "tests/unit/test_stall.py"),
+    ),
+    "steering": Module(
+        "gpuwatch/control/steering.py",
+        ("tests/unit/test_steering_logic.py", "tests/functional/test_steering.py"),
+    ),
+    "plan": Module("gpuwatch/plan/recommend.py", ("tests/unit/test_plan_sweep.py",)),
+    "plan-stats": Module("gpuwatch/plan/stats.py", ("tests/unit/test_plan_sweep.py",)),
+    "codec": Module("gpuwatch/record/codec.py", ("tests/unit/test_record.py",)),
+    "promql": Module("gpuwatch/sources/promql.py", ("tests/unit/test_promql.py",)),
+}
+
+# Mutants no test can kill because no caller can tell them from the code: mutmut's name, the
+# line the mutant has instead (checked, so a renumbered mutant is never excused by mistake),
+# and why. docs/testing.md lists them with the same reasons.
+EQUIVALENT: dict[str, tuple[str, str]] = {}
+
+# mutmut's verdicts, as `mutmut results --all true` names them.
+KILLED, SURVIVED, TIMEOUT, NO_TESTS = "killed", "survived", "timeout", "no tests"
+UNCHECKED = ("not checked", "check was interrupted by user")
+
+
+@dataclass
+class Tally:
+    name: str
+    statuses: dict[str, str] = field(default_factory=dict)
+    equivalent: set[str] = field(default_factory=set)
+    stale: list[str] = field(default_factory=list)  # EQUIVALENT entries that no longer match
+    seconds: float = 0.0
+    timed_out: bool = False
+
+    def count(self, *statuses: str) -> int:
+        return sum(1 for s in self.statuses.values() if s in statuses)
+
+    @property
+    def survivors(self) -> list[str]:
+        return [
+            m
+            for m, s in self.statuses.items()
+            if s in (SURVIVED, NO_TESTS) and m not in self.equivalent
+        ]
+
+
+def prepare(work: Path, module: Module) -> None:
+    """A copy of what the tests import, and mutmut's settings for this one module."""
+    for name in ("gpuwatch", "tests", "themes"):
+        shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
+    tests = "\n    ".join(module.tests)
+    (work / "setup.cfg").write_text(
+        "[mutmut]\n"
+        "source_paths = gpuwatch\n"
+        f"only_mutate = {module.source}\n"
+        f"pytest_add_cli_args_test_selection =\n    {tests}\n"
+        "pytest_add_cli_args = -p no:cacheprovider\n"
+    )
+
+
+def run_module(name: str, module: Module, work: Path, time_box: float, children: int) -> Tally:
+    prepare(work, module)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the copy, not the tree
+    log = (work / "mutmut.log").open("w")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)],
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its forked test processes go with it at the time box
+    )
+    tally = Tally(name)
+    try:
+        proc.wait(timeout=time_box)
+    except subprocess.TimeoutExpired:
+        tally.timed_out = True
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log.close()
+    tally.seconds = time.monotonic() - started
+    results = subprocess.run(
+        [sys.executable, "-m", "mutmut", "results", "--all", "true"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    for line in results.stdout.splitlines():
+        found = re.match(r"\s*(\S+): (.+)$", line)
+        if found:
+            tally.statuses[found.group(1)] = found.group(2).strip()
+    if not tally.statuses:
+        tail = (work / "mutmut.log").read_text(errors="replace")[-2000:]
+        print(f"{name}: mutmut produced no results\n{tail}", file=sys.stderr)
+    for mutant, (line, _why) in EQUIVALENT.items():
+        if tally.statuses.get(mutant) not in (SURVIVED, NO_TESTS):
+            continue
+        if line in added_lines(work, mutant, env):
+            tally.equivalent.add(mutant)
+        else:
+            tally.stale.append(mutant)
+    return tally
+
+
+def show(work: Path, mutant: str, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "mutmut", "show", mutant],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout
+
+
+def added_lines(work: Path, mutant: str, env: dict[str, str]) -> list[str]:
+    diff = show(work, mutant, env).splitlines()
+    return [ln[1:].strip() for ln in diff if ln.startswith("+") and not ln.startswith("+++")]
+
+
+def rate(t: Tally) -> float | None:
+    judged = len(t.statuses) - len(t.equivalent) - t.count(*UNCHECKED)
+    return (t.count(KILLED, TIMEOUT) / judged) if judged > 0 else None
+
+
+def row(name: str, t: Tally) -> str:
+    r = rate(t)
+    shown = f"{r:6.1%}" if r is not None else "     -"
+    return (
+        f"{name:<11} {len(t.statuses):>7} {t.count(KILLED):>6} {t.count(SURVIVED):>8} "
+        f"{t.count(TIMEOUT):>7} {t.count(NO_TESTS):>8} {len(t.equivalent):>5} "
+        f"{t.count(*UNCHECKED):>9} {shown} {t.seconds:>6.0f}s"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help=f"default: all of {', '.join(MODULES)}")
+    parser.add_argument("--time-box", type=float, default=900.0, help="seconds per module")
+    parser.add_argument("--children", type=int, default=1, help="test processes at once")
+    parser.add_argument("--survivors", action="store_true", help="print each survivor's diff")
+    parser.add_argument("--keep", type=Path, help="keep the work folders here (mutmut show)")
+    parser.add_argument("--json", type=Path, help="write the verdicts to this file")
+    args = parser.parse_args()
+    names = args.modules or list(MODULES)
+    unknown = [n for n in names if n not in MODULES]
+    if unknown:
+        parser.error(f"no such module: {', '.join(unknown)} (one of {', '.join(MODULES)})")
+    base = args.keep or Path(tempfile.mkdtemp(prefix="gpuwatch-mutation-"))
+    tallies: list[Tally] = []
+    header = (
+        f"{'module':<11} {'mutants':>7} {'killed':>6} {'survived':>8} {'timeout':>7} "
+        f"{'no tests':>8} {'equiv':>5} {'unchecked':>9} {'kill %':>6} {'time':>7}"
+    )
+    print(header, flush=True)
+    try:
+        for name in names:
+            work = base / name
+            if work.exists():
+                shutil.rmtree(work)
+            work.mkdir(parents=True)
+            t = run_module(name, MODULES[name], work, args.time_box, args.children)
+            tallies.append(t)
+            print(row(name, t) + ("  (time box ran out)" if t.timed_out else ""), flush=True)
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            for mutant in t.stale:
+                print(f"  stale EQUIVALENT entry (the mutant changed): {mutant}", flush=True)
+            if args.survivors:
+                for mutant in t.survivors:
+                    print(show(work, mutant, env), flush=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+    total = Tally("total")
+    for t in tallies:
+        total.statuses.update(t.statuses)
+        total.equivalent |= t.equivalent
+        total.seconds += t.seconds
+    print("-" * len(header))
+    print(row("total", total))
+    print(
+        "kill % = (killed + timeout) / (mutants - equivalent - unchecked); "
+        "'no tests' count as survivors"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps({t.name: t.statuses for t in tallies}, indent=1, sort_keys=True)
+        )
+
+
+if __name__ == "__main__":
+    main()
