@@ -41,6 +41,22 @@ ROOT = Path(__file__).resolve().parent.parent
 class Module:
     source: str
     tests: tuple[str, ...]
+    # Tests of those files that are about other modules and slow (a whole simulated sweep):
+    # left out, or each of this module's mutants would wait seconds for them.
+    slow: tuple[str, ...] = ()
+
+
+_SWEEPS = tuple(
+    f"tests/unit/test_plan_sweep.py::{name}"
+    for name in (
+        "test_the_sweep_is_reproducible",
+        "test_the_token_budget_reserves_prompt_and_output_bound_as_the_proxy_does",
+        "test_the_queue_wait_budget_sheds_what_cannot_start_in_time",
+        "test_a_probe_is_reproducible_for_a_seed_and_differs_with_another",
+        "test_the_simulated_gate_bounds_what_the_engine_holds_and_refuses_past_its_queue",
+        "test_queue_timeouts_refuse_and_the_output_cap_clamps",
+    )
+)
 
 
 # Each pure module and the fast unit tests that are its tests (seconds each, no servers;
@@ -77,8 +93,8 @@ MODULES: dict[str, Module] = {
         "gpuwatch/control/steering.py",
         ("tests/unit/test_steering_logic.py", "tests/functional/test_steering.py"),
     ),
-    "plan": Module("gpuwatch/plan/recommend.py", ("tests/unit/test_plan_sweep.py",)),
-    "plan-stats": Module("gpuwatch/plan/stats.py", ("tests/unit/test_plan_sweep.py",)),
+    "plan": Module("gpuwatch/plan/recommend.py", ("tests/unit/test_plan_sweep.py",), _SWEEPS),
+    "plan-stats": Module("gpuwatch/plan/stats.py", ("tests/unit/test_plan_sweep.py",), _SWEEPS),
     "codec": Module("gpuwatch/record/codec.py", ("tests/unit/test_record.py",)),
     "promql": Module("gpuwatch/sources/promql.py", ("tests/unit/test_promql.py",)),
 }
@@ -120,12 +136,19 @@ def prepare(work: Path, module: Module) -> None:
         shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
     tests = "\n    ".join(module.tests)
+    pytest_args = "\n    ".join(
+        ["-p", "no:cacheprovider", *(f"--deselect={t}" for t in module.slow)]
+    )
     (work / "setup.cfg").write_text(
         "[mutmut]\n"
         "source_paths = gpuwatch\n"
         f"only_mutate = {module.source}\n"
         f"pytest_add_cli_args_test_selection =\n    {tests}\n"
-        "pytest_add_cli_args = -p no:cacheprovider\n"
+        f"pytest_add_cli_args =\n    {pytest_args}\n"
+        # A mutant's time limit is its tests' time, measured once, times this: on a machine
+        # shared with other work the default (15) called slow-but-finishing tests endless.
+        "timeout_multiplier = 40\n"
+        "timeout_constant = 2\n"
     )
 
 
@@ -146,8 +169,9 @@ def run_module(name: str, module: Module, work: Path, time_box: float, children:
     try:
         proc.wait(timeout=time_box)
     except subprocess.TimeoutExpired:
+        # mutmut saves each verdict as it comes; an interrupt stops its workers cleanly.
         tally.timed_out = True
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGINT)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -213,7 +237,7 @@ def row(name: str, t: Tally) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help=f"default: all of {', '.join(MODULES)}")
-    parser.add_argument("--time-box", type=float, default=900.0, help="seconds per module")
+    parser.add_argument("--time-box", type=float, default=300.0, help="seconds per module")
     parser.add_argument("--children", type=int, default=1, help="test processes at once")
     parser.add_argument("--survivors", action="store_true", help="print each survivor's diff")
     parser.add_argument("--keep", type=Path, help="keep the work folders here (mutmut show)")

@@ -119,3 +119,7 @@ def test_the_target_splits_into_the_normal_path_and_the_query_as_sent() -> None:
         assert str(refused.value) == "the query has a character that must be percent-encoded"
     with pytest.raises(PathError):
         split_target("/v1/../..?a")
+
+
+def test_a_question_mark_in_the_query_is_part_of_the_query() -> None:
+    assert split_target("/v1/x?next=/a?b") == ("/v1/x", "next=/a?b")
