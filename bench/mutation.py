@@ -96,7 +96,9 @@ MODULES: dict[str, Module] = {
     "plan": Module("gpuwatch/plan/recommend.py", ("tests/unit/test_plan_sweep.py",), _SWEEPS),
     "plan-stats": Module("gpuwatch/plan/stats.py", ("tests/unit/test_plan_sweep.py",), _SWEEPS),
     "codec": Module("gpuwatch/record/codec.py", ("tests/unit/test_record.py",)),
-    "promql": Module("gpuwatch/sources/promql.py", ("tests/unit/test_promql.py",)),
+    "promql": Module(
+        "gpuwatch/sources/promql.py", ("tests/unit/test_promql.py", "tests/unit/test_promnode.py")
+    ),
 }
 
 # Mutants no test can kill because no caller can tell them from the code: mutmut's name, the
