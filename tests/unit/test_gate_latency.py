@@ -188,11 +188,11 @@ def test_the_itl_quantiles_by_rank_never_above_the_largest_gap() -> None:
         (9, {_bucket(0.01): 1}, 0.01),
         (10, {_bucket(0.01): 1}, 0.011),
     ]
-    assert (
-        itl_summary(seconds, 9.0)["count"] == 1
-    )  # second 9 covers [9, 10): before 9.0... not after
-    assert itl_summary(seconds, 8.5)["count"] == 2 and itl_summary(seconds, 8.5)["max"] == 0.011
-    assert itl_summary(list(reversed(seconds)), 8.5)["count"] == 2
+    # A second counts while any of it is after ``since``: [9, 10) is, for 9.0 as for 9.5.
+    assert itl_summary(seconds, 9.0) == itl_summary(seconds, 9.5)
+    assert itl_summary(seconds, 9.0)["count"] == 2 and itl_summary(seconds, 9.0)["max"] == 0.011
+    assert itl_summary(seconds, 10.0)["count"] == 1
+    assert itl_summary(seconds, 8.5)["count"] == 7 and itl_summary(seconds, 8.5)["max"] == 0.5
 
 
 def test_the_itl_sketch_keeps_one_entry_a_second_for_the_longest_window() -> None:
