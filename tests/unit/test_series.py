@@ -8,9 +8,12 @@ from gpuwatch.model import EngineSnapshot, Histogram
 from gpuwatch.series import (
     CounterRate,
     EngineHistory,
+    Point,
     RingSeries,
     extrapolated_increase,
     histogram_quantile,
+    sample_quantile,
+    window_label,
 )
 
 
@@ -142,3 +145,90 @@ def test_bucket_rates_equal_a_walk_through_every_scrape_and_are_worked_out_once(
     for q in (0.5, 0.99, 0.9):
         window.quantile(q)
     assert worked == [None]  # three quantiles of one scrape: the rates once
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"), [(0.0, 1.0), (0.5, 2.5), (0.25, 1.75), (1.0, 4.0), (0.99, 3.97)]
+)
+def test_sample_quantile_interpolates_between_the_nearest_ranks(q: float, expected: float) -> None:
+    assert sample_quantile([1.0, 2.0, 3.0, 4.0], q) == pytest.approx(expected)
+
+
+def test_sample_quantile_of_one_sample_and_of_none() -> None:
+    assert sample_quantile([7.0], 0.99) == 7.0
+    with pytest.raises(ValueError, match=r"^no samples$"):
+        sample_quantile([], 0.5)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "label"),
+    [(60, "1m"), (300, "5m"), (3600, "1h"), (7200, "2h"), (10, "10s"), (90, "90s"),
+     (5400, "90m"), (59, "59s"), (0.5, "0.5s"), (120, "2m")],
+)  # fmt: skip
+def test_window_labels(seconds: float, label: str) -> None:
+    assert window_label(seconds) == label
+
+
+def test_a_ring_keeps_its_capacity_fine_and_averages_the_rest() -> None:
+    ring = RingSeries(capacity=3, coarse_every=2, coarse_capacity=2)
+    assert len(ring) == 0 and ring.last() is None and ring.at(5.0) is None
+    for t in range(1, 9):
+        ring.append(float(t), float(t * 10))
+    # 1, 2 -> one coarse point; 3, 4 -> another; 5 waits for a partner; 6, 7, 8 are fine.
+    assert [(p.t, p.v) for p in ring.points()] == [
+        (1.5, 15.0), (3.5, 35.0), (5.0, 50.0), (6.0, 60.0), (7.0, 70.0), (8.0, 80.0)
+    ]  # fmt: skip
+    assert len(ring) == 6 and ring.last() == Point(8.0, 80.0)
+    assert [p.t for p in ring.points(since=3.0)] == [3.5, 5.0, 6.0, 7.0, 8.0]
+    assert [p.t for p in ring.points(since=6.0)] == [5.0, 6.0, 7.0, 8.0][1:]
+    assert [p.t for p in ring.points(since=7.0)] == [7.0, 8.0]  # bisected: fine points only
+    assert [p.t for p in ring.points(since=7.5)] == [8.0]
+    assert ring.at(6.5) == Point(6.0, 60.0) and ring.at(7.0) == Point(7.0, 70.0)
+    assert ring.at(5.9) is None  # before the fine points
+    ring.drop_before(7.0)
+    assert [p.t for p in ring.fine] == [7.0, 8.0]
+
+
+def test_a_backfill_goes_before_the_first_point_within_the_capacity() -> None:
+    ring = RingSeries(capacity=4)
+    ring.append(10.0, 1.0)
+    ring.prepend([Point(t, 0.0) for t in (5.0, 6.0, 7.0, 8.0, 10.0, 11.0)])
+    assert [p.t for p in ring.fine] == [6.0, 7.0, 8.0, 10.0]  # the newest that fit
+    ring.prepend([Point(1.0, 0.0)])  # full: nothing more
+    assert [p.t for p in ring.fine] == [6.0, 7.0, 8.0, 10.0]
+    empty = RingSeries(capacity=2)
+    empty.prepend([Point(1.0, 0.0), Point(2.0, 0.0)])
+    assert [p.t for p in empty.fine] == [1.0, 2.0]
+    empty.prepend([])
+    assert len(empty) == 2
+
+
+def test_a_history_s_counters_per_minute_and_prefix_hit_rate() -> None:
+    history = EngineHistory(window_s=60.0)
+    assert history.per_minute("preemptions_total") is None
+    assert history.prefix_hit_rate() is None
+    for t, pre, hits, queries in ((0.0, 0, 0, 0), (30.0, 3, 30, 40), (60.0, 6, 60, 80)):
+        snap = EngineSnapshot("s", "vllm", "m", running=1.0, preemptions_total=pre)
+        snap.prefix_cache_hits_total, snap.prefix_cache_queries_total = hits, queries
+        history.update(t, snap)
+    assert history.per_minute("preemptions_total") == pytest.approx(6.0)
+    assert history.prefix_hit_rate() == pytest.approx(0.75)
+    idle = EngineHistory()
+    for t in (0.0, 30.0):
+        snap = EngineSnapshot("s", "vllm", "m", running=1.0)
+        snap.prefix_cache_hits_total, snap.prefix_cache_queries_total = 0, 0
+        idle.update(t, snap)
+    assert idle.prefix_hit_rate() is None  # no query in the window: no rate, not 0/0
+
+
+def test_dropping_the_partial_window_keeps_the_gauges() -> None:
+    history = EngineHistory(window_s=60.0)
+    for t in range(0, 120, 5):
+        snap = EngineSnapshot("s", "vllm", "m", running=2.0, generation_tokens_total=t * 10.0)
+        history.update(float(t), snap)
+    assert history.series["gen_tps"].points()[0].t < 60.0
+    history.drop_partial(started=0.0)
+    assert history.series["gen_tps"].points()[0].t == 60.0  # a whole window after the start
+    assert history.series["running"].points()[0].t == 0.0  # scraped, not derived: kept
+    assert [p.v for p in history.series["running"].points()] == [2.0] * 24
+    assert history.series["gen_tps"].last() == Point(115.0, pytest.approx(10.0))
