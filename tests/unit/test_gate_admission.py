@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.gate.admission import AdmissionLane, Refused
+from gpuwatch.gate.admission import AdmissionLane, Refused, Waiter
+from gpuwatch.gate.classes import Who
 from gpuwatch.gate.limits import LaneLimits
 
 ops = st.lists(
@@ -94,3 +96,82 @@ async def test_slot_context_gives_the_slot_back_on_every_exit() -> None:
     except KeyError:
         pass
     assert lane.inflight == 0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def full_lane(clock: Clock, queue: int = 2) -> AdmissionLane:
+    return AdmissionLane(
+        "chat", LaneLimits(max_inflight=0, max_queue=queue, queue_timeout_s=30.0), clock=clock
+    )
+
+
+async def test_a_full_queue_evicts_the_newest_sheddable_waiter_and_says_why() -> None:
+    clock = Clock()
+    lane = full_lane(clock)
+    loop = asyncio.get_running_loop()
+    batch = Who("t1", "batch", -1)
+    old = lane.enter(0, batch, clock(), loop)
+    new = lane.enter(0, batch, clock(), loop)
+    assert isinstance(old, Waiter) and isinstance(new, Waiter)
+    assert lane.oldest_queued_s() == 0.0
+    clock.t += 2.5
+    assert lane.oldest_queued_s() == 2.5 and lane.oldest_queued_s(now=101.0) == 1.0
+    critical = lane.enter(0, Who("t2", "critical", 10), clock(), loop)
+    assert isinstance(critical, Waiter) and len(lane.queue) == 2
+    assert not old.future.done()
+    refused = new.future.exception()
+    assert isinstance(refused, Refused) and refused.reason == "evicted"
+    assert str(refused) == (
+        "evicted from lane 'chat''s full queue for a critical request (class batch is sheddable)"
+    )
+    assert lane.rejected_total["evicted"] == 1
+    # A standard request (priority 0) also outranks the batch one left; then none is left.
+    standard = lane.enter(0, Who("t3", "standard", 0), clock(), loop)
+    assert isinstance(standard, Waiter)
+    assert str(old.future.exception()) == (
+        "evicted from lane 'chat''s full queue for a standard request (class batch is sheddable)"
+    )
+    with pytest.raises(Refused) as full:
+        lane.enter(0, Who("t4", "standard", 0), clock(), loop)
+    assert full.value.reason == "queue_full"
+    assert str(full.value) == "lane 'chat' is full: 0 in flight, 2 queued (max_queue 2)"
+    assert lane.refuse_queued("stalled", "upstream stalled") == 2
+    assert str(standard.future.exception()) == "upstream stalled"
+    assert str(critical.future.exception()) == "upstream stalled"
+    assert len(lane.queue) == 0 and lane.oldest_queued_s() == 0.0
+    assert lane.rejected_total["stalled"] == 2 and lane.refuse_queued("stalled", "x") == 0
+
+
+async def test_a_tenant_holding_the_queue_gives_up_its_newest_place() -> None:
+    clock = Clock()
+    lane = full_lane(clock, queue=3)
+    loop = asyncio.get_running_loop()
+    hog = [lane.enter(0, Who("hog"), clock(), loop) for _ in range(3)]
+    other = lane.enter(0, Who("other"), clock(), loop)
+    assert isinstance(other, Waiter)
+    evicted = hog[-1].future.exception()  # type: ignore[union-attr]
+    assert str(evicted) == (
+        "evicted from lane 'chat''s full queue for another tenant's request "
+        "(tenant 'hog' held 3 of 3 places)"
+    )
+    assert not hog[0].future.done()  # type: ignore[union-attr]
+
+
+async def test_a_waiter_past_its_timeout_is_refused_with_how_long_it_waited() -> None:
+    clock = Clock()
+    lane = full_lane(clock)
+    waiter = lane.enter(0, Who(), clock(), asyncio.get_running_loop())
+    assert isinstance(waiter, Waiter)
+    clock.t += 30.0
+    assert lane.shed_overdue() == 1
+    refused = waiter.future.exception()
+    assert isinstance(refused, Refused) and refused.reason == "queue_timeout"
+    assert str(refused) == "waited 30 s in lane 'chat''s queue"
+    assert lane.rejected_total["queue_timeout"] == 1
