@@ -106,7 +106,34 @@ MODULES: dict[str, Module] = {
 # Mutants no test can kill because no caller can tell them from the code: mutmut's name, the
 # line the mutant has instead (checked, so a renumbered mutant is never excused by mistake),
 # and why. docs/testing.md lists them with the same reasons.
-EQUIVALENT: dict[str, tuple[str, str]] = {}
+_DEAD_FOLD = (
+    "walk()'s fold of trailing empty segments never runs: an empty segment is only ever "
+    "appended for the last part, so no two are ever last"
+)
+_SINCE = "_since is always set with _candidate, and read only while _candidate is set"
+EQUIVALENT: dict[str, tuple[str, str]] = {
+    "gpuwatch.gate.paths.x__segment__mutmut_32": (
+        'elif decoded in "XX/\\\\XX" or code < 0x20 or code == 0x7F:',
+        'decoded is one character, and "X" is unreserved: taken by the branch before',
+    ),
+    "gpuwatch.gate.paths.x__segment__mutmut_48": (
+        'raise PathError(f"character {ch!r} is not allowed in the path"[:81])',
+        "the message is at most 52 characters (the longest repr of one character is 12)",
+    ),
+    **{
+        f"gpuwatch.gate.paths.x_walk__mutmut_{n}": (line, _DEAD_FOLD)
+        for n, line in (
+            (36, 'while len(segments) > 2 and segments[-1] == "" and segments[-2] == "":'),
+            (37, 'while len(segments) > 1 and segments[+1] == "" and segments[-2] == "":'),
+            (38, 'while len(segments) > 1 and segments[-2] == "" and segments[-2] == "":'),
+            (39, 'while len(segments) > 1 and segments[-1] != "" and segments[-2] == "":'),
+            (40, 'while len(segments) > 1 and segments[-1] == "XXXX" and segments[-2] == "":'),
+            (44, 'while len(segments) > 1 and segments[-1] == "" and segments[-2] == "XXXX":'),
+        )
+    },
+    "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
+    "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
+}
 
 # mutmut's verdicts, as `mutmut results --all true` names them.
 KILLED, SURVIVED, TIMEOUT, NO_TESTS = "killed", "survived", "timeout", "no tests"
@@ -183,6 +210,11 @@ def run_module(name: str, module: Module, work: Path, time_box: float, children:
             proc.wait()
     log.close()
     tally.seconds = time.monotonic() - started
+    return collect(tally, work, env)
+
+
+def collect(tally: Tally, work: Path, env: dict[str, str]) -> Tally:
+    """The verdicts mutmut saved in ``work``, with the EQUIVALENT entries that still match."""
     results = subprocess.run(
         [sys.executable, "-m", "mutmut", "results", "--all", "true"],
         cwd=work,
@@ -196,7 +228,7 @@ def run_module(name: str, module: Module, work: Path, time_box: float, children:
             tally.statuses[found.group(1)] = found.group(2).strip()
     if not tally.statuses:
         tail = (work / "mutmut.log").read_text(errors="replace")[-2000:]
-        print(f"{name}: mutmut produced no results\n{tail}", file=sys.stderr)
+        print(f"{tally.name}: mutmut produced no results\n{tail}", file=sys.stderr)
     for mutant, (line, _why) in EQUIVALENT.items():
         if tally.statuses.get(mutant) not in (SURVIVED, NO_TESTS):
             continue
@@ -246,6 +278,12 @@ def main() -> None:
     parser.add_argument("--survivors", action="store_true", help="print each survivor's diff")
     parser.add_argument("--keep", type=Path, help="keep the work folders here (mutmut show)")
     parser.add_argument("--json", type=Path, help="write the verdicts to this file")
+    parser.add_argument(
+        "--tally",
+        action="store_true",
+        help="run nothing: the table again from the --keep folder's verdicts (after EQUIVALENT "
+        "changed)",
+    )
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     unknown = [n for n in names if n not in MODULES]
@@ -258,16 +296,23 @@ def main() -> None:
         f"{'no tests':>8} {'equiv':>5} {'unchecked':>9} {'kill %':>6} {'time':>7}"
     )
     print(header, flush=True)
+    if args.tally and args.keep is None:
+        parser.error("--tally reads the folders of an earlier --keep")
     try:
         for name in names:
             work = base / name
-            if work.exists():
-                shutil.rmtree(work)
-            work.mkdir(parents=True)
-            t = run_module(name, MODULES[name], work, args.time_box, args.children)
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            if args.tally:
+                if not (work / "mutants").is_dir():
+                    continue
+                t = collect(Tally(name), work, env)
+            else:
+                if work.exists():
+                    shutil.rmtree(work)
+                work.mkdir(parents=True)
+                t = run_module(name, MODULES[name], work, args.time_box, args.children)
             tallies.append(t)
             print(row(name, t) + ("  (time box ran out)" if t.timed_out else ""), flush=True)
-            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             for mutant in t.stale:
                 print(f"  stale EQUIVALENT entry (the mutant changed): {mutant}", flush=True)
             if args.survivors:
