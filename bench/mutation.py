@@ -72,6 +72,8 @@ MODULES: dict[str, Module] = {
             "tests/unit/test_gate_deadline.py",
         ),
     ),
+    # caps is being reshaped (a request parsed once, issue 27 item 3): its unit tests come
+    # with the new shape; until then the bench says so and goes on.
     "caps": Module("gpuwatch/gate/caps.py", ("tests/unit/test_gate_caps.py",)),
     "paths": Module("gpuwatch/gate/paths.py", ("tests/unit/test_gate_paths.py",)),
     "latency": Module(
@@ -359,6 +361,10 @@ def main() -> None:
                     continue
                 t = collect(Tally(name), work, env)
             else:
+                missing = [t for t in MODULES[name].tests if not (ROOT / t).exists()]
+                if missing:
+                    print(f"{name:<11} not run: no {', '.join(missing)} yet", flush=True)
+                    continue
                 if work.exists():
                     shutil.rmtree(work)
                 work.mkdir(parents=True)
