@@ -185,6 +185,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'def unpack(blob: bytes | None, zdict: bytes = b"XXXX") -> Any:',
         "as inflate's default: a dictionary is read only by a stream written with one",
     ),
+    "gpuwatch.sources.promql.x_rows_from__mutmut_23": (
+        'row_key = (instance, model or "XXXX", dialect)',
+        "the grouping key's stand-in for no model: any string no model is named groups alike "
+        '("" is never a model: an empty label is none)',
+    ),
+    "gpuwatch.sources.promql.x_rows_from__mutmut_94": (
+        "row.values.setdefault(signal.key, )",
+        "setdefault's default is None",
+    ),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }

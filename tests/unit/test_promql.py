@@ -342,3 +342,16 @@ def test_one_gate_a_node_the_first_by_instance_and_its_values_go_on_the_node_s_r
     assert other.values["gate_inflight"] == 7.0 and other.values["running"] is None
     assert by_instance["?"].values["gate_queued"] == 1.0
     assert [r.instance for r in rows] == ["h:8000", "h:9001", "?"]
+
+
+def test_a_dialect_without_a_scalar_is_left_out_and_a_window_keeps_its_labels() -> None:
+    assert promql.dialect_expr(VLLM, SIGNAL["steps_ps"], "node") is None  # not exported
+    stall = promql.dialect_expr(TRTLLM, SIGNAL["running_min"], "node")
+    assert stall is not None and 'request_type="active"' in stall
+    assert stall.count("min_over_time(") == 2
+
+
+def test_an_engine_row_is_on_the_node_its_label_names() -> None:
+    answers = {"running": [(labels("10.0.0.1:8000", "gpu-7", gpuwatch_dialect="vllm"), 1.0)]}
+    (row,), _ = promql.rows_from(answers, {}, "node")
+    assert row.node == "gpu-7"
