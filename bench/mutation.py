@@ -112,6 +112,10 @@ _DEAD_FOLD = (
     "walk()'s fold of trailing empty segments never runs: an empty segment is only ever "
     "appended for the last part, so no two are ever last"
 )
+_CACHE_TAG = (
+    "the tag of a cached answer's key: the three kinds of key differ in length, so any three "
+    "tags keep them apart"
+)
 _SINCE = "_since is always set with _candidate, and read only while _candidate is set"
 EQUIVALENT: dict[str, tuple[str, str]] = {
     "gpuwatch.gate.paths.x__segment__mutmut_32": (
@@ -194,6 +198,25 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "row.values.setdefault(signal.key, )",
         "setdefault's default is None",
     ),
+    **{
+        f"gpuwatch.gate.latency.xǁLaneLatencyǁ{fn}__mutmut_{n}": (line, _CACHE_TAG)
+        for fn, n, line in (
+            (
+                "summary",
+                5,
+                'return self._cached(("XXsummaryXX", window_s), lambda: self.view().summary(window_s))',
+            ),
+            (
+                "summary",
+                6,
+                'return self._cached(("SUMMARY", window_s), lambda: self.view().summary(window_s))',
+            ),
+            ("goodput", 5, '("XXgoodputXX", window_s, ttft_s, itl_s),'),
+            ("goodput", 6, '("GOODPUT", window_s, ttft_s, itl_s),'),
+            ("report", 2, 'key = ("XXreportXX", ttft_s, itl_s)'),
+            ("report", 3, 'key = ("REPORT", ttft_s, itl_s)'),
+        )
+    },
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }

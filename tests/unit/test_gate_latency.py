@@ -248,3 +248,42 @@ async def test_a_report_answers_its_own_question() -> None:
     loose = await lane.report(0.5, None)
     assert loose["goodput"]["1m"]["good"] == 1
     assert await lane.report(0.5, 0.1) is strict and lane.cached_answers == 2
+
+
+def test_a_quantile_s_rank_falls_in_the_bucket_that_reaches_it() -> None:
+    out = itl_summary([(10, {_bucket(0.01): 49, _bucket(0.1): 51}, 0.1)], 0.0)
+    assert out["p50"] == pytest.approx(0.1, rel=ALPHA)  # the 50th gap is the first of 0.1
+    out = itl_summary([(10, {_bucket(0.01): 50, _bucket(0.1): 50}, 0.1)], 0.0)
+    assert out["p50"] == pytest.approx(0.01, rel=ALPHA)
+
+
+def test_every_refusal_is_counted() -> None:
+    view = LatencyView([record(1.0, "refused", e2e_s=0.1) for _ in range(3)], [], now=2.0)
+    assert view.goodput(60, None, None)["refused"] == 3
+
+
+async def test_questions_asked_at_once_each_get_their_own_answer() -> None:
+    lane = LaneLatency()
+    r = lane.start()
+    r.ttft_s, r.e2e_s = 0.4, 1.0
+    strict = asyncio.create_task(lane.report(0.3, None))
+    await asyncio.sleep(0)  # its computation is under way
+    loose = await lane.report(0.5, None)  # waits for it, then asks its own
+    assert loose["goodput"]["1m"]["good"] == 1
+    assert (await strict)["goodput"]["1m"]["good"] == 0
+
+
+async def test_a_computation_cancelled_with_the_loop_is_dropped_quietly() -> None:
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    lane = LaneLatency()
+    lane.start().e2e_s = 1.0
+    lane._start(("report", None, None), None, None)
+    assert lane._work is not None
+    work = lane._work[1]
+    work.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await work
+    await asyncio.sleep(0)
+    assert lane._work is None and lane.cached_answers == 0 and errors == []
