@@ -6,6 +6,7 @@ import pytest
 
 from gpuwatch.model import EngineSnapshot, Histogram
 from gpuwatch.series import (
+    SERIES,
     CounterRate,
     EngineHistory,
     Point,
@@ -232,3 +233,79 @@ def test_dropping_the_partial_window_keeps_the_gauges() -> None:
     assert history.series["running"].points()[0].t == 0.0  # scraped, not derived: kept
     assert [p.v for p in history.series["running"].points()] == [2.0] * 24
     assert history.series["gen_tps"].last() == Point(115.0, pytest.approx(10.0))
+
+
+def test_the_default_ring_is_an_hour_at_its_rate_then_a_day_of_minutes() -> None:
+    ring = RingSeries()
+    for t in range(3600 + 60):
+        ring.append(float(t), 1.0)
+    assert len(ring.fine) == 3600 and [p.t for p in ring.coarse] == [29.5]  # 60 averaged
+    assert ring.coarse.maxlen == 1440
+
+
+def test_a_point_at_the_start_of_the_asked_span_is_in_it() -> None:
+    ring = RingSeries(capacity=2, coarse_every=1)
+    for t in (1.0, 2.0, 3.0, 4.0):
+        ring.append(t, t)
+    assert [p.t for p in ring.points(since=2.0)] == [2.0, 3.0, 4.0]  # coarse 2.0 included
+    assert [p.t for p in ring.points(since=3.0)] == [3.0, 4.0]  # the first fine point
+    plain = RingSeries(capacity=10)
+    plain.append(5.0, 1.0)
+    assert [p.t for p in plain.points(since=5.0)] == [5.0]
+    one_room = RingSeries(capacity=2)
+    one_room.append(5.0, 1.0)
+    one_room.prepend([Point(3.0, 0.0), Point(4.0, 0.0)])
+    assert [p.t for p in one_room.fine] == [4.0, 5.0]  # room for one: the newest
+
+
+def test_a_counter_that_stays_is_no_reset_and_the_window_s_edge_is_outside_it() -> None:
+    rate = CounterRate(window_s=10.0)
+    assert rate.update(0.0, 5.0) is False
+    assert rate.update(1.0, 5.0) is False  # the same value: no restart
+    assert rate.update(2.0, 4.0) is True
+    rate = CounterRate(window_s=10.0)
+    for t in (0.0, 5.0, 10.0):
+        rate.update(t, t)
+    assert rate.increase(at=10.0) == pytest.approx(10.0)  # 0 s is the window's edge: out
+    assert rate.rate(at=10.0) == pytest.approx(1.0)
+    assert CounterRate().increase() is None and CounterRate().rate() is None
+
+
+def test_the_restart_events_say_what_went_backwards() -> None:
+    h = EngineHistory(window_s=60)
+    hist = Histogram(((0.1, 5.0), (float("inf"), 10.0)), 1.0, 10.0)
+    back = Histogram(((0.1, 1.0), (float("inf"), 2.0)), 0.2, 2.0)
+    first = EngineSnapshot("http://n/metrics", "vllm", "m", generation_tokens_total=50.0)
+    first.histograms = {"ttft": hist}
+    again = EngineSnapshot("http://n/metrics", "vllm", "m", generation_tokens_total=5.0)
+    again.histograms = {"ttft": back}
+    assert h.update(0.0, first) == []
+    assert h.update(1.0, again) == [
+        "http://n/metrics: generation_tokens_total went backwards (50 -> 5): server restarted",
+        "http://n/metrics: ttft histogram went backwards: server restarted",
+    ]
+
+
+def test_each_derived_series_is_its_own_quantile_or_rate() -> None:
+    h = EngineHistory(window_s=60)
+    kinds = ("ttft", "itl", "queue", "prefill", "decode")
+    for t, n in ((0.0, 0.0), (5.0, 50.0), (10.0, 100.0)):
+        snap = EngineSnapshot(
+            "s", "vllm", "m", running=2.0, waiting=1.0, kv_cache_usage=0.5,
+            generation_tokens_total=n * 3, prompt_tokens_total=n * 7,
+        )  # fmt: skip
+        # Each kind's answers in its own bucket: 0.1 s for ttft, 0.2 s for itl ...
+        snap.histograms = {
+            kind: Histogram(((0.1 * (i + 1), n), (float("inf"), n)), None, n)
+            for i, kind in enumerate(kinds)
+        }
+        h.update(t, snap)
+    last = {name: ring.last() for name, ring in h.series.items()}
+    assert {name: p.t for name, p in last.items() if p is not None} == dict.fromkeys(SERIES, 10.0)
+    assert (last["running"].v, last["waiting"].v, last["kv_cache_usage"].v) == (2.0, 1.0, 0.5)
+    assert last["ttft_p50"].v == pytest.approx(0.05) and last["ttft_p99"].v == pytest.approx(0.099)
+    assert last["itl_p99"].v == pytest.approx(0.198)
+    for i, part in enumerate(("queue", "prefill", "decode"), start=2):
+        assert last[f"{part}_p99"].v == pytest.approx(0.099 * (i + 1))
+    assert last["gen_tps"].v == h.rate("generation_tokens_total") != h.rate("prompt_tokens_total")
+    assert last["prompt_tps"].v == pytest.approx(last["gen_tps"].v * 7 / 3)
