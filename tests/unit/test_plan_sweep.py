@@ -515,3 +515,22 @@ def test_the_pictures(plan: planner.Plan) -> None:
     assert f"knee {plan.knee:.2f} req/s" in svg and "boring zone" in svg
     html = report.html_report(plan)
     assert html.startswith("<!doctype html>") and "<svg" in html and "max_inflight" in html
+
+
+def test_one_sequence_says_nothing_about_the_next_and_an_empty_one_is_no_goodput() -> None:
+    one = judge_sequences([99], [100], 0.9)
+    assert (one.passed, one.low, one.high, one.sd, one.sequences) == (None, 0.0, 1.0, 0.0, 1)
+    two = judge_sequences([90, 0], [100, 0], 0.5)  # a sequence that sent nothing: 0, not 1
+    assert (two.mean, two.worst, two.best) == (0.45, 0.0, 0.9)
+    assert two.sd == pytest.approx(math.sqrt(2 * 0.45**2))
+    assert two.half_width == pytest.approx((two.high - two.low) / 2) and two.low == 0.0
+    with pytest.raises(ValueError):
+        judge_sequences([1, 2], [3], 0.5)  # one count per sequence, never fewer
+
+
+def test_two_sequences_that_agree_bound_the_goodput_by_student_s_t() -> None:
+    spread = judge_sequences([900, 920], [1000, 1000], 0.5)
+    sd = math.sqrt(2 * 0.01**2)
+    assert spread.sd == pytest.approx(sd)
+    assert spread.low == pytest.approx(0.91 - t975(1) * sd / math.sqrt(2))
+    assert spread.passed is True
