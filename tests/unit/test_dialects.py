@@ -330,3 +330,27 @@ def test_a_polled_series_maps_as_a_fresh_grouping_every_scrape() -> None:
         remembered, fresh = _mapped_both_ways(page, cache)
         assert remembered == fresh
         assert remembered[0]  # engines were mapped
+
+
+def test_the_cache_info_labels_one_engine_at_a_time() -> None:
+    """Pools add up over engines (two data-parallel ranks: twice the blocks); the block size is
+    the same for all (the largest, never a sum); replicas other than rank 0 count once; a label
+    that is not a number is skipped, and one that is infinite is unknown with a warning."""
+    page = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="0",block_size="16",num_gpu_blocks="100"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="1",block_size="16",num_gpu_blocks="50"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="2",tp_rank="1",block_size="16",num_gpu_blocks="999"} 1\n'
+    )
+    [engine] = map_page("page", page).engines
+    assert (engine.kv_blocks_total, engine.kv_block_size) == (150, 16)
+    odd = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="0",block_size="big",num_gpu_blocks="+Inf"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="1",block_size="32",num_gpu_blocks="7"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="2",block_size="32",num_gpu_blocks="8"} 1\n'
+    )
+    result = map_page("page", odd)
+    [engine] = result.engines
+    assert (engine.kv_blocks_total, engine.kv_block_size) == (15, 32)
+    assert result.warnings == ['vllm:cache_config_info{num_gpu_blocks="+Inf"}: shown as unknown']
