@@ -534,3 +534,13 @@ def test_two_sequences_that_agree_bound_the_goodput_by_student_s_t() -> None:
     assert spread.sd == pytest.approx(sd)
     assert spread.low == pytest.approx(0.91 - t975(1) * sd / math.sqrt(2))
     assert spread.passed is True
+
+
+def test_a_probe_whose_bound_is_the_target_exactly() -> None:
+    low, high = wilson(95, 100)
+    assert judge(95, 100, low).passed is True  # the lower bound reaches the target
+    assert judge(95, 100, high).passed is None  # the upper bound is not below it
+    verdict = judge(95, 100, 0.5)
+    assert (verdict.good, verdict.n, verdict.attainment) == (95, 100, 0.95)
+    with pytest.raises(ValueError, match="^a t interval needs at least two observations$"):
+        t975(0)
