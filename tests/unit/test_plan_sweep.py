@@ -542,5 +542,5 @@ def test_a_probe_whose_bound_is_the_target_exactly() -> None:
     assert judge(95, 100, high).passed is None  # the upper bound is not below it
     verdict = judge(95, 100, 0.5)
     assert (verdict.good, verdict.n, verdict.attainment) == (95, 100, 0.95)
-    with pytest.raises(ValueError, match="^a t interval needs at least two observations$"):
+    with pytest.raises(ValueError, match=r"^a t interval needs at least two observations$"):
         t975(0)
