@@ -9,6 +9,7 @@ from gpuwatch.series import (
     SERIES,
     CounterRate,
     EngineHistory,
+    HistogramError,
     Point,
     RingSeries,
     extrapolated_increase,
@@ -309,3 +310,36 @@ def test_each_derived_series_is_its_own_quantile_or_rate() -> None:
         assert last[f"{part}_p99"].v == pytest.approx(0.099 * (i + 1))
     assert last["gen_tps"].v == h.rate("generation_tokens_total") != h.rate("prompt_tokens_total")
     assert last["prompt_tps"].v == pytest.approx(last["gen_tps"].v * 7 / 3)
+
+
+INF = float("inf")
+
+
+@pytest.mark.parametrize(
+    ("q", "buckets", "expected"),
+    [
+        (0.0, ((1.0, 10.0), (INF, 10.0)), 0.0),  # q 0 is the lower edge, not -Inf
+        (1.0, ((1.0, 10.0), (2.0, 20.0), (INF, 20.0)), 2.0),  # q 1 is the top, not +Inf
+        (-0.1, ((1.0, 10.0), (INF, 10.0)), -INF),
+        (1.1, ((1.0, 10.0), (INF, 10.0)), INF),
+        # The same bound twice (two series of one histogram): their counts add up.
+        (0.5, ((1.0, 4.0), (1.0, 6.0), (2.0, 20.0), (INF, 20.0)), 1.0),
+        (0.75, ((1.0, 4.0), (1.0, 6.0), (2.0, 20.0), (INF, 20.0)), 1.5),
+        (0.5, ((1.0, 1.0), (INF, 1.0)), 0.5),  # one observation is a quantile
+        # A first bucket at or under 0: its bound, no interpolation from 0.
+        (0.5, ((0.0, 10.0), (1.0, 20.0), (INF, 20.0)), 0.0),
+        (0.5, ((-1.0, 10.0), (1.0, 20.0), (INF, 20.0)), -1.0),
+        (0.25, ((0.5, 10.0), (1.0, 20.0), (INF, 20.0)), 0.25),
+        (0.75, ((1.0, 10.0), (2.0, 10.0), (3.0, 20.0), (INF, 20.0)), 2.5),  # past an empty one
+    ],
+)
+def test_histogram_quantile_at_its_edges(
+    q: float, buckets: tuple[tuple[float, float], ...], expected: float
+) -> None:
+    assert histogram_quantile(q, buckets) == pytest.approx(expected)
+
+
+def test_a_histogram_without_its_inf_bucket_says_so() -> None:
+    with pytest.raises(HistogramError) as refused:
+        histogram_quantile(0.5, ((1.0, 1.0),))
+    assert str(refused.value) == "histogram has no +Inf bucket"
