@@ -343,3 +343,27 @@ def test_a_histogram_without_its_inf_bucket_says_so() -> None:
     with pytest.raises(HistogramError) as refused:
         histogram_quantile(0.5, ((1.0, 1.0),))
     assert str(refused.value) == "histogram has no +Inf bucket"
+
+
+@pytest.mark.parametrize(
+    ("samples", "start", "end", "expected"),
+    [
+        # Two samples 10 s apart: to each end exactly 1.1 intervals is too far (half an
+        # interval instead), just under it is taken whole.
+        (((10.0, 100.0), (20.0, 200.0)), -1.0, 31.0, 100 * (10 + 5 + 5) / 10),
+        # (the start is bounded by zero too: 10 s before the first sample.)
+        (((10.0, 100.0), (20.0, 200.0)), -0.9, 30.9, 100 * (10 + 10 + 10.9) / 10),
+        # Not past zero at the start: zero is 5 s before the first sample (50 then 10/s).
+        (((10.0, 50.0), (20.0, 150.0)), 0.0, 20.0, 100 * (10 + 5) / 10),
+        # An increase under 1: the zero bound still applies (a fraction, not a count).
+        (((10.0, 0.25), (20.0, 0.75)), 0.0, 20.0, 0.5 * (10 + 5) / 10),
+        # Fewer than two samples, or no time between them: no increase at all.
+        (((10.0, 1.0),), 0.0, 20.0, None),
+        (((10.0, 1.0), (10.0, 2.0)), 0.0, 20.0, None),
+    ],
+)
+def test_extrapolation_to_the_range_s_ends(
+    samples: tuple[tuple[float, float], ...], start: float, end: float, expected: float | None
+) -> None:
+    got = extrapolated_increase(samples, start, end)
+    assert got == (pytest.approx(expected) if expected is not None else None)
