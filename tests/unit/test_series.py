@@ -328,7 +328,7 @@ INF = float("inf")
         (0.5, ((1.0, 1.0), (INF, 1.0)), 0.5),  # one observation is a quantile
         # A first bucket at or under 0: its bound, no interpolation from 0.
         (0.5, ((0.0, 10.0), (1.0, 20.0), (INF, 20.0)), 0.0),
-        (0.5, ((-1.0, 10.0), (1.0, 20.0), (INF, 20.0)), -1.0),
+        (0.25, ((-1.0, 10.0), (1.0, 20.0), (INF, 20.0)), -1.0),
         (0.25, ((0.5, 10.0), (1.0, 20.0), (INF, 20.0)), 0.25),
         (0.75, ((1.0, 10.0), (2.0, 10.0), (3.0, 20.0), (INF, 20.0)), 2.5),  # past an empty one
     ],
@@ -367,3 +367,13 @@ def test_extrapolation_to_the_range_s_ends(
 ) -> None:
     got = extrapolated_increase(samples, start, end)
     assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_a_rate_asked_for_another_instant_is_over_that_instant_s_window() -> None:
+    rate = CounterRate(window_s=10.0)
+    for t, v in ((0.0, 0.0), (5.0, 5.0), (10.0, 20.0)):
+        rate.update(t, v)
+    assert rate.rate() == pytest.approx(2.0)  # (5, 20] extrapolated to 0 s, bounded by zero
+    assert rate.rate(at=12.0) == pytest.approx(2.6)  # 2 s more at the end
+    # A sample exactly at the window's start is outside it (PromQL's left-open range).
+    assert rate.increase(at=15.0) is None
