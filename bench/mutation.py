@@ -218,6 +218,19 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
             ("report", 3, 'key = ("REPORT", ttft_s, itl_s)'),
         )
     },
+    "gpuwatch.series.x_histogram_quantile__mutmut_72": (
+        "if b == 0 and coalesced[0][0] < 0:",
+        "a first bound of exactly 0: interpolating from 0 to 0 gives 0 as well",
+    ),
+    "gpuwatch.series.xǁCounterRateǁupdate__mutmut_14": (
+        "while self._points and self._points[0].t < t - self.window_s:",
+        "a sample exactly one window old is kept one update longer, and no window includes it "
+        "(its start is open)",
+    ),
+    "gpuwatch.series.xǁCounterRateǁ_inside__mutmut_2": (
+        "return [], 1.0",
+        "with no sample there is no increase whatever the end",
+    ),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }
