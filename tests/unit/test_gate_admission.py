@@ -175,3 +175,17 @@ async def test_a_waiter_past_its_timeout_is_refused_with_how_long_it_waited() ->
     assert isinstance(refused, Refused) and refused.reason == "queue_timeout"
     assert str(refused) == "waited 30 s in lane 'chat''s queue"
     assert lane.rejected_total["queue_timeout"] == 1
+
+
+async def test_a_paused_lane_refuses_at_once_and_says_why() -> None:
+    clock = Clock()
+    lane = full_lane(clock)
+    lane.set_limits(lane.limits, paused=True)
+    assert lane.paused is True
+    with pytest.raises(Refused) as refused:
+        lane.enter(0, Who(), clock(), asyncio.get_running_loop())
+    assert (refused.value.reason, str(refused.value)) == (
+        "paused",
+        "admission is paused (the node is draining)",
+    )
+    assert lane.rejected_total["paused"] == 1 and len(lane.queue) == 0
