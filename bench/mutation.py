@@ -117,6 +117,10 @@ _CACHE_TAG = (
     "the tag of a cached answer's key: the three kinds of key differ in length, so any three "
     "tags keep them apart"
 )
+_INF_SPELLINGS = (
+    "the set of +Inf's spellings is a shortcut: float() reads every one of them (any case, "
+    "with or without the sign) as infinity too"
+)
 _SINCE = "_since is always set with _candidate, and read only while _candidate is set"
 EQUIVALENT: dict[str, tuple[str, str]] = {
     "gpuwatch.gate.paths.x__segment__mutmut_32": (
@@ -231,6 +235,25 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "return [], 1.0",
         "with no sample there is no increase whatever the end",
     ),
+    **{
+        f"gpuwatch.sources.dialects.x__parse_le__mutmut_{n}": (line, _INF_SPELLINGS)
+        for n, line in (
+            (
+                2,
+                'bound = math.inf if (text in {"+Inf", "Inf", "+inf", "inf"}) and False else float(text)',
+            ),
+            (5, 'bound = math.inf if text in {"XX+InfXX", "Inf", "+inf", "inf"} else float(text)'),
+            (6, 'bound = math.inf if text in {"+inf", "Inf", "+inf", "inf"} else float(text)'),
+            (7, 'bound = math.inf if text in {"+INF", "Inf", "+inf", "inf"} else float(text)'),
+            (8, 'bound = math.inf if text in {"+Inf", "XXInfXX", "+inf", "inf"} else float(text)'),
+            (9, 'bound = math.inf if text in {"+Inf", "inf", "+inf", "inf"} else float(text)'),
+            (10, 'bound = math.inf if text in {"+Inf", "INF", "+inf", "inf"} else float(text)'),
+            (11, 'bound = math.inf if text in {"+Inf", "Inf", "XX+infXX", "inf"} else float(text)'),
+            (12, 'bound = math.inf if text in {"+Inf", "Inf", "+INF", "inf"} else float(text)'),
+            (13, 'bound = math.inf if text in {"+Inf", "Inf", "+inf", "XXinfXX"} else float(text)'),
+            (14, 'bound = math.inf if text in {"+Inf", "Inf", "+inf", "INF"} else float(text)'),
+        )
+    },
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from gpuwatch.fmt import clip
 from gpuwatch.model import EngineSnapshot
 from gpuwatch.snapshot import latency_summary
 from gpuwatch.sources import dialects
@@ -354,3 +355,33 @@ def test_the_cache_info_labels_one_engine_at_a_time() -> None:
     [engine] = result.engines
     assert (engine.kv_blocks_total, engine.kv_block_size) == (15, 32)
     assert result.warnings == ['vllm:cache_config_info{num_gpu_blocks="+Inf"}: shown as unknown']
+
+
+@pytest.mark.parametrize("le", ["x", "NaN", "-Inf", "1" * 50])
+def test_a_histogram_with_a_bound_that_is_not_a_number_is_skipped_with_a_warning(le: str) -> None:
+    page = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        f'vllm:time_to_first_token_seconds_bucket{{model_name="m",le="{le}"}} 1\n'
+        'vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 2\n'
+        'vllm:time_to_first_token_seconds_count{model_name="m"} 2\n'
+    )
+    if le == "1" * 50:  # a number after all: read, not refused
+        assert "ttft" in map_page("page", page).engines[0].histograms
+        return
+    result = map_page("page", page)
+    assert "ttft" not in result.engines[0].histograms
+    assert result.warnings == [
+        f'vllm:time_to_first_token_seconds has a bucket bound le="{le}" that is not a number: '
+        "skipped"
+    ]
+
+
+def test_a_long_bad_bound_is_clipped_in_the_warning() -> None:
+    le = "y" * 60
+    page = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        f'vllm:time_to_first_token_seconds_bucket{{model_name="m",le="{le}"}} 1\n'
+        'vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 2\n'
+    )
+    [warning] = map_page("page", page).warnings
+    assert f'le="{clip(le, 40)}"' in warning and clip(le, 40) != clip(le, 41)
