@@ -165,12 +165,16 @@ def drawn(app):
 async def main():
     if which == "fleet":
         from gpuwatch.sources.prometheus import PrometheusSource
-        from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+        from gpuwatch.session.fleet import FleetOptions
+        from gpuwatch.tui.fleet_app import FleetApp
         app = FleetApp(FleetOptions(url, PrometheusSource(url), interval_s=0.3))
     else:
-        from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+        from gpuwatch.session.node import DashboardOptions, live_session
+        from gpuwatch.tui.app import GpuwatchApp
         nvml = NvmlReader(FakeNvml(SimGpuSource(url + "/sim/gpu")))
-        app = GpuwatchApp(DashboardOptions(urls=[url + "/metrics"], interval_s=0.3, nvml=nvml))
+        app = GpuwatchApp(
+            live_session(DashboardOptions(urls=[url + "/metrics"], interval_s=0.3, nvml=nvml))
+        )
     async with app.run_test(size=(200, 50)) as pilot:
         for _ in range(30):
             await pilot.pause(0.1)

@@ -3,8 +3,12 @@
 after (this checkout), through a bare aiohttp proxy (the floor: aiohttp's own server and client
 with nothing of the gate's, on uvloop like the gate) and through nginx.
 
-Run: python bench/gate.py [--seconds 10] [--repeat 1] [--baseline REV | none]
+Run: python bench/gate.py [--seconds 10] [--repeat 1] [--baseline REV | none] [--caps]
      (needs Debian's nginx and wrk)
+
+``--caps`` gives the chat lane a prompt cap, an output cap and a token budget none of the
+requests reach, so every request is read and judged (the typed request, ``gate/request.py``)
+on top of what the gate does for a lane without caps.
 
 - short requests: wrk, 64 connections, small JSON POSTs: requests/s, and the gate's CPU per
   request (its process CPU time / requests);
@@ -221,6 +225,7 @@ def main() -> None:
     parser.add_argument("--upstream", type=int)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--baseline", default=BEFORE, help="a git revision, or none")
+    parser.add_argument("--caps", action="store_true", help="caps and a budget on the chat lane")
     args = parser.parse_args()
     if args.role == "upstream":
         run_upstream(args.port)
@@ -245,7 +250,13 @@ def main() -> None:
                 )
             )
             config = tmp / "gate.toml"
-            config.write_text("[lanes.chat]\nmax_inflight = 4096\nmax_queue = 4096\n")
+            lane = "[lanes.chat]\nmax_inflight = 4096\nmax_queue = 4096\n"
+            if args.caps:
+                lane += (
+                    "max_prompt_tokens = 100000\nmax_output_tokens = 4096\n"
+                    "max_inflight_tokens = 100000000\n"
+                )
+            config.write_text(lane)
             gates, ports = {}, {}
             for name, tree in trees.items():
                 ports[name] = free_port()

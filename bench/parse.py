@@ -17,12 +17,12 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuwatch.bounds import DEFAULT_MAX_ENGINES
 from gpuwatch.buckets import ITERATION_BUCKETS, ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from gpuwatch.sim.metrics import buckets_1_2_5
 from gpuwatch.sources import dialects
 from gpuwatch.sources.dialects import index_samples, map_samples
 from gpuwatch.sources.scrape import (
-    DEFAULT_MAX_ENGINES,
     WANTED,
     ParseCache,
     _line_name,

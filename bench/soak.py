@@ -35,6 +35,7 @@ import psutil
 
 from gpuwatch.load import LoadRun, LoadSpec
 from gpuwatch.load.spec import Dist
+from tests.helpers import stop_process
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gate import free_port, wait_port
@@ -55,15 +56,6 @@ def start_sim(port: int) -> subprocess.Popen[bytes]:
     )  # fmt: skip
     wait_port(port)
     return proc
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
 
 
 async def churn(url: str, stop_at: float, rng: random.Random, counts: dict[str, int]) -> None:
@@ -119,7 +111,7 @@ async def restart_sim_twice(
 ) -> None:
     for fraction in (1 / 3, 2 / 3):
         await asyncio.sleep(max(0.0, started + fraction * minutes * 60 - time.monotonic()))
-        await asyncio.to_thread(stop, holder[0])
+        await asyncio.to_thread(stop_process, holder[0])
         await asyncio.sleep(1)  # a second with nothing listening: 502s, then recovery
         holder[0] = await asyncio.to_thread(start_sim, port)
         print(f"  [{time.monotonic() - started:6.0f} s] upstream restarted", flush=True)
@@ -209,7 +201,7 @@ async def soak(minutes: float) -> int:
         finally:
             gate_proc.terminate()
             gate_proc.wait(10)
-            stop(holder[0])
+            stop_process(holder[0])
         log = Path(f"{tmp}/gate.log").read_text()
     statuses: dict[str, int] = {}
     for r in results:

@@ -57,35 +57,44 @@ def fill(history, now: float) -> None:  # type: ignore[no-untyped-def]
 
 def run_dashboard(url: str, first_frame_file: str, gpus: int, paint: bool = True) -> None:
     from gpuwatch.sources.nvml import FakeNvml, NvmlReader
-    from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
 
-    options = DashboardOptions(
-        urls=[url], interval_s=1.0, nvml=NvmlReader(FakeNvml(fake_gpus(gpus)))
-    )
-    app = GpuwatchApp(options)
-    original = app.monitor.apply_scrape
+    nvml = NvmlReader(FakeNvml(fake_gpus(gpus)))
+    try:
+        from gpuwatch.session.node import DashboardOptions, live_session
+        from gpuwatch.tui.app import GpuwatchApp
+        from gpuwatch.tui.screens.dashboard import Dashboard as Painter
+
+        session = live_session(DashboardOptions(urls=[url], interval_s=1.0, nvml=nvml))
+        app, monitor = GpuwatchApp(session), session.monitor
+    except ImportError:  # a --baseline from before the session layer: the app painted itself
+        from gpuwatch.tui.app import DashboardOptions, GpuwatchApp  # type: ignore[attr-defined]
+        from gpuwatch.tui.app import GpuwatchApp as Painter  # type: ignore[assignment]
+
+        app = GpuwatchApp(DashboardOptions(urls=[url], interval_s=1.0, nvml=nvml))
+        monitor = app.monitor  # type: ignore[attr-defined]
+    original = monitor.apply_scrape
     loaded: set[int] = set()
 
     def apply_and_preload(result) -> None:  # type: ignore[no-untyped-def]
         original(result)
-        for ep in app.monitor.endpoints.values():
+        for ep in monitor.endpoints.values():
             for view in ep.engines.values():
                 if id(view.history) not in loaded:
                     loaded.add(id(view.history))
-                    fill(view.history, app.monitor.clock())
+                    fill(view.history, monitor.clock())
 
-    app.monitor.apply_scrape = apply_and_preload  # type: ignore[method-assign]
-    original_first = app._first_frame
+    monitor.apply_scrape = apply_and_preload  # type: ignore[method-assign]
+    original_first = Painter._first_frame
 
-    def patched_first() -> None:
-        original_first()
+    def patched_first(painter: Painter) -> None:
+        original_first(painter)
         if not paint:  # the polling floor: sources polled, monitor ticked, nothing drawn again
-            app.paint = lambda force_charts=False: None  # type: ignore[method-assign]
+            painter.paint = lambda force_charts=False: None  # type: ignore[method-assign]
         part = Path(first_frame_file + ".part")  # renamed whole: never read half written
         part.write_text(json.dumps({"first_frame": time.time()}))
         part.replace(first_frame_file)
 
-    app._first_frame = patched_first  # type: ignore[method-assign]
+    Painter._first_frame = patched_first  # type: ignore[method-assign]
     app.run()
 
 

@@ -1,8 +1,9 @@
 """TOML configuration: XDG path, typed settings, precedence CLI > file > defaults.
 
 The settings are dataclasses and each default is written once, on its field (the scrape bounds
-beside the scraper). The file is checked against the fields' types: an unknown key or a wrong
-type is one line naming the file and the key.
+in ``bounds``, which the scraper reads too). The file is read by ``tomlfile`` and checked
+against the fields' types: an unknown key or a wrong type is one line naming the file and the
+key.
 """
 
 from __future__ import annotations
@@ -10,21 +11,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 import typing
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
-from gpuwatch.httpclient import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from gpuwatch.sources.scrape import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES
+from gpuwatch.bounds import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENGINES,
+    DEFAULT_TIMEOUT_S,
+)
+from gpuwatch.errors import ConfigError as ConfigError  # re-exported: what callers catch
 from gpuwatch.stall import DEFAULT_STALL_AFTER_S
+from gpuwatch.tomlfile import read_toml
 
 DEFAULT_THEME = "gpuwatch-dark"
 
@@ -114,6 +115,20 @@ class GateTarget:
 
 
 @dataclass
+class AlertSettings:
+    """``[alerts]``: the SLO's burn-rate alerts (gpuwatch/alerts/) and who hears of them."""
+
+    # The error budget's period. The workbook's windows (1h & 5m, 6h & 30m, 3d & 6h) are for
+    # 30 days and scale with it: a test runs them in seconds with a period of minutes.
+    slo_period_days: float = positive(30.0)
+    bell: bool = False  # ring the terminal's bell when a page-level (critical) alert fires
+    webhooks: list[str] = field(default_factory=list)  # Alertmanager v4 payloads POSTed here
+    runbook_url: str = ""  # each alert's runbook_url is this with "#alertname" added
+    group_by: list[str] = field(default_factory=lambda: ["job", "instance"])  # rules' "by"
+    target_selector: str = ""  # the targets LLMTargetDown watches, e.g. 'job=~"vllm|gate"'
+
+
+@dataclass
 class Settings:
     metrics: list[str] = field(default_factory=list)  # used when --metrics is not given
     interval_s: float = positive(1.0)
@@ -123,12 +138,9 @@ class Settings:
     read_only: bool = False
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
     slo: Slo = field(default_factory=Slo)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     gates: dict[str, GateTarget] = field(default_factory=dict)
-
-
-class ConfigError(Exception):
-    """One line naming the file and the key."""
 
 
 def default_path() -> Path:
@@ -144,13 +156,7 @@ def load(path: Path | None = None) -> Settings:
         if explicit:
             raise ConfigError(f"{path}: no such file")
         return Settings()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from exc
-    return _build(Settings, data, path, "")
+    return _build(Settings, read_toml(path), path, "")
 
 
 T = TypeVar("T")

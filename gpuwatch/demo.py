@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.load.runner import Shape
 from gpuwatch.load.spec import Dist, EmbedShape, ImageShape, LoadSpec, Pattern, Tenancy
 
@@ -57,7 +58,7 @@ batch = "sheddable"
 WORKLOADS = ("embed", "image")
 
 
-class DemoError(Exception):
+class DemoError(GpuwatchError):
     pass
 
 
@@ -246,8 +247,9 @@ def run_demo(
 ) -> int:
     from gpuwatch.load import LoadRun
     from gpuwatch.record.store import RecordingError
+    from gpuwatch.session.node import DashboardOptions, live_session
     from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
-    from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+    from gpuwatch.tui.app import GpuwatchApp
 
     workloads = fitting_workloads(profile)
     try:
@@ -288,11 +290,12 @@ def run_demo(
         jobs: list[Callable[[], Any]] = [run.run for run in runs]
         if recorder is not None:
             jobs.append(lambda: recorder.run(stack.gate_url, stack.token))
-        app = GpuwatchApp(options, background=jobs)
+        session = live_session(options)
+        app = GpuwatchApp(session, background=jobs)
         if recorder is not None:
             try:
                 recorder.attach(
-                    app.monitor,
+                    session.monitor,
                     host=options.hostname,
                     title=options.title_endpoint,
                     max_engines=options.scrape.max_engines,

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import httpx
 
+from gpuwatch.bounds import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 
 try:
@@ -16,9 +18,6 @@ except ImportError:
     # httpcore imports sniffio on every async request; without it each failed import searches
     # sys.path again (~0.15 ms, 12 times a fleet refresh). A None entry fails at once.
     sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
-
-DEFAULT_CONNECT_TIMEOUT_S = 1.0
-DEFAULT_TIMEOUT_S = 3.0
 
 
 def async_client(
@@ -39,7 +38,19 @@ def async_client(
     return httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, trust_env=False)
 
 
-class BodyRefused(Exception):
+def unix_client(path: str, timeout_s: float) -> httpx.Client:
+    """A blocking client for a local API on a unix socket (Docker's, Podman's): one connection,
+    ``timeout_s`` for everything, plain bodies (what a caller bounds by their length)."""
+    transport = httpx.HTTPTransport(uds=path, retries=0)
+    return httpx.Client(
+        transport=transport,
+        timeout=httpx.Timeout(timeout_s),
+        headers={"Accept-Encoding": "identity"},
+        trust_env=False,
+    )
+
+
+class BodyRefused(GpuwatchError):
     """An answer's body not read: over the caller's limit, or in a form that cannot be bounded."""
 
 

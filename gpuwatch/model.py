@@ -48,6 +48,30 @@ class EngineSnapshot:
     histograms: dict[str, Histogram] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ContainerInfo:
+    """The container a process runs in, as its cgroup path names it (gpuwatch/sources/cgroups.py).
+
+    ``runtime`` is None for a Kubernetes container whose cgroup path does not say which runtime
+    made it (the cgroupfs driver's bare ``pod<uid>/<id>``). ``name`` and ``pod_name`` are known
+    only where the runtime or the kubelet tells them without credentials."""
+
+    id: str
+    runtime: str | None = None
+    name: str | None = None
+    pod_uid: str | None = None
+    pod_name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """What a table shows: the name, else the short ID (12 characters, as ``docker ps``);
+        in a pod, the pod's name (or its UID's first 8) before it."""
+        own = self.name or self.id[:12]
+        if self.pod_uid is None:
+            return own
+        return f"{self.pod_name or 'pod ' + self.pod_uid[:8]}/{own}"
+
+
 @dataclass
 class ProcessInfo:
     pid: int
@@ -58,6 +82,29 @@ class ProcessInfo:
     rss_bytes: int | None = None
     threads: int | None = None
     used_memory_bytes: int | None = None
+    # None: not in a container this machine's runtimes name (or not readable from here).
+    container: ContainerInfo | None = None
+    # False when NVML lists the pid but this machine has no /proc entry for it: a process of
+    # another PID namespace (gpuwatch in a container), shown as such, never dropped.
+    visible: bool = True
+    # The MIG GPU instance / compute instance the process runs on; None outside MIG mode.
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass
+class MigInstance:
+    """One MIG device (a GPU instance with one compute instance) of a GPU in MIG mode."""
+
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    profile: str | None = None  # "3g.40gb": compute slices, memory
+    uuid: str | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    # NVML gives no utilization for a MIG device on most drivers: None there, never 0.
+    utilization_gpu: float | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -80,6 +127,9 @@ class GpuSample:
     throttle_reasons: list[str] | None = None
     processes: list[ProcessInfo] = field(default_factory=list)
     error: str | None = None
+    # None: NVML does not say (no MIG on this GPU); True: ``mig`` holds its instances.
+    mig_mode: bool | None = None
+    mig: list[MigInstance] = field(default_factory=list)
 
 
 @dataclass

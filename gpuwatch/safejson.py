@@ -13,12 +13,14 @@ import json
 import math
 from typing import Any
 
+from gpuwatch.errors import GpuwatchError
+
 MAX_DEPTH = 32
 MAX_INT_DIGITS = 64
 _REASON_MAX = 200
 
 
-class JSONError(ValueError):
+class JSONError(GpuwatchError, ValueError):
     """A body (or file) that is not JSON we accept; ``str()`` is the reason, bounded."""
 
     def __init__(self, reason: str) -> None:

@@ -16,12 +16,13 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import EngineSnapshot, Histogram
 
 Buckets = Sequence[tuple[float, float]]
 
 
-class HistogramError(ValueError):
+class HistogramError(GpuwatchError, ValueError):
     """A histogram that Prometheus itself would refuse to interpolate."""
 
 

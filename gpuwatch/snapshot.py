@@ -15,6 +15,7 @@ from typing import IO, Any
 
 import httpx
 
+from gpuwatch.bounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES
 from gpuwatch.config import ScrapeSettings
 from gpuwatch.fmt import NA, clip, duration, gib, num, pct, seconds, unit
 from gpuwatch.httpclient import async_client, body_too_big
@@ -31,8 +32,6 @@ from gpuwatch.series import HistogramError, histogram_quantile
 from gpuwatch.sources import host as host_source
 from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.sources.scrape import (
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_ENGINES,
     ScrapeError,
     decode_body,
     map_page,

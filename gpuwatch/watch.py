@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpuwatch import polling
-from gpuwatch.config import ScrapeSettings
+from gpuwatch.alerts.node import node_alerts
+from gpuwatch.config import AlertSettings, ScrapeSettings
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.fmt import clip, duration, num, pct, seconds
@@ -45,6 +47,7 @@ class WatchOptions:
     slo: dict[str, float | None] = field(default_factory=dict)
     nvml: NvmlReader | None = None
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
 
 
 def frame(monitor: Monitor) -> dict[str, Any]:
@@ -62,19 +65,20 @@ def frame(monitor: Monitor) -> dict[str, Any]:
     if gate is not None and gate.limits is not None:
         lanes = {
             name: {
-                "inflight": gate.lanes.get(name, {}).get("inflight"),
-                "queued": gate.lanes.get(name, {}).get("queued"),
-                "max_inflight": lane["max_inflight"],
-                "max_queue": lane["max_queue"],
+                "inflight": live.inflight if live else None,
+                "queued": live.queued if live else None,
+                "max_inflight": lane.max_inflight,
+                "max_queue": lane.max_queue,
                 # "upstream_stalled" while the gate sheds the lane for a stalled upstream.
-                "shed": gate.lanes.get(name, {}).get("shed"),
+                "shed": live.shed if live else None,
                 f"refused_per_s_{gate.refusal_window}": {
                     reason: round(gate.refusal_rate(name, reason), 6)
                     for (lane_name, reason) in gate.refusals
                     if lane_name == name
                 },
             }
-            for name, lane in gate.limits["lanes"].items()
+            for name, lane in gate.limits.lanes.items()
+            for live in (gate.lanes.get(name),)
         }
     gpus = None
     if monitor.gpus is not None:
@@ -149,15 +153,27 @@ class Watch:
         self.options = options
         self.out = out
         self.monitor = Monitor(options.urls, options.interval_s, options.slo, options.admin_url)
+        # The SLO's burn-rate alerts: events, and notifications where [alerts] names receivers.
+        self.alerts = node_alerts(self.monitor, options.alerts, report=self._say, bell=self._bell)
         self.lines = 0
+
+    def _say(self, text: str) -> None:
+        print(f"gpuwatch watch: {text}", file=sys.stderr, flush=True)
+
+    def _bell(self) -> None:
+        print("\a", end="", file=sys.stderr, flush=True)  # the terminal's bell, off stdout
 
     def emit(self) -> None:
         m = self.monitor
         m.check_stale()
+        changes = self.alerts.tick()
         m.evaluate()
         if self.options.as_json:
-            self.out.write(json.dumps(frame(m), allow_nan=False) + "\n")
+            data = {**frame(m), "slo_alerts": self.alerts.to_json()}
+            self.out.write(json.dumps(data, allow_nan=False) + "\n")
         else:
+            for text in changes:
+                self.out.write(text + "\n")
             figures = all_figures(m)
             if self.lines % HEADER_EVERY == 0:
                 self.out.write(header(figures[0] if figures else None) + "\n")
@@ -177,6 +193,23 @@ class Watch:
         gate_ok = m.gate is None or m.gate.status.state == "UP"
         return sources_ok and gate_ok
 
+    def _waiting(self) -> bool:
+        m = self.monitor
+        statuses = [ep.status for ep in m.endpoints.values()]
+        if m.gate is not None:
+            statuses.append(m.gate.status)
+        # A source that answered uselessly stays WAITING with its error: that is an answer.
+        return any(s.state == "WAITING" and s.last_error is None for s in statuses)
+
+    async def _first_answers(self, limit_s: float) -> None:
+        """The first line waits for each source's first poll to end, answered or failed, at
+        most ``limit_s`` (the scrape's own bounds): printed on the interval alone, a source that
+        is merely slower than the interval would read WAITING (``watch --count 1`` from cron on
+        a busy machine), which is no answer at all."""
+        deadline = time.monotonic() + limit_s
+        while self._waiting() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
     async def run(self) -> bool:
         o, m = self.options, self.monitor
         jobs: list[Coroutine[Any, Any, None]] = [
@@ -189,14 +222,18 @@ class Watch:
             # Read-only: watch never changes anything, and says so to the one guard.
             client = GateClient(o.admin_url, o.admin_token, Guard(read_only=True))
             jobs.append(polling.poll_gate(m, client, o.interval_s))
+        jobs.append(self.alerts.run())
         tasks = [asyncio.create_task(job) for job in jobs]
         try:
             printed = 0
             while o.count is None or printed < o.count:
                 await asyncio.sleep(o.interval_s)
+                if not printed:
+                    await self._first_answers(o.scrape.connect_timeout_s + o.scrape.timeout_s)
                 self.emit()
                 printed += 1
         finally:
+            await self.alerts.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -11,23 +11,31 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import generate_latest
 
+from gpuwatch.adminapi import (
+    AdaptiveDecision,
+    AdaptiveStatus,
+    GateStatus,
+    LaneLimits,
+    LaneStatus,
+    Limits,
+)
 from gpuwatch.demo import DEMO_GATE_TOML, IMAGE_BURST, IMAGE_SIZE
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness, parse_fairness
 from gpuwatch.gate.latency import WINDOWS_S, LaneLatency, Record
-from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.offline import OfflineLane, SimClock
-from gpuwatch.gate.tenantstatus import lane_status
+from gpuwatch.gate.tenantstatus import Shares, lane_status
 from gpuwatch.load.spec import Dist, Tenancy
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.series import window_label
+from gpuwatch.session.node import DashboardOptions, live_session, replay_session
 from gpuwatch.sim.engine import Engine, Request
 from gpuwatch.sim.gpu import VirtualGpu
 from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
@@ -41,7 +49,7 @@ from gpuwatch.sim.profiles import (
 from gpuwatch.sim.sidework import ImageJob, ImagePool, text_slowdown
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader
 from gpuwatch.sources.scrape import map_page
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.app import GpuwatchApp, Shell
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,7 +121,7 @@ class FairChat:
     def close(self) -> None:
         self.gate.close()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Shares:
         return lane_status(self.lane, self.fairness)
 
 
@@ -128,8 +136,8 @@ def gate_state(
     users: LaneLatency | None = None,
     ttft_slo: float | None = None,
     image: tuple[int, int, int, int] = (4, 16, 0, 0),
-    chat: dict[str, Any] | None = None,
-) -> tuple[dict, dict]:
+    chat: Shares | None = None,
+) -> tuple[Limits, GateStatus]:
     """The gate's limits and status; ``image`` = the image lane's (max_inflight, max_queue,
     in flight, queued); ``chat``: more of the chat lane's status (its classes and tenants)."""
     lanes = {
@@ -138,32 +146,28 @@ def gate_state(
         "image": (*image, {}),
         "default": (16, 64, 0, 0, {}),
     }
-    limits = {"version": version, "paused": paused, "lanes": {}}
-    status = {"version": version, "paused": paused, "lanes": {}}
-    for name, (mi, mq, infl, q, rej) in lanes.items():
-        limits["lanes"][name] = {
-            "max_inflight": mi,
-            "max_queue": mq,
-            "queue_timeout_s": 20.0,
-            "max_prompt_tokens": None,
-            "max_output_tokens": None,
-            "output_tokens_policy": "clamp",
-        }
-        status["lanes"][name] = {
-            "inflight": infl,
-            "queued": q,
-            "oldest_queued_s": 0.0,
-            "admitted_total": 0,
-            "rejected_total": dict(rej),
-        }
-    status["lanes"]["chat"].update(chat or {})
+    configured = {
+        name: LaneLimits(mi, mq, queue_timeout_s=20.0) for name, (mi, mq, *_) in lanes.items()
+    }
+    status = {
+        name: LaneStatus(inflight=infl, queued=q, rejected_total=dict(rej))
+        for name, (_, _, infl, q, rej) in lanes.items()
+    }
+    if chat is not None:
+        status["chat"] = replace(
+            status["chat"],
+            classes=chat.classes,
+            tenants=chat.tenants,
+            tenant_count=chat.tenant_count,
+        )
     if users is not None:
         # What the real gate serves in /admin/status, from the same code (gate/latency.py).
-        status["lanes"]["chat"]["latency"] = {window_label(w): users.summary(w) for w in WINDOWS_S}
-        status["lanes"]["chat"]["goodput"] = {
-            window_label(w): users.goodput(w, ttft_slo, None) for w in WINDOWS_S
-        }
-    return limits, status
+        status["chat"] = replace(
+            status["chat"],
+            latency={window_label(w): users.summary(w) for w in WINDOWS_S},
+            goodput={window_label(w): users.goodput(w, ttft_slo, None) for w in WINDOWS_S},
+        )
+    return Limits(version, paused, configured), GateStatus(version, paused, status)
 
 
 def build(
@@ -366,7 +370,14 @@ def app_for(sc: Scenario) -> GpuwatchApp:
     options = DashboardOptions(
         urls=[], admin_url=GATE_URL, hostname="gpu-node-1", title_endpoint="127.0.0.1:8000"
     )
-    return GpuwatchApp(options, monitor=sc.monitor)
+    return GpuwatchApp(live_session(options, sc.monitor))
+
+
+def paint(app: Shell) -> None:
+    """Paint the app's dashboard now (a scene's monitor does not tick)."""
+    dash = app.dashboard()
+    assert dash is not None
+    dash.paint()
 
 
 def with_adaptive(sc: Scenario) -> Scenario:
@@ -375,32 +386,29 @@ def with_adaptive(sc: Scenario) -> Scenario:
     gate = sc.monitor.gate
     assert gate is not None and gate.limits is not None
     now = sc.monitor.wall()
-    chat = gate.limits["lanes"]["chat"]
-    chat.update(policy="adaptive", target_ttft_p99_s=1.5, min_inflight=8, min_inflight_tokens=None)
-    history = [64] * 14 + [48] * 4 + [36] * 4 + [27] * 8
-    gate.lanes["chat"].update(
-        effective_max_inflight=27,
-        adaptive={
-            "effective_max_inflight": 27,
-            "effective_max_inflight_tokens": None,
-            "min_inflight": 8,
-            "max_inflight": 64,
-            "min_inflight_tokens": None,
-            "max_inflight_tokens": None,
-            "target_ttft_p99_s": 1.5,
-            "last_decision": {
-                "time": now - 9,
-                "direction": "down",
-                "from": 36,
-                "to": 27,
-                "tokens_from": None,
-                "tokens_to": None,
-                "reason": "-25%: p99 TTFT 2.6s > 1.5s",
-            },
-            "note": "no queue: the limit is not binding",
-            "history": [[len(history) - i, n] for i, n in enumerate(history)],
-        },
+    chat = replace(
+        gate.limits.lanes["chat"],
+        policy="adaptive",
+        target_ttft_p99_s=1.5,
+        min_inflight=8,
+        min_inflight_tokens=None,
     )
+    gate.limits = replace(gate.limits, lanes={**gate.limits.lanes, "chat": chat})
+    history = [64] * 14 + [48] * 4 + [36] * 4 + [27] * 8
+    adaptive = AdaptiveStatus(
+        effective_max_inflight=27,
+        effective_max_inflight_tokens=None,
+        min_inflight=8,
+        max_inflight=64,
+        target_ttft_p99_s=1.5,
+        last_decision=AdaptiveDecision(
+            now - 9, "down", 36, 27, None, None, "-25%: p99 TTFT 2.6s > 1.5s"
+        ),
+        note="no queue: the limit is not binding",
+        history=tuple((len(history) - i, n) for i, n in enumerate(history)),
+    )
+    live = replace(gate.lanes["chat"], effective_max_inflight=27, adaptive=adaptive)
+    gate.lanes = {**gate.lanes, "chat": live}
     return sc
 
 
@@ -423,4 +431,4 @@ def replay_for(path: Path, at: float, **build_args: Any) -> ReplayApp:
         hostname="gpu-node-1",
         title_endpoint=title,
     )
-    return ReplayApp(player, options)
+    return ReplayApp(replay_session(player, options))

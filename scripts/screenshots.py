@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpuwatch.demo import demo_load
 from scripts import scenario
+from scripts.shared_gpus import with_shared_gpus
 
 SIZES = {"160x48": (160, 48), "80x24": (80, 24)}
 TZ_NOTE = "times are UTC"
@@ -24,7 +25,7 @@ async def shoot(
     app = scenario.app_for(sc)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        app.paint()
+        scenario.paint(app)
         for key in keys or []:
             await pilot.press(key)
         await pilot.pause()
@@ -36,9 +37,9 @@ def fleet_scene() -> tuple[object, object]:
     import random
 
     from gpuwatch.monitor.fleet import FleetState
+    from gpuwatch.session.fleet import FleetOptions
     from gpuwatch.sources.prometheus import FleetReading, PrometheusSource
     from gpuwatch.sources.promql import FleetRow
-    from gpuwatch.tui.fleet_app import FleetOptions
 
     rng = random.Random(17)
     rows = []
@@ -71,7 +72,8 @@ def fleet_scene() -> tuple[object, object]:
 
 
 async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
-    from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+    from gpuwatch.session.fleet import FleetOptions
+    from gpuwatch.tui.fleet_app import FleetApp
     from gpuwatch.tui.screens.fleet import FleetScreen
 
     options, state = fleet_scene()
@@ -81,7 +83,7 @@ async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, FleetScreen)
-        screen.marked.update(r.key for r in app.state.view()[:2])
+        screen.marked.update(r.key for r in app.fleet.state.view()[:2])
         screen.paint()
         await pilot.pause()
         app.save_screenshot(filename=path.name, path=str(path.parent))
@@ -105,6 +107,8 @@ async def main(out: Path) -> None:
     # The same tenants through a tight chat lane (8 in flight, 16 queued) in a spike: critical
     # work evicts queued batch work, batch is refused first, the noisy tenant waits its turn.
     classes = scenario.build(seconds=180, spike_at=120, max_inflight=8, max_queue=16, **tenants)
+    # The GPU screen on a node shared by containers, one GPU in MIG mode (scripts.shared_gpus).
+    shared = with_shared_gpus(scenario.build(seconds=180))
     for label, size in SIZES.items():
         await shoot(normal, size, out / f"dashboard-normal-{label}.svg")
         await shoot(overloaded, size, out / f"dashboard-overloaded-{label}.svg")
@@ -113,7 +117,7 @@ async def main(out: Path) -> None:
         await shoot(after, size, out / f"story-after-{label}.svg")
         await shoot(mix, size, out / f"dashboard-mix-{label}.svg")
         await shoot(classes, size, out / f"dashboard-classes-{label}.svg")
-        await shoot(normal, size, out / f"gpu-screen-{label}.svg", ["g"])
+        await shoot(shared, size, out / f"gpu-screen-{label}.svg", ["g"])
         await shoot(normal, size, out / f"help-screen-{label}.svg", ["question_mark"])
         adaptive = scenario.with_adaptive(scenario.build(seconds=180, spike_at=140))
         await shoot(adaptive, size, out / f"adaptive-{label}.svg")
@@ -126,7 +130,8 @@ async def main(out: Path) -> None:
         async with replay.run_test(size=SIZES["160x48"]) as pilot:
             await pilot.pause()
             replay.save_screenshot(filename="replay-160x48.svg", path=str(out))
-        replay.player.close()
+        assert replay.session.replay is not None
+        replay.session.replay.close()
     print(f"wrote {len(list(out.glob('*.svg')))} SVGs to {out}/")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import socket
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -65,3 +66,15 @@ def refusing_port() -> Iterator[int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         yield s.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen[Any] | None) -> None:
+    """A child ended, whatever state it is in: asked first, killed if it does not go."""
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-from gpuwatch import config
-
-# The exit codes every subcommand uses, in one place.
-EXIT_OK = 0
-EXIT_FAILED = 1  # a source, the gate or the server failed or refused; the reason is printed
-EXIT_USAGE = 2  # bad arguments or config: nothing was done
-EXIT_INTERRUPTED = 130  # Ctrl-C
+# The exit codes every subcommand uses live beside the errors that carry them; re-exported here.
+from gpuwatch.errors import EXIT_FAILED as EXIT_FAILED
+from gpuwatch.errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from gpuwatch.errors import EXIT_OK as EXIT_OK
+from gpuwatch.errors import EXIT_USAGE as EXIT_USAGE
 
 TOKEN_HELP = "admin token file (else $GPUWATCH_ADMIN_TOKEN); never on the command line"
 DIST_HELP = "512 (fixed), 128:2048 (uniform), lognormal:mean=800,sigma=0.6"
@@ -39,12 +36,6 @@ def positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
 
 positive_float = positive(float)
 positive_int = positive(int)
-
-
-def add_config_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--config", type=Path, metavar="FILE", help=f"config file (default {config.default_path()})"
-    )
 
 
 def fail(prog: str, message: str, code: int = EXIT_USAGE) -> int:

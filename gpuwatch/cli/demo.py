@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from gpuwatch.cli.common import fail, positive_float
-from gpuwatch.cli.dashboard import add_dashboard_args, dashboard_settings
 from gpuwatch.cli.record import add_recording_args, recorder_from
+from gpuwatch.cli.sources import add_dashboard_args, dashboard_settings
 
 
-def register(sub: Any) -> None:
-    demo = sub.add_parser(
-        "demo",
-        help="simulator + gate + bursty load + dashboard, all on this machine",
-        description="Start a simulated GPU node, a gate in front of it and a spiky load; watch.",
-    )
+def register(demo: argparse.ArgumentParser) -> None:
+    demo.description = "Start a simulated GPU node, a gate in front of it and a spiky load; watch."
     add_dashboard_args(demo)
     demo.add_argument("--profile", help="simulator profile (gpuwatch sim --list-profiles)")
     demo.add_argument("--rate", type=positive_float, default=1.5, help="base requests/s (1.5)")

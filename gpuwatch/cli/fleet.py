@@ -58,7 +58,8 @@ def past_instant(text: str) -> float:
 
 def dashboard(args: argparse.Namespace, settings: config.Settings, url: str) -> int:
     """The fleet screen (``gpuwatch --prometheus URL``)."""
-    from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+    from gpuwatch.session.fleet import FleetOptions
+    from gpuwatch.tui.fleet_app import FleetApp
 
     try:
         source = make_source(settings, url)

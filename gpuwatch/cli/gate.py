@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import ipaddress
 from pathlib import Path
-from typing import Any
 
 from gpuwatch.admintoken import read_token
 from gpuwatch.cli.common import (
@@ -23,11 +22,9 @@ from gpuwatch.stall import DEFAULT_STALL_AFTER_S
 PROG = "gpuwatch gate"
 
 
-def register(sub: Any) -> None:
-    gate = sub.add_parser(
-        "gate",
-        help="admission-control proxy in front of an OpenAI-compatible server, with an admin API",
-        description="Bound work in flight, queue fairly, refuse the rest clearly; change it live.",
+def register(gate: argparse.ArgumentParser) -> None:
+    gate.description = (
+        "Bound work in flight, queue fairly, refuse the rest clearly; change it live."
     )
     gate.add_argument("--upstream", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000")
     gate.add_argument("--listen", default="127.0.0.1:9000", metavar="HOST:PORT")

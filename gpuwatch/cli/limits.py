@@ -9,19 +9,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.adminapi import MEDIA_CAPS, AuditEntry, GateStatus, Limits, LimitsPatch, LimitValue
 from gpuwatch.admintoken import read_token
-from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, TOKEN_HELP, fail, positive_int
+from gpuwatch.cli.common import EXIT_OK, TOKEN_HELP, fail, positive_int
 from gpuwatch.fmt import clip
 
 PROG = "gpuwatch limits"
 
 
-def register(sub: Any) -> None:
-    limits = sub.add_parser(
-        "limits",
-        help="a gate's limits: get | set LANE.KEY=VALUE ... | pause | resume | audit | status "
-        "(a tenant's: set tenants.ID.paused=true, tenants.ID.max_inflight=2, tenants.ID=none)",
-        description="Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason.",
+def register(limits: argparse.ArgumentParser) -> None:
+    limits.description = (
+        "Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason."
     )
     limits.add_argument(
         "action",
@@ -65,9 +63,33 @@ def parse_assignment(text: str) -> tuple[str, str, Any]:
     return lane, key, value
 
 
+def patch_of(assignments: list[tuple[str, str, Any]]) -> LimitsPatch:
+    """The PATCH ``set``'s assignments make; ValueError for a tenant given a bare value (a
+    tenant's part of a PATCH is an object of its limits, or null)."""
+    lanes: dict[str, dict[str, LimitValue]] = {}
+    tenants: dict[str, dict[str, LimitValue] | None] = {}
+    for lane, key, value in assignments:
+        if lane != "tenants":
+            lanes.setdefault(lane, {})[key] = value
+            continue
+        # tenants.ID.KEY=VALUE (an id may hold dots: the key is after the last), or
+        # tenants.ID=none to remove the tenant's limits. A key the gate does not know is
+        # sent all the same: the gate's refusal names it.
+        tenant, dot, field = key.rpartition(".")
+        if value is None and (not dot or field not in ("paused", "max_inflight")):
+            tenants[key] = None
+        elif dot:
+            entry = tenants.setdefault(tenant, {})
+            if entry is not None:
+                entry[field] = value
+        else:
+            raise ValueError(f"tenants.{key}: set tenants.ID.KEY=VALUE, or tenants.ID=none")
+    return LimitsPatch(None, lanes, tenants)
+
+
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.control.gate import GateClient, GateError
-    from gpuwatch.control.guard import Guard, ReadOnlyError
+    from gpuwatch.control.gate import GateClient
+    from gpuwatch.control.guard import Guard
 
     try:
         token = read_token(args.admin_token_file)
@@ -78,8 +100,12 @@ def run(args: argparse.Namespace) -> int:
         return fail(PROG, "set needs at least one LANE.KEY=VALUE")
     if args.action != "set" and assignments:
         return fail(PROG, f"{args.action} takes no LANE.KEY=VALUE")
+    try:
+        patch = patch_of(assignments)
+    except ValueError as exc:
+        return fail(PROG, str(exc))
 
-    async def call() -> Any:
+    async def call() -> Limits | GateStatus | list[AuditEntry]:
         async with GateClient(args.admin, token, Guard(read_only=args.read_only)) as client:
             if args.action == "get":
                 return await client.limits()
@@ -88,36 +114,16 @@ def run(args: argparse.Namespace) -> int:
             if args.action == "audit":
                 return await client.audit(args.limit)
             if args.action in ("pause", "resume"):
-                return await client.patch({"paused": args.action == "pause"}, args.if_match)
-            lanes: dict[str, dict[str, Any]] = {}
-            tenants: dict[str, Any] = {}
-            for lane, key, value in assignments:
-                if lane == "tenants":
-                    # tenants.ID.KEY=VALUE (an id may hold dots: the key is after the last),
-                    # or tenants.ID=none to remove the tenant's limits.
-                    tenant, dot, field = key.rpartition(".")
-                    if dot and field in ("paused", "max_inflight"):
-                        entry = tenants.setdefault(tenant, {})
-                        if isinstance(entry, dict):
-                            entry[field] = value
-                    else:
-                        tenants[key] = value
-                else:
-                    lanes.setdefault(lane, {})[key] = value
-            patch: dict[str, Any] = {"lanes": lanes} if lanes else {}
-            if tenants:
-                patch["tenants"] = tenants
+                return await client.patch(LimitsPatch(args.action == "pause"), args.if_match)
             return await client.patch(patch, args.if_match)
 
-    try:
-        result = asyncio.run(call())
-    except (GateError, ReadOnlyError) as exc:
-        return fail(PROG, str(exc), EXIT_FAILED)
-    if args.json or args.action in ("status", "audit"):
-        json.dump(result, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
+    result = asyncio.run(call())  # GateError, ReadOnlyError: exit 1 (cli/main.py)
+    if isinstance(result, Limits) and not args.json:
         print_limits(result)
+    else:
+        shown = [e.to_json() for e in result] if isinstance(result, list) else result.to_json()
+        json.dump(shown, sys.stdout, indent=2)
+        sys.stdout.write("\n")
     return EXIT_OK
 
 
@@ -126,41 +132,39 @@ def _show(value: Any, none: str = "-") -> str:
     return none if value is None else f"{value:g}" if isinstance(value, float) else clip(value, 60)
 
 
-def print_limits(limits: dict[str, Any]) -> None:
-    from gpuwatch.gate.limits import MEDIA_CAPS  # pure, and only needed here
-
-    print(f"version {limits['version']}  paused {str(limits['paused']).lower()}")
+def print_limits(limits: Limits) -> None:
+    print(f"version {limits.version}  paused {str(limits.paused).lower()}")
     print(
         f"{'lane':<10}{'inflight':>9}{'queue':>7}{'timeout':>9}{'wait':>7}{'ttfb':>6}"
         f"{'idle':>6}{'prompt':>8}{'output':>8}{'tokens':>10}  policy"
     )
-    for name, lane in limits["lanes"].items():
+    for name, lane in limits.lanes.items():
         print(
-            f"{_show(name):<10}{_show(lane['max_inflight']):>9}{_show(lane['max_queue']):>7}"
-            f"{_show(lane['queue_timeout_s']):>9}"
-            f"{_show(lane.get('max_queue_wait_s'), 'auto'):>7}"
-            # The upstream timeouts (first byte, idle between chunks); an older gate has none.
-            f"{_show(lane.get('upstream_first_byte_timeout_s')):>6}"
-            f"{_show(lane.get('upstream_idle_timeout_s')):>6}"
-            f"{_show(lane['max_prompt_tokens']):>8}{_show(lane['max_output_tokens']):>8}"
-            f"{_show(lane.get('max_inflight_tokens')):>10}"
-            f"  {_show(lane['output_tokens_policy'])}"
+            f"{_show(name):<10}{_show(lane.max_inflight):>9}{_show(lane.max_queue):>7}"
+            f"{_show(lane.queue_timeout_s):>9}"
+            f"{_show(lane.max_queue_wait_s, 'auto'):>7}"
+            # The upstream timeouts (first byte, idle between chunks).
+            f"{_show(lane.upstream_first_byte_timeout_s):>6}"
+            f"{_show(lane.upstream_idle_timeout_s):>6}"
+            f"{_show(lane.max_prompt_tokens):>8}{_show(lane.max_output_tokens):>8}"
+            f"{_show(lane.max_inflight_tokens):>10}"
+            f"  {_show(lane.output_tokens_policy)}"
         )
-        media = {k: lane.get(k) for k in MEDIA_CAPS if lane.get(k) is not None}
+        media = {k: lane.value(k) for k in MEDIA_CAPS if lane.value(k) is not None}
         if media:
             caps = "  ".join(f"{k} {_show(v)}" for k, v in media.items())
-            print(f"{'':<10}{caps}  ({_show(lane.get('media_policy', 'clamp'))})")
-    for tenant, t in (limits.get("tenants") or {}).items():
-        shown = ["paused"] if t.get("paused") else []
-        if t.get("max_inflight") is not None:
-            shown.append(f"max_inflight {_show(t['max_inflight'])}")
+            print(f"{'':<10}{caps}  ({_show(lane.media_policy)})")
+    for tenant, t in limits.tenants.items():
+        shown = ["paused"] if t.paused else []
+        if t.max_inflight is not None:
+            shown.append(f"max_inflight {_show(t.max_inflight)}")
         print(f"tenant {_show(tenant)}: {', '.join(shown) or 'no limits'}")
-    effective = limits.get("effective", {})
-    for name, lane in limits["lanes"].items():
-        if lane.get("policy") == "adaptive":
-            now = _show(effective.get(name, {}).get("max_inflight", "?"))
-            bounds = f"{_show(lane.get('min_inflight'))}..{_show(lane['max_inflight'])}"
+    effective = limits.effective or {}
+    for name, lane in limits.lanes.items():
+        if lane.policy == "adaptive":
+            now = effective.get(name)
+            bounds = f"{_show(lane.min_inflight)}..{_show(lane.max_inflight)}"
             print(
-                f"{_show(name)}: adaptive, target p99 TTFT {_show(lane.get('target_ttft_p99_s'))} "
-                f"s, in flight {bounds}, effective {now}"
+                f"{_show(name)}: adaptive, target p99 TTFT {_show(lane.target_ttft_p99_s)} "
+                f"s, in flight {bounds}, effective {_show(now.max_inflight) if now else '?'}"
             )

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from gpuwatch.cli.common import DIST_HELP, fail, positive_float, positive_int, use_uvloop
+from gpuwatch.cli.common import DIST_HELP, positive_float, positive_int, use_uvloop
 
 
-def register(sub: Any) -> None:
-    load = sub.add_parser(
-        "load",
-        help="bursty load generator: TTFT, TPOT, ITL, E2E, goodput",
-        description="Send bursty traffic (gamma arrivals) and report what users feel.",
-    )
+def register(load: argparse.ArgumentParser) -> None:
+    load.description = "Send bursty traffic (gamma arrivals) and report what users feel."
     load.add_argument(
         "--url", required=True, help="server or gate base URL, e.g. http://127.0.0.1:9000"
     )
@@ -91,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
         ImageShape,
         LoadSpec,
         Pattern,
-        SpecError,
         Tenancy,
         parse_lane_mix,
         parse_sizes,
@@ -99,35 +93,32 @@ def run(args: argparse.Namespace) -> int:
         parse_weights,
     )
 
-    try:
-        spec = LoadSpec(
-            url=args.url.rstrip("/"),
-            rate=args.rate,
-            model=args.model,
-            api=args.api,
-            duration_s=args.duration,
-            requests=args.requests,
-            burstiness=args.burstiness,
-            pattern=Pattern.parse(args.pattern),
-            max_concurrency=args.max_concurrency,
-            prompt_tokens=Dist.parse(args.prompt_tokens, "--prompt-tokens"),
-            output_tokens=Dist.parse(args.output_tokens, "--output-tokens"),
-            lane_mix=parse_lane_mix(args.mix),
-            embed=EmbedShape(
-                Dist.parse(args.embed_inputs, "--embed-inputs"),
-                Dist.parse(args.embed_tokens, "--embed-tokens"),
-            ),
-            image=ImageShape(
-                parse_sizes(args.image_size),
-                Dist.parse(args.image_steps, "--image-steps"),
-                Dist.parse(args.image_n, "--image-n"),
-            ),
-            tenancy=Tenancy(args.tenants, args.tenant_skew, args.noisy_tenant),
-            classes=parse_weights(args.classes, "--classes") if args.classes else {},
-            slo=parse_slo(args.slo),
-            seed=args.seed,
-        )
-    except SpecError as exc:
-        return fail("gpuwatch load", str(exc))
+    spec = LoadSpec(  # SpecError: exit 2 (cli/main.py)
+        url=args.url.rstrip("/"),
+        rate=args.rate,
+        model=args.model,
+        api=args.api,
+        duration_s=args.duration,
+        requests=args.requests,
+        burstiness=args.burstiness,
+        pattern=Pattern.parse(args.pattern),
+        max_concurrency=args.max_concurrency,
+        prompt_tokens=Dist.parse(args.prompt_tokens, "--prompt-tokens"),
+        output_tokens=Dist.parse(args.output_tokens, "--output-tokens"),
+        lane_mix=parse_lane_mix(args.mix),
+        embed=EmbedShape(
+            Dist.parse(args.embed_inputs, "--embed-inputs"),
+            Dist.parse(args.embed_tokens, "--embed-tokens"),
+        ),
+        image=ImageShape(
+            parse_sizes(args.image_size),
+            Dist.parse(args.image_steps, "--image-steps"),
+            Dist.parse(args.image_n, "--image-n"),
+        ),
+        tenancy=Tenancy(args.tenants, args.tenant_skew, args.noisy_tenant),
+        classes=parse_weights(args.classes, "--classes") if args.classes else {},
+        slo=parse_slo(args.slo),
+        seed=args.seed,
+    )
     use_uvloop()
     return progress.run_cli(spec, quiet=args.quiet, json_path=args.json)

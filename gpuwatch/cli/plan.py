@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
 
 from gpuwatch.cli import plan_kv, plan_sweep
 
 
-def register(sub: Any) -> None:
-    plan = sub.add_parser(
-        "plan",
-        help="capacity planning: KV arithmetic (kv) and the knee under bursty load (sweep)",
-        description="Find the boring zone before users do, and say where the limits should be.",
-    )
+def register(plan: argparse.ArgumentParser) -> None:
+    plan.description = "Find the boring zone before users do, and say where the limits should be."
     verbs = plan.add_subparsers(dest="plan_command", metavar="VERB", required=True)
     plan_kv.register(verbs)
     plan_sweep.register(verbs)

@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.cli.common import DIST_HELP, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, positive_int
-from gpuwatch.load.spec import Dist, SpecError
+from gpuwatch.cli.common import DIST_HELP, EXIT_FAILED, EXIT_OK, positive_int
+from gpuwatch.cli.sources import nvml_reader
+from gpuwatch.load.spec import Dist
 from gpuwatch.plan.kv import (
     KvInputs,
     PlanError,
@@ -21,11 +22,10 @@ from gpuwatch.plan.kv import (
 from gpuwatch.plan.modelconfig import (
     KV_CACHE_DTYPES,
     MODEL_DTYPES,
-    ConfigError,
     ModelShape,
     load_config,
 )
-from gpuwatch.sim.profiles import PROFILES, ProfileError, get_profile
+from gpuwatch.sim.profiles import PROFILES, get_profile
 
 PROG = "gpuwatch plan kv"
 _UNITS = {
@@ -128,18 +128,16 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-class GpuReadError(PlanError):
+class GpuReadError(PlanError, exit_code=EXIT_FAILED):
     """NVML (or the fake GPU source) could not say the GPU's memory: exit 1, as a failed
     source is for every command."""
 
 
 def nvml_total(index: int, fake_gpu_from: str | None = None) -> tuple[float, str]:
     """(total bytes, "NVML GPU N: name"); ``GpuReadError`` with one line when it cannot."""
-    import httpx
+    import httpx  # only when a GPU is read: `gpuwatch --help` must not load it
 
-    from gpuwatch.cli.dashboard import gpu_reader
-
-    reader = gpu_reader(fake_gpu_from, no_gpu=False)
+    reader = nvml_reader(fake_gpu_from)
     try:
         reading = reader.read()
     except httpx.InvalidURL as exc:  # a --fake-gpu-from URL httpx cannot parse
@@ -206,15 +204,8 @@ def build_inputs(args: argparse.Namespace) -> KvInputs:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        inputs = build_inputs(args)
-        plan = plan_kv(inputs)
-    except (ConfigError, SpecError, ProfileError) as exc:
-        return fail(PROG, str(exc), EXIT_USAGE)
-    except GpuReadError as exc:
-        return fail(PROG, str(exc), EXIT_FAILED)
-    except PlanError as exc:
-        return fail(PROG, str(exc), EXIT_USAGE)
+    # ConfigError, SpecError, ProfileError, PlanError: exit 2; GpuReadError: 1 (cli/main.py)
+    plan = plan_kv(build_inputs(args))
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     elif args.explain:

@@ -16,11 +16,11 @@ from gpuwatch.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     TOKEN_HELP,
-    add_config_arg,
     fail,
     positive_float,
     positive_int,
 )
+from gpuwatch.cli.sources import add_config_arg, parse_slo_args
 from gpuwatch.plan.sweep import MAX_SEQUENCES, SIM_MAX_SEQUENCES, SIM_MIN_SEQUENCES
 
 PROG = "gpuwatch plan sweep"
@@ -131,7 +131,6 @@ def register(sub: Any) -> None:
 
 def _target(args: argparse.Namespace) -> Any:
     from gpuwatch import config
-    from gpuwatch.cli.dashboard import parse_slo_args
     from gpuwatch.plan.probe import Target
 
     settings = config.load(args.config)
@@ -162,10 +161,9 @@ def _traffic(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.load.spec import SpecError
     from gpuwatch.plan import planner
     from gpuwatch.plan.sweep import SearchSettings
-    from gpuwatch.sim.profiles import DEFAULT_PROFILE, ProfileError, get_profile
+    from gpuwatch.sim.profiles import DEFAULT_PROFILE, get_profile
 
     try:
         if args.url and args.profile:
@@ -180,14 +178,12 @@ def run(args: argparse.Namespace) -> int:
         traffic = _traffic(args)
         token = read_token(args.admin_token_file) if args.apply else None
         if args.apply and args.read_only:
-            from gpuwatch.control.guard import Guard, ReadOnlyError
+            from gpuwatch.control.guard import Guard
 
-            try:
-                Guard(read_only=True).check(f"applying the plan's limits to {args.apply}")
-            except ReadOnlyError as exc:
-                return fail(PROG, str(exc), EXIT_FAILED)
+            # ReadOnlyError: exit 1 (cli/main.py)
+            Guard(read_only=True).check(f"applying the plan's limits to {args.apply}")
         profile = None if args.url else get_profile(args.profile or DEFAULT_PROFILE)
-    except (ValueError, SpecError, ProfileError) as exc:
+    except ValueError as exc:  # SpecError, ProfileError, and the checks above
         return fail(PROG, str(exc))
     real = bool(args.url)
     default_seqs = 1 if real else SIM_MIN_SEQUENCES, 1 if real else SIM_MAX_SEQUENCES
@@ -220,18 +216,14 @@ def run(args: argparse.Namespace) -> int:
                 on_probe=on_probe,
             )  # fmt: skip
         else:
-            from gpuwatch.load.runner import NothingListening
             from gpuwatch.plan.live import LiveSettings, sweep_live
 
             live = LiveSettings(args.url, args.model, args.api, args.metrics)
-            try:
-                plan = sweep_live(
-                    live, traffic, target, settings, args.seed, args.headroom,
-                    args.budget or 600.0, gate_url, on_probe=on_probe,
-                    on_tick=progress.tick if progress else None,
-                )  # fmt: skip
-            except NothingListening as exc:
-                return fail(PROG, str(exc), EXIT_FAILED)
+            plan = sweep_live(  # NothingListening: exit 1 (cli/main.py)
+                live, traffic, target, settings, args.seed, args.headroom,
+                args.budget or 600.0, gate_url, on_probe=on_probe,
+                on_tick=progress.tick if progress else None,
+            )  # fmt: skip
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
@@ -269,8 +261,7 @@ def _finish(args: argparse.Namespace, plan: Any, token: str | None) -> int:
 
 
 def _apply(args: argparse.Namespace, plan: Any, token: str | None) -> int:
-    from gpuwatch.control.gate import GateError
-    from gpuwatch.control.guard import Guard, ReadOnlyError
+    from gpuwatch.control.guard import Guard
     from gpuwatch.plan.apply import apply
 
     def confirm(lines: list[str], reason: str | None) -> bool:
@@ -287,16 +278,14 @@ def _apply(args: argparse.Namespace, plan: Any, token: str | None) -> int:
         print("apply? [y/N] ", end="", file=sys.stderr, flush=True)
         return sys.stdin.readline().strip().lower() in ("y", "yes")
 
-    try:
-        after = asyncio.run(
-            apply(args.apply, token, Guard(read_only=args.read_only), plan.recommended, confirm)
-        )
-    except (GateError, ReadOnlyError) as exc:
-        return fail(PROG, str(exc), EXIT_FAILED)
+    # GateError, ReadOnlyError: exit 1 (cli/main.py)
+    after = asyncio.run(
+        apply(args.apply, token, Guard(read_only=args.read_only), plan.recommended, confirm)
+    )
     if after is None:
         print(f"{PROG}: not applied", file=sys.stderr)
         return EXIT_FAILED
-    print(f"{PROG}: applied: limits v{after['version']} on {args.apply}", file=sys.stderr)
+    print(f"{PROG}: applied: limits v{after.version} on {args.apply}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -9,8 +9,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, positive_float
-from gpuwatch.cli.dashboard import add_judging_args, add_source_args
+from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail, positive_float
+from gpuwatch.cli.sources import (
+    PROBE_PORTS,
+    add_judging_args,
+    add_source_args,
+    gpu_reader,
+    probe_local,
+    source_settings,
+)
 
 _AGE = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SIZE = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
@@ -61,12 +68,10 @@ def recorder_from(args: argparse.Namespace, path: Path | None) -> Any:
     return Recorder(path, keep_s=args.keep, max_bytes=args.max_size)
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "record",
-        help="record what the dashboard would show into a file, headless (run it as a service)",
-        description="Poll the dashboard's sources and record every reading into an SQLite "
-        "file, for `gpuwatch replay`. Stops on SIGINT / SIGTERM with the last rows committed.",
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Poll the dashboard's sources and record every reading into an SQLite "
+        "file, for `gpuwatch replay`. Stops on SIGINT / SIGTERM with the last rows committed."
     )
     add_judging_args(p)
     add_source_args(p, "a gpuwatch gate: its limits, status and audit trail are recorded")
@@ -84,9 +89,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.cli.dashboard import PROBE_PORTS, gpu_reader, probe_local, source_settings
     from gpuwatch.record.service import RecordOptions, record
-    from gpuwatch.record.store import RecordingError
 
     if args.snapshot_to is not None:
         return _snapshot(args.out, args.snapshot_to)
@@ -106,22 +109,17 @@ def run(args: argparse.Namespace) -> int:
         slo=settings.slo.thresholds(),
         nvml=gpu_reader(args.fake_gpu_from, settings.no_gpu),
         scrape=settings.scrape,
+        alerts=settings.alerts,
         duration_s=args.duration,
     )
     recorder = recorder_from(args, args.out)
-    try:
-        ok = asyncio.run(record(options, recorder))
-    except RecordingError as exc:
-        return fail("gpuwatch record", str(exc), EXIT_USAGE)
+    ok = asyncio.run(record(options, recorder))  # RecordingError: exit 2 (cli/main.py)
     return EXIT_OK if ok else EXIT_FAILED
 
 
 def _snapshot(src: Path, dst: Path) -> int:
-    from gpuwatch.record.store import RecordingError, snapshot
+    from gpuwatch.record.store import snapshot
 
-    try:
-        rows = snapshot(src, dst)
-    except RecordingError as exc:
-        return fail("gpuwatch record", str(exc), EXIT_USAGE)
+    rows = snapshot(src, dst)  # RecordingError: exit 2 (cli/main.py)
     print(f"{dst}: {rows} rows, {dst.stat().st_size} bytes: a consistent copy of {src}")
     return EXIT_OK

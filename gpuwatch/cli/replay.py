@@ -10,13 +10,11 @@ from typing import Any
 from gpuwatch.cli.common import EXIT_OK, EXIT_USAGE, fail
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "replay",
-        help="a recording in the dashboard, read-only; or a range of it to a file or a report",
-        description="Open a recording (gpuwatch record, --record) in the same dashboard: "
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Open a recording (gpuwatch record, --record) in the same dashboard: "
         "space play/pause, left/right step, [ ] -/+1 min, { } previous/next event, "
-        ": go to a time, < > speed 1x..60x.",
+        ": go to a time, < > speed 1x..60x."
     )
     p.add_argument("file", type=Path, metavar="FILE", help="a recording")
     p.add_argument("--from", dest="start", metavar="TIME", help="HH:MM[:SS], a date and time, +5m")
@@ -29,15 +27,11 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuwatch.record.player import Player, parse_when
-    from gpuwatch.record.store import RecordingError
 
     prog = "gpuwatch replay"
     if args.report is not None and args.report.suffix.lower() not in (".html", ".htm", ".md"):
         return fail(prog, f"--report {args.report}: a report is .html or .md")
-    try:
-        player = Player(args.file)
-    except RecordingError as exc:
-        return fail(prog, str(exc), EXIT_USAGE)
+    player = Player(args.file)  # RecordingError: exit 2 (cli/main.py)
     try:
         view_from = player.meta.get("view_from")
         start = float(view_from) if isinstance(view_from, (int, float)) else player.start
@@ -68,14 +62,14 @@ def run(args: argparse.Namespace) -> int:
             report.write(incident, args.report)
             skipped = f" ({incident.bad_rows} damaged row(s) skipped)" if incident.bad_rows else ""
             print(f"{args.report}: incident report{skipped}")
-    except (RecordingError, OSError) as exc:
+    except OSError as exc:  # RecordingError: exit 2 (cli/main.py)
         return fail(prog, str(exc), EXIT_USAGE)
     return EXIT_OK
 
 
 def _show(player: Any, start: float, theme: str | None) -> int:
     from gpuwatch.config import DEFAULT_THEME
-    from gpuwatch.tui.app import DashboardOptions
+    from gpuwatch.session.node import DashboardOptions, replay_session
     from gpuwatch.tui.replay import ReplayApp
 
     meta = player.meta
@@ -90,7 +84,7 @@ def _show(player: Any, start: float, theme: str | None) -> int:
         hostname=str(meta.get("host") or "?"),
     )
     try:
-        ReplayApp(player, options).run()
+        ReplayApp(replay_session(player, options)).run()
     finally:
         player.close()
     return EXIT_OK

@@ -5,17 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from typing import Any
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail, positive_float, positive_int
 
 
-def register(sub: Any) -> None:
-    sim = sub.add_parser(
-        "sim",
-        help="a simulated GPU inference node (OpenAI API, vLLM /metrics, virtual GPU)",
-        description="Serve a simulated vLLM-like node: continuous batching, paged KV cache.",
-    )
+def register(sim: argparse.ArgumentParser) -> None:
+    sim.description = "Serve a simulated vLLM-like node: continuous batching, paged KV cache."
     sim.add_argument("--profile", default=None, help="GPU + model profile (see --list-profiles)")
     sim.add_argument("--list-profiles", action="store_true", help="print profiles and exit")
     sim.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT")
@@ -38,11 +33,17 @@ def register(sub: Any) -> None:
         metavar="G",
         help="VRAM kept for image activations when serving images (5)",
     )
+    sim.add_argument(
+        "--mig",
+        metavar="LAYOUT",
+        help="each GPU in MIG mode with these devices: 3g.40gb+4g.40gb, 7x1g.10gb (docs/sim.md)",
+    )
     sim.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from gpuwatch.aioserve import parse_listen, run_until_signalled
+    from gpuwatch.sim.mig import parse_layout
     from gpuwatch.sim.profiles import (
         DEFAULT_PROFILE,
         PROFILES,
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         reserve = int(args.image_reserve_gib * 2**30)
         # Checked here so that a mix that does not fit is a usage error, not a traceback.
         shared = with_side_models(profile, "embed" in workloads, "image" in workloads, reserve)
+        mig = parse_layout(args.mig, profile.gpu.name, profile.gpu.vram_bytes) if args.mig else []
     except (ProfileError, ValueError) as exc:
         return fail("gpuwatch sim", str(exc))
 
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
                 embed="embed" in workloads,
                 image="image" in workloads,
                 image_reserve=reserve,
+                mig=mig,
             )
         except OSError as exc:
             return fail(
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"gpuwatch sim: {node.model_name} on {served.url} ({profile.name}, "
             f"{args.engines} engine(s), {shared.kv_tokens:,} KV tokens each, "
-            f"time x{args.time_scale:g}{side})",
+            f"time x{args.time_scale:g}{side}{', MIG ' + args.mig if mig else ''})",
             flush=True,
         )
         await run_until_signalled(served)

@@ -5,26 +5,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
 
 from gpuwatch import config
 from gpuwatch.cli import fleet
 from gpuwatch.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    add_config_arg,
     positive_float,
     positive_int,
 )
-from gpuwatch.cli.dashboard import gpu_reader
+from gpuwatch.cli.sources import add_config_arg, gpu_reader
 
 
-def register(sub: Any) -> None:
-    snap = sub.add_parser(
-        "snapshot",
-        help="read GPUs, host and /metrics endpoints once; print a table or JSON",
-        description="Read every source once. Exit 0 when all answered, 1 when any failed.",
-    )
+def register(snap: argparse.ArgumentParser) -> None:
+    snap.description = "Read every source once. Exit 0 when all answered, 1 when any failed."
     add_config_arg(snap)
     snap.add_argument(
         "--metrics", action="append", metavar="URL", help="a /metrics URL (repeatable)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
 
 from gpuwatch.cli import fleet
 from gpuwatch.cli.common import (
@@ -13,7 +12,7 @@ from gpuwatch.cli.common import (
     fail,
     positive_int,
 )
-from gpuwatch.cli.dashboard import (
+from gpuwatch.cli.sources import (
     PROBE_PORTS,
     add_judging_args,
     add_source_args,
@@ -25,12 +24,10 @@ from gpuwatch.cli.dashboard import (
 PROG = "gpuwatch watch"
 
 
-def register(sub: Any) -> None:
-    watch = sub.add_parser(
-        "watch",
-        help="the dashboard's numbers without the screen: a line (or JSON) per interval",
-        description="Poll the dashboard's sources and print their windowed values once per "
-        "interval, like vmstat. Exit 0 when every source answered, 1 when any failed.",
+def register(watch: argparse.ArgumentParser) -> None:
+    watch.description = (
+        "Poll the dashboard's sources and print their windowed values once per "
+        "interval, like vmstat. Exit 0 when every source answered, 1 when any failed."
     )
     add_judging_args(watch)
     add_source_args(watch, "a gpuwatch gate to read (never changed)")
@@ -68,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         slo=settings.slo.thresholds(),
         nvml=gpu_reader(args.fake_gpu_from, settings.no_gpu),
         scrape=settings.scrape,
+        alerts=settings.alerts,
     )
     ok = asyncio.run(Watch(options).run())
     if options.nvml is not None:

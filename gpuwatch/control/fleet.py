@@ -15,8 +15,9 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from gpuwatch.adminapi import Limits, LimitsPatch
 from gpuwatch.admintoken import read_token
 from gpuwatch.config import GateTarget
 from gpuwatch.control.gate import GateClient, GateConflict, GateError
@@ -50,8 +51,8 @@ class Planned:
 
     gate: GateAddress
     version: int | None = None
-    before: dict[str, Any] = field(default_factory=dict)
-    patch: dict[str, Any] = field(default_factory=dict)
+    before: Limits = field(default_factory=lambda: Limits(0, False))
+    patch: LimitsPatch = field(default_factory=LimitsPatch)
     lines: list[str] = field(default_factory=list)
     problem: Result | None = None  # why this gate cannot take part
     detail: str = ""
@@ -75,7 +76,7 @@ def lanes_of(planned: Sequence[Planned]) -> list[str]:
     """Every lane name any of the gates has, in first-seen order."""
     seen: dict[str, None] = {}
     for p in planned:
-        for name in p.before.get("lanes", {}):
+        for name in p.before.lanes:
             seen.setdefault(name)
     return list(seen)
 
@@ -104,11 +105,8 @@ class FleetChange:
                 limits = await client.limits()
         except (GateError, ValueError) as exc:
             return Planned(gate, problem="unreachable", detail=str(exc))
-        version = limits.get("version")
-        if isinstance(version, bool) or not isinstance(version, int):
-            # Without a version there is no If-Match: the PATCH would overwrite blind.
-            return Planned(gate, problem="refused", detail="the gate gives no integer version")
-        return Planned(gate, version, limits)
+        # Limits always have a version (an answer without one is a GateError): the If-Match.
+        return Planned(gate, limits.version, limits)
 
     @staticmethod
     def plan(read: Sequence[Planned], ops: list[Op]) -> list[Planned]:
@@ -141,5 +139,4 @@ class FleetChange:
             return Outcome(p.gate, result, str(exc))
         except ValueError as exc:  # the token file, read again: gone or changed since
             return Outcome(p.gate, "refused", str(exc))
-        version = answer.get("version") if isinstance(answer, dict) else None
-        return Outcome(p.gate, "applied", "; ".join(p.lines), version)
+        return Outcome(p.gate, "applied", "; ".join(p.lines), answer.version)

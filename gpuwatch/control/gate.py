@@ -1,30 +1,45 @@
 """Client for the gate's admin API (httpx): limits, status, audit. Used by ``gpuwatch limits``
 and the TUI; every change goes through ``Guard.check`` first.
 
-The gate's contract is read here and nowhere else: a 409 becomes a ``GateConflict`` carrying
-who changed the limits, their version and the limits now in force.
+The gate's contract is read here and nowhere else: its answers become the admin API's types
+(``adminapi.py``), an answer that is not of that shape is one ``GateError`` saying where, and a
+409 becomes a ``GateConflict`` carrying who changed the limits, their version and the limits now
+in force.
 """
 
 from __future__ import annotations
 
 import getpass
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import httpx
 
+from gpuwatch.adminapi import (
+    AdminApiError,
+    AuditEntry,
+    ConflictBody,
+    GateStatus,
+    Json,
+    Limits,
+    LimitsPatch,
+    audit_entries,
+)
 from gpuwatch.admintoken import token_problem
 from gpuwatch.control.guard import Guard
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
-from gpuwatch.gate.audit import check_entry
 from gpuwatch.httpclient import async_client
 from gpuwatch.safejson import JSONError, loads_bounded
 
+T = TypeVar("T")
 
-class GateError(Exception):
+
+class GateError(GpuwatchError):
     """A refusal or failure, with the server's reason when there is one."""
 
-    def __init__(self, status: int | None, message: str, body: Any = None) -> None:
+    def __init__(self, status: int | None, message: str, body: Json = None) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
@@ -33,29 +48,15 @@ class GateError(Exception):
 class GateConflict(GateError):
     """The limits changed since the version the change was based on (HTTP 409)."""
 
-    def __init__(
-        self, message: str, actor: str | None, version: int | None, limits: Any, body: Any
-    ) -> None:
+    def __init__(self, message: str, conflict: ConflictBody, body: Json = None) -> None:
         super().__init__(409, message, body)
-        self.actor = actor
-        self.version = version
-        self.limits = limits
+        self.actor = conflict.actor
+        self.version = conflict.version
+        self.limits = conflict.limits
 
     @classmethod
-    def from_body(cls, message: str, body: Any) -> GateConflict:
-        data = body if isinstance(body, dict) else {}
-        actor = data.get("actor")
-        limits = data.get("limits") if isinstance(data.get("limits"), dict) else None
-        version = data.get("version")
-        if not isinstance(version, int) and limits is not None:
-            version = limits.get("version")  # gates before the split sent only the limits
-        return cls(
-            message,
-            actor if isinstance(actor, str) else None,
-            version if isinstance(version, int) and not isinstance(version, bool) else None,
-            limits,
-            body,
-        )
+    def from_body(cls, message: str, body: Json) -> GateConflict:
+        return cls(message, ConflictBody.from_json(body, message), body)
 
 
 def default_actor() -> str:
@@ -96,7 +97,7 @@ class GateClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Json:
         try:
             response = await self._client.request(method, f"{self.base}{path}", **kwargs)
         except httpx.HTTPError as exc:
@@ -104,7 +105,7 @@ class GateClient:
         try:
             # Bounded like every answer we parse (nesting, huge integers): a deep one is not a
             # RecursionError for the caller.
-            body = loads_bounded(response.content)
+            body: Json = loads_bounded(response.content)
         except JSONError as exc:
             if response.status_code < 400:
                 raise GateError(
@@ -121,29 +122,35 @@ class GateClient:
             raise GateError(response.status_code, text, body)
         return body
 
-    async def limits(self) -> dict[str, Any]:
-        return await self._call("GET", "/admin/limits")
+    def _read(self, path: str, body: Json, read: Callable[[Json], T]) -> T:
+        """An answer as the API's type: one GateError, saying where, when it is not one."""
+        try:
+            return read(body)
+        except AdminApiError as exc:
+            raise GateError(200, f"gate {self.base}: {path} is not its API ({exc})", body) from None
 
-    async def status(
-        self, ttft_s: float | None = None, itl_s: float | None = None
-    ) -> dict[str, Any]:
+    async def limits(self) -> Limits:
+        body = await self._call("GET", "/admin/limits")
+        return self._read("/admin/limits", body, Limits.from_json)
+
+    async def status(self, ttft_s: float | None = None, itl_s: float | None = None) -> GateStatus:
         """Live state per lane, with exact user-felt latency and goodput judged against the
         given bounds (unset ones are not judged)."""
         bounds = {k: f"{v:g}" for k, v in (("ttft_s", ttft_s), ("itl_s", itl_s)) if v}
-        return await self._call("GET", "/admin/status", params=bounds)
+        body = await self._call("GET", "/admin/status", params=bounds)
+        return self._read("/admin/status", body, GateStatus.from_json)
 
-    async def audit(self, limit: int = 20) -> list[dict[str, Any]]:
+    async def audit(self, limit: int = 20) -> list[AuditEntry]:
         """The newest entries, newest first. The answer is the server's: entries that are not
-        audit entries (``gate/audit.check_entry``) are left out, and an answer without a list
-        of them is a GateError, so no caller indexes into something else."""
+        audit entries are left out, and an answer without a list of them is a GateError, so
+        no caller indexes into something else."""
         body = await self._call("GET", "/admin/audit", params={"limit": limit})
-        entries = body.get("entries") if isinstance(body, dict) else None
-        if not isinstance(entries, list):
-            raise GateError(200, f"gate {self.base}: /admin/audit has no list of entries", body)
-        return [e for e in entries if check_entry(e) is None]
+        return self._read("/admin/audit", body, audit_entries)
 
-    async def patch(self, changes: dict[str, Any], if_match: int | None = None) -> dict[str, Any]:
+    async def patch(self, changes: LimitsPatch, if_match: int | None = None) -> Limits:
         """Apply ``changes``; with ``if_match``, GateConflict when another change came first."""
-        self.guard.check(f"change of limits {changes}")
+        body = changes.to_json()
+        self.guard.check(f"change of limits {body}")
         headers = {"If-Match": f'"{if_match}"'} if if_match is not None else {}
-        return await self._call("PATCH", "/admin/limits", json=changes, headers=headers)
+        answer = await self._call("PATCH", "/admin/limits", json=body, headers=headers)
+        return self._read("/admin/limits", answer, Limits.from_json)

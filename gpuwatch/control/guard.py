@@ -6,12 +6,13 @@ first, so read-only is enforced in exactly one place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from gpuwatch.adminapi import LaneLimits, Limits, LimitsPatch
+from gpuwatch.errors import GpuwatchError
 
 
-class ReadOnlyError(Exception):
+class ReadOnlyError(GpuwatchError):
     """A change refused because gpuwatch runs read-only."""
 
 
@@ -25,25 +26,28 @@ class Guard:
             raise ReadOnlyError(f"{action} refused: {self.reason}")
 
 
-def lane_capacity(lane: Mapping[str, Any]) -> int:
-    return int(lane.get("max_inflight", 0)) + int(lane.get("max_queue", 0))
+def lane_capacity(lane: LaneLimits) -> int:
+    return lane.max_inflight + lane.max_queue
 
 
-def confirmation_reason(before: Mapping[str, Any], patch: Mapping[str, Any]) -> str | None:
+def confirmation_reason(before: Limits, patch: LimitsPatch) -> str | None:
     """Why a change needs the operator to confirm it, or None.
 
     Pausing, and any change that cuts a lane's capacity (in flight + queued) by more than half.
     """
-    if patch.get("paused") is True and not before.get("paused"):
+    if patch.paused is True and not before.paused:
         return "pause admission: in-flight requests finish, new ones are refused"
-    for name, changes in (patch.get("lanes") or {}).items():
-        old = before.get("lanes", {}).get(name)
+    for name, changes in patch.lanes.items():
+        old = before.lanes.get(name)
         if old is None:
             continue
-        new = {**old, **changes}
-        for key in ("max_inflight", "max_queue"):
-            if key in changes and old[key] > 0 and new[key] < old[key] / 2:
-                return f"lane {name}: {key} {old[key]} -> {new[key]} cuts it by more than half"
+        new = old.with_values(changes)
+        for key, was, now in (
+            ("max_inflight", old.max_inflight, new.max_inflight),
+            ("max_queue", old.max_queue, new.max_queue),
+        ):
+            if key in changes and was > 0 and now < was / 2:
+                return f"lane {name}: {key} {was} -> {now} cuts it by more than half"
         if lane_capacity(old) > 0 and lane_capacity(new) < lane_capacity(old) / 2:
             return f"lane {name}: capacity {lane_capacity(old)} -> {lane_capacity(new)}"
     return None

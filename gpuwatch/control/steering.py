@@ -11,18 +11,17 @@ optimistic local value. Whoever shows it (the TUI) implements ``SteeringView``.
 from __future__ import annotations
 
 import asyncio
-import copy
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
+from gpuwatch.adminapi import LANE_KEYS, LaneLimits, Limits, LimitsPatch, LimitValue, TenantLimits
 from gpuwatch.control.gate import GateClient, GateConflict, GateError
 from gpuwatch.control.guard import Guard, ReadOnlyError, confirmation_reason
 from gpuwatch.fmt import clip
 from gpuwatch.monitor.state import EventLevel
 
 Severity = Literal["information", "warning", "error"]
-Limits = dict[str, Any]
 
 # `o` lowers the output cap to the next step below the current value, `O` raises it to the
 # next step above; above the top step there is no cap (None).
@@ -35,7 +34,8 @@ TENANT_CAP_STEPS: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
 # Keys pressed within this long of each other become one PATCH.
 COALESCE_S = 0.4
 
-# (lane, or "" for the gate-wide flag; key; the new value computed from the old one)
+# (lane, or "" for the gate-wide flag; key; the new value computed from the old one). The
+# value's type is the key's (an int for max_inflight, a bool for paused): Any, per key.
 Op = tuple[str, str, Callable[[Any], Any]]
 
 
@@ -63,67 +63,74 @@ def show_value(value: Any) -> str:
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def describe(before: Limits, patch: Limits) -> list[str]:
+def describe(before: Limits, patch: LimitsPatch) -> list[str]:
     """``chat.max_inflight 16 -> 8`` lines for a patch against the limits it applies to."""
     lines = []
-    if "paused" in patch:
-        lines.append(f"paused {str(before['paused']).lower()} -> {str(patch['paused']).lower()}")
-    for lane, changes in patch.get("lanes", {}).items():
+    if patch.paused is not None:
+        lines.append(f"paused {str(before.paused).lower()} -> {str(patch.paused).lower()}")
+    for lane, changes in patch.lanes.items():
+        old_lane = before.lanes.get(lane)
         for key, value in changes.items():
-            old = before["lanes"][lane].get(key)  # a key an older gate lacks: none
+            old = old_lane.value(key) if old_lane else None
             lines.append(f"{lane}.{key} {show_value(old)} -> {show_value(value)}")
-    for tenant, value in patch.get("tenants", {}).items():
-        old = before.get("tenants", {}).get(tenant)
-        lines.append(f"tenant {tenant} {_tenant_limits(old)} -> {_tenant_limits(value)}")
+    for tenant, sent in patch.tenants.items():
+        was = before.tenants.get(tenant)
+        now = None if sent is None else (was or TenantLimits()).with_values(sent)
+        lines.append(f"tenant {tenant} {_tenant_limits(was)} -> {_tenant_limits(now)}")
     return lines
 
 
-def _tenant_limits(limits: dict[str, Any] | None) -> str:
+def _tenant_limits(limits: TenantLimits | None) -> str:
     if not limits:
         return "no limits"
-    shown = ["paused"] if limits.get("paused") else []
-    if limits.get("max_inflight") is not None:
-        shown.append(f"max_inflight {limits['max_inflight']}")
+    shown = ["paused"] if limits.paused else []
+    if limits.max_inflight is not None:
+        shown.append(f"max_inflight {limits.max_inflight}")
     return ", ".join(shown) or "no limits"
 
 
-def patch_from(base: Limits, ops: list[Op]) -> Limits:
+def _changes(limits: TenantLimits | None) -> dict[str, LimitValue] | None:
+    return None if limits is None else limits.changes()
+
+
+def lane_diff(before: LaneLimits, after: LaneLimits) -> dict[str, LimitValue]:
+    """The limits of ``after`` that differ from ``before``, by name."""
+    return {k: after.value(k) for k in LANE_KEYS if before.value(k) != after.value(k)}
+
+
+def patch_from(base: Limits, ops: list[Op]) -> LimitsPatch:
     """The PATCH that ``ops``, applied in order to ``base``, amount to (only what changed)."""
-    paused = base["paused"]
-    lanes = {name: dict(lane) for name, lane in base["lanes"].items()}
+    paused = base.paused
+    lanes = dict(base.lanes)
     for lane, key, compute in ops:
         if key == "paused":
             paused = compute(paused)
         elif lane in lanes:
-            lanes[lane][key] = compute(lanes[lane].get(key))
-    for values in lanes.values():
+            lanes[lane] = lanes[lane].with_values({key: compute(lanes[lane].value(key))})
+    for name, values in lanes.items():
         # An adaptive lane's bounds move together: `-` under its floor takes the floor along
         # (1 at the least), rather than a change the gate would refuse.
-        if values.get("policy") == "adaptive" and values.get("max_inflight") is not None:
-            values["min_inflight"] = min(
-                values.get("min_inflight", 1), max(1, values["max_inflight"])
-            )
-    patch: Limits = {}
-    if paused != base["paused"]:
-        patch["paused"] = paused
-    for name, values in lanes.items():
-        changed = {k: v for k, v in values.items() if base["lanes"][name].get(k) != v}
-        if changed:
-            patch.setdefault("lanes", {})[name] = changed
-    return patch
+        if values.policy == "adaptive":
+            floor = min(values.min_inflight, max(1, values.max_inflight))
+            lanes[name] = replace(values, min_inflight=floor)
+    changes = {name: lane_diff(base.lanes[name], values) for name, values in lanes.items()}
+    return LimitsPatch(
+        paused if paused != base.paused else None,
+        {name: diff for name, diff in changes.items() if diff},
+    )
 
 
-def revert_of(before: Limits, patch: Limits) -> Limits:
+def revert_of(before: Limits, patch: LimitsPatch) -> LimitsPatch:
     """The PATCH that puts back what ``patch`` changed in ``before``."""
-    revert: Limits = {}
-    if "paused" in patch:
-        revert["paused"] = before["paused"]
-    for lane, changes in patch.get("lanes", {}).items():
-        revert.setdefault("lanes", {})[lane] = {k: before["lanes"][lane].get(k) for k in changes}
-    for tenant in patch.get("tenants", {}):
+    return LimitsPatch(
+        before.paused if patch.paused is not None else None,
+        {
+            lane: {k: before.lanes[lane].value(k) for k in changes}
+            for lane, changes in patch.lanes.items()
+        },
         # A tenant without limits before gets its entry removed (null), not an empty one.
-        revert.setdefault("tenants", {})[tenant] = before.get("tenants", {}).get(tenant)
-    return revert
+        {tenant: _changes(before.tenants.get(tenant)) for tenant in patch.tenants},
+    )
 
 
 class SteeringView(Protocol):
@@ -145,7 +152,7 @@ class SteeringView(Protocol):
     async def confirm(self, title: str, details: list[str]) -> bool:
         """Ask the operator; True to go ahead."""
 
-    async def edit_form(self, lane: str, limits: Limits) -> dict[str, Any] | None:
+    async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         """The operator's changes to ``lane`` from a form, or None when cancelled."""
 
     def tenants(self, lane: str) -> list[str]:
@@ -160,7 +167,7 @@ class Change:
     """One change this operator made, for undo: the limits it was made on and the patch."""
 
     before: Limits
-    patch: Limits
+    patch: LimitsPatch
 
 
 class Steering:
@@ -196,7 +203,7 @@ class Steering:
 
     def lanes(self) -> list[str]:
         limits = self.view.limits()
-        return list(limits["lanes"]) if limits else []
+        return list(limits.lanes) if limits else []
 
     def pending_lines(self) -> list[str]:
         if self._base is None or not self._ops:
@@ -254,6 +261,7 @@ class Steering:
         self._tenant("max_inflight", lambda v: step_output(v, down, TENANT_CAP_STEPS))
 
     def _tenant(self, key: str, compute: Callable[[Any], Any]) -> None:
+        """``compute``: the new value of ``key`` (paused: a bool; max_inflight: int or None)."""
         tenant = self.selected_tenant
         if tenant is None:
             self.view.notify("select a tenant first (n)", "warning")
@@ -264,13 +272,15 @@ class Steering:
 
         async def change() -> None:
             async with self._lock:
-                base = copy.deepcopy(self.view.limits())
+                base = self.view.limits()
                 if base is None:
                     return
-                old = dict(base.get("tenants", {}).get(tenant) or {})
-                new = {"paused": old.get("paused", False), "max_inflight": None, **old}
-                new[key] = compute(new[key])
-                await self._apply({"tenants": {tenant: new}}, base)
+                old = base.tenants.get(tenant) or TenantLimits()
+                if key == "paused":
+                    new = replace(old, paused=compute(old.paused))
+                else:
+                    new = replace(old, max_inflight=compute(old.max_inflight))
+                await self._apply(LimitsPatch(tenants={tenant: new.changes()}), base)
                 self.view.changed()
 
         self._spawn(change())
@@ -310,26 +320,26 @@ class Steering:
                 if found is None:
                     return
                 base, current = found
-                on = current.get("policy", "static") != "adaptive"
-                changes: dict[str, Any] = {"policy": "adaptive" if on else "static"}
-                if on and current.get("target_ttft_p99_s") is None:
+                on = current.policy != "adaptive"
+                changes: dict[str, LimitValue] = {"policy": "adaptive" if on else "static"}
+                if on and current.target_ttft_p99_s is None:
                     changes["target_ttft_p99_s"] = default_target_s
                 why = (
                     f"the gate will move {lane}'s in-flight limit between "
-                    f"{current.get('min_inflight', 1)} and {current['max_inflight']}"
+                    f"{current.min_inflight} and {current.max_inflight}"
                     if on
                     else f"{lane} goes back to its configured limits"
                 )
-                await self._apply({"lanes": {lane: changes}}, base, why=why)
+                await self._apply(LimitsPatch(lanes={lane: changes}), base, why=why)
                 self.view.changed()
 
         self._spawn(toggle())
 
-    def _lane_now(self, lane: str) -> tuple[Limits, dict[str, Any]] | None:
-        """A copy of the gate's limits now and ``lane``'s part of them; None (and a warning)
-        when the gate has no such lane."""
-        base = copy.deepcopy(self.view.limits())
-        current = base["lanes"].get(lane) if base is not None else None
+    def _lane_now(self, lane: str) -> tuple[Limits, LaneLimits] | None:
+        """The gate's limits now and ``lane``'s part of them; None (and a warning) when the
+        gate has no such lane."""
+        base = self.view.limits()
+        current = base.lanes.get(lane) if base is not None else None
         if base is None or current is None:
             self.view.notify(f"the gate has no lane {lane}", "warning")
             return None
@@ -341,7 +351,7 @@ class Steering:
         if not self.allowed(f"change of {lane + '.' if lane else ''}{key}"):
             return
         if self._base is None:
-            self._base = copy.deepcopy(self.view.limits())
+            self._base = self.view.limits()
         self._ops.append((lane, key, compute))
         if self._timer is not None:
             self._timer.cancel()
@@ -361,11 +371,11 @@ class Steering:
     def _rebased(self, base: Limits) -> Limits:
         """``base``, or the gate's present limits when only our own changes came between."""
         current = self.view.limits() or base
-        if self._own_versions and current["version"] < max(self._own_versions):
+        if self._own_versions and current.version < max(self._own_versions):
             self._own_versions.clear()  # the gate went back (restarted): old versions mean nothing
-        newer = range(base["version"] + 1, current["version"] + 1)
+        newer = range(base.version + 1, current.version + 1)
         if newer and all(v in self._own_versions for v in newer):
-            return copy.deepcopy(current)
+            return current
         return base
 
     async def _commit(self, ops: list[Op], base: Limits) -> None:
@@ -378,7 +388,7 @@ class Steering:
 
     async def _apply(
         self,
-        patch: Limits,
+        patch: LimitsPatch,
         base: Limits,
         undo: bool = False,
         source: str | None = None,
@@ -402,7 +412,7 @@ class Steering:
             lines = [f"from {source}: {lines[0]}", *lines[1:]] if lines else lines
         return await self._send(patch, base, lines, undo)
 
-    def apply_lane(self, lane: str, changes: dict[str, Any], source: str) -> None:
+    def apply_lane(self, lane: str, changes: Mapping[str, LimitValue], source: str) -> None:
         """Several limits of one lane as one change made elsewhere (a plan's recommended
         limits): always confirmed, then sent like the keys' changes (If-Match, audited as this
         operator, undoable)."""
@@ -415,19 +425,19 @@ class Steering:
                 if found is None:
                     return
                 base, current = found
-                diff = {k: v for k, v in changes.items() if current.get(k) != v}
+                diff = {k: v for k, v in changes.items() if current.value(k) != v}
                 if not diff:
                     self.view.notify(f"the gate already has the limits of {source}")
                     return
-                await self._apply({"lanes": {lane: diff}}, base, source=source)
+                await self._apply(LimitsPatch(lanes={lane: diff}), base, source=source)
                 self.view.changed()
 
         self._spawn(apply())
 
-    async def _send(self, patch: Limits, base: Limits, lines: list[str], undo: bool) -> bool:
+    async def _send(self, patch: LimitsPatch, base: Limits, lines: list[str], undo: bool) -> bool:
         assert self.client is not None
         try:
-            after = await self.client.patch(patch, if_match=base["version"])
+            after = await self.client.patch(patch, if_match=base.version)
         except ReadOnlyError as exc:
             self.view.notify(str(exc), "warning")
             return False
@@ -437,7 +447,7 @@ class Steering:
                 f"limits changed by {actor}: refreshed, nothing overwritten", "warning"
             )
             self.view.event(
-                "warn", f"change refused: limits changed by {actor} (v{base['version']} is old)"
+                "warn", f"change refused: limits changed by {actor} (v{base.version} is old)"
             )
             if exc.limits:
                 self.view.show_limits(exc.limits)
@@ -446,10 +456,10 @@ class Steering:
             self.view.notify(f"change refused: {exc}", "error")
             self.view.event("bad", f"change refused: {exc}")
             return False
-        self._own_versions.add(after["version"])
+        self._own_versions.add(after.version)
         self.view.show_limits(after)
         self.view.event(
-            "info", f"{'undone' if undo else 'limits'} v{after['version']}: {'; '.join(lines)}"
+            "info", f"{'undone' if undo else 'limits'} v{after.version}: {'; '.join(lines)}"
         )
         if not undo:
             self.history.append(Change(base, patch))
@@ -477,7 +487,7 @@ class Steering:
                 self.view.notify("nothing to undo from this screen")
                 return
             change = self.history.pop()
-            current = copy.deepcopy(self.view.limits())
+            current = self.view.limits()
             done = current is not None and await self._apply(
                 revert_of(change.before, change.patch), current, undo=True
             )
@@ -495,12 +505,14 @@ class Steering:
     async def _edit(self, lane: str) -> None:
         earlier = [t for t in self._tasks if t is not asyncio.current_task()]
         await asyncio.gather(*earlier, return_exceptions=True)
-        limits = copy.deepcopy(self.view.limits() or {})
+        limits = self.view.limits()
+        if limits is None:
+            return
         changes = await self.view.edit_form(lane, limits)
         if changes:
             async with self._lock:
                 # Our own changes made while the form was open are built on, not a conflict.
-                await self._apply({"lanes": {lane: changes}}, self._rebased(limits))
+                await self._apply(LimitsPatch(lanes={lane: changes}), self._rebased(limits))
             self.view.changed()
 
     # -- tasks ----------------------------------------------------------------------------

@@ -18,8 +18,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from gpuwatch.adminapi import (
+    AdaptiveDecision,
+    AdaptiveStatus,
+    AuditEntry,
+    EffectiveLimits,
+    LimitsPatch,
+)
 from gpuwatch.gate.adaptive import (
     CONTROLLERS,
     KV_HIGH,
@@ -55,7 +61,7 @@ class LaneControl:
     controller: Controller
     inflight: int
     tokens: int | None
-    last: dict[str, Any] | None = None  # the last change: time, direction, from, to, reason
+    last: AdaptiveDecision | None = None  # the last change: time, direction, from, to, reason
     history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=HISTORY))
     preemptions_seen: float | None = None
     turned_away_seen: int = 0  # the lane's refusals for want of a slot, at the last tick
@@ -183,46 +189,43 @@ class AdaptiveLoop:
                 ctl.preemptions_seen = total
             if decision is None or decision.inflight == ctl.inflight:
                 continue
-            ctl.last = {
-                "time": time.time(),
-                "direction": decision.direction,
-                "from": ctl.inflight,
-                "to": decision.inflight,
-                "tokens_from": ctl.tokens,
-                "tokens_to": decision.tokens,
-                "reason": decision.reason,
-            }
+            ctl.last = AdaptiveDecision(
+                time.time(),
+                decision.direction,
+                ctl.inflight,
+                decision.inflight,
+                ctl.tokens,
+                decision.tokens,
+                decision.reason,
+            )
             ctl.inflight, ctl.tokens = decision.inflight, decision.tokens
             lane.set_limits(self._effective(configured, ctl), limits.paused)
             self.metrics.adaptive_decisions.labels(name, decision.direction).inc()
             changes.append((name, decision))
         return changes
 
-    def audit_entries(self, changes: list[tuple[str, Decision]]) -> list[dict[str, Any]]:
+    def audit_entries(self, changes: list[tuple[str, Decision]]) -> list[AuditEntry]:
         version = self.state.limits.version
         entries = []
         for name, decision in changes:
-            last = self.control[name].last or {}
+            last = self.control[name].last
+            moved = {
+                "effective_max_inflight": decision.inflight,
+                "effective_max_inflight_tokens": decision.tokens,
+            }
             entries.append(
-                {
-                    "time": last.get("time", time.time()),
-                    "actor": ACTOR,
-                    "controller": self.controller_name,  # not a person's change
-                    "version": version,  # not a new version: the configured limits are as they were
-                    "change": {
-                        "lanes": {
-                            name: {
-                                "effective_max_inflight": decision.inflight,
-                                "effective_max_inflight_tokens": decision.tokens,
-                            }
-                        }
+                AuditEntry(
+                    last.time if last else time.time(),
+                    ACTOR,
+                    version,  # not a new version: the configured limits are as they were
+                    LimitsPatch(lanes={name: moved}),
+                    controller=self.controller_name,  # not a person's change
+                    reason=decision.reason,
+                    before={
+                        "max_inflight": last.from_ if last else None,
+                        "max_inflight_tokens": last.tokens_from if last else None,
                     },
-                    "reason": decision.reason,
-                    "before": {
-                        "max_inflight": last.get("from"),
-                        "max_inflight_tokens": last.get("tokens_from"),
-                    },
-                }
+                )
             )
         return entries
 
@@ -233,7 +236,7 @@ class AdaptiveLoop:
                 changes = self.tick()
                 entries = self.audit_entries(changes)
                 for entry in entries:
-                    log.info("adaptive: %s", entry["reason"])
+                    log.info("adaptive: %s", entry.reason)
                 for entry in entries:
                     try:
                         await self.state.record(entry)
@@ -250,33 +253,30 @@ class AdaptiveLoop:
 
     # -- what /admin/status shows ---------------------------------------------------------
 
-    def status(self, name: str) -> dict[str, Any] | None:
+    def status(self, name: str) -> AdaptiveStatus | None:
         ctl = self.control.get(name)
         if ctl is None:
             return None
         configured = self.state.limits.lanes[name]
         low, high = bounds(configured)
         now = self.clock()
-        return {
-            "effective_max_inflight": ctl.inflight,
-            "effective_max_inflight_tokens": ctl.tokens,
-            "min_inflight": low,
-            "max_inflight": high,
-            "min_inflight_tokens": configured.min_inflight_tokens,
-            "max_inflight_tokens": configured.max_inflight_tokens,
-            "target_ttft_p99_s": configured.target_ttft_p99_s,
-            "last_decision": ctl.last,
-            "note": ctl.controller.note,
+        return AdaptiveStatus(
+            ctl.inflight,
+            ctl.tokens,
+            low,
+            high,
+            configured.min_inflight_tokens,
+            configured.max_inflight_tokens,
+            configured.target_ttft_p99_s,
+            ctl.last,
+            ctl.controller.note,
             # (seconds ago, effective limit), oldest first: the sparkline
-            "history": [[round(now - t, 1), n] for t, n in ctl.history],
-        }
+            tuple((round(now - t, 1), n) for t, n in ctl.history),
+        )
 
-    def effective(self) -> dict[str, dict[str, int | None]]:
+    def effective(self) -> dict[str, EffectiveLimits]:
         """Every lane's limits in force (the configured ones on a static lane)."""
-        out = {}
-        for name, lane in self.lanes.items():
-            out[name] = {
-                "max_inflight": lane.limits.max_inflight,
-                "max_inflight_tokens": lane.limits.max_inflight_tokens,
-            }
-        return out
+        return {
+            name: EffectiveLimits(lane.limits.max_inflight, lane.limits.max_inflight_tokens)
+            for name, lane in self.lanes.items()
+        }

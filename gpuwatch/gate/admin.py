@@ -12,12 +12,13 @@ import hmac
 import time
 import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from itertools import islice
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from gpuwatch.adminapi import ConflictBody, GateStatus, JsonObject, LaneStatus, QueueWait
 from gpuwatch.fmt import clip
 from gpuwatch.gate import deadline
 from gpuwatch.gate.adaptive_loop import AdaptiveLoop
@@ -26,7 +27,7 @@ from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.body import BodyRefused, read_body
 from gpuwatch.gate.classes import Fairness
 from gpuwatch.gate.errors import MESSAGE_MAX, openai_error
-from gpuwatch.gate.latency import LaneLatency
+from gpuwatch.gate.latency import LaneLatency, LaneReport
 from gpuwatch.gate.limits import Limits, LimitsError
 from gpuwatch.gate.stallwatch import StallWatch
 from gpuwatch.gate.state import Conflict, GateState, SaveError, etag
@@ -95,16 +96,15 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def _queue_wait(lane: AdmissionLane) -> dict[str, Any]:
-    return {
-        "budget_s": _rounded(lane.wait_budget()),
-        "source": deadline.source(lane.limits, lane.slo_ttft_s),
-        "prefill_s": _rounded(lane.times.prefill_s(lane.clock())),
-        "drain_per_s": _rounded(lane.drain_per_s()),
-        # Streaming requests admitted without a first token yet, and how many may be.
-        "prefilling": lane.prefilling,
-        "prefill_cap": lane.prefill_cap(),
-    }
+def _queue_wait(lane: AdmissionLane) -> QueueWait:
+    return QueueWait(
+        budget_s=_rounded(lane.wait_budget()),
+        source=deadline.source(lane.limits, lane.slo_ttft_s),
+        prefill_s=_rounded(lane.times.prefill_s(lane.clock())),
+        drain_per_s=_rounded(lane.drain_per_s()),
+        prefilling=lane.prefilling,
+        prefill_cap=lane.prefill_cap(),
+    )
 
 
 class Admin:
@@ -126,13 +126,12 @@ class Admin:
         # Set by the gate: a stalled upstream and the lanes it sheds.
         self.stall: StallWatch | None = None
 
-    def _limits_json(self, limits: Limits) -> dict[str, Any]:
+    def _limits_json(self, limits: Limits) -> JsonObject:
         """The limits document: the configured limits (what PATCH changes, versioned) and,
         apart, ``effective``: the limits in force (the controller's on an adaptive lane)."""
-        body = limits.to_json()
         if self.adaptive is not None:
-            body["effective"] = self.adaptive.effective()
-        return body
+            limits = replace(limits, effective=self.adaptive.effective())
+        return limits.to_json()
 
     def app(self, token: bytes | None) -> web.Application:
         app = web.Application(middlewares=[bearer_auth(token)], client_max_size=PATCH_MAX_BYTES)
@@ -165,19 +164,13 @@ class Admin:
         try:
             after = await self.state.change(patch, actor, request.headers.get("If-Match"))
         except Conflict as exc:
-            body = {
-                # An actor saved by an older gate may hold anything: escaped for display.
-                "error": {
-                    "message": clip(str(exc), MESSAGE_MAX),
-                    "type": "conflict",
-                    "param": None,
-                    "code": 409,
-                },
-                "actor": exc.actor,
-                "version": exc.limits.version,
-                "limits": exc.limits.to_json(),
-            }
-            return web.json_response(body, status=409, headers={"ETag": etag(exc.limits.version)})
+            # An actor saved by an older gate may hold anything: escaped for display.
+            body = ConflictBody(
+                clip(str(exc), MESSAGE_MAX), exc.actor, exc.limits.version, exc.limits
+            )
+            return web.json_response(
+                body.to_json(), status=409, headers={"ETag": etag(exc.limits.version)}
+            )
         except LimitsError as exc:
             return openai_error(str(exc), 400, "invalid_request_error", exc.field)
         except SaveError as exc:
@@ -199,37 +192,46 @@ class Admin:
         now = time.monotonic()
         limits = self.state.limits
         lanes = {
-            name: {
-                "inflight": lane.inflight,
-                "inflight_tokens": lane.inflight_tokens,
-                "max_inflight_tokens": limits.lanes[name].max_inflight_tokens,
-                "queued": len(lane.queue),
-                "oldest_queued_s": round(lane.oldest_queued_s(now), 3),
-                # The queue-wait budget in force and what it is made of (deadline.py).
-                "queue_wait": _queue_wait(lane),
-                "admitted_total": lane.admitted_total,
-                "rejected_total": dict(lane.rejected_total),
-                **report,
-                **lane_status(lane, self.fairness),
-                # Configured (what the operator set) apart from effective (in force: the
-                # controller's on an adaptive lane). ``adaptive`` (null on a static lane):
-                # bounds, target, the last decision and why, the last two minutes.
-                "max_inflight": limits.lanes[name].max_inflight,
-                "effective_max_inflight": lane.limits.max_inflight,
-                "effective_max_inflight_tokens": lane.limits.max_inflight_tokens,
-                "adaptive": self.adaptive.status(name) if self.adaptive else None,
-                # The reason new requests are refused with while the upstream is stalled.
-                "shed": lane.shed[0] if lane.shed else None,
-            }
+            name: self._lane_status(name, lane, report, now)
             for (name, lane), report in zip(self.lanes.items(), felt, strict=True)
         }
-        return web.json_response(
-            {
-                "version": limits.version,
-                "paused": limits.paused,
-                "lanes": lanes,
-                "stall": self.stall.status() if self.stall else None,
-            }
+        status = GateStatus(
+            limits.version,
+            limits.paused,
+            lanes,
+            self.stall.status() if self.stall else None,
+        )
+        return web.json_response(status.to_json())
+
+    def _lane_status(
+        self, name: str, lane: AdmissionLane, felt: LaneReport, now: float
+    ) -> LaneStatus:
+        configured = self.state.limits.lanes[name]
+        shares = lane_status(lane, self.fairness)
+        return LaneStatus(
+            inflight=lane.inflight,
+            inflight_tokens=lane.inflight_tokens,
+            max_inflight_tokens=configured.max_inflight_tokens,
+            queued=len(lane.queue),
+            oldest_queued_s=round(lane.oldest_queued_s(now), 3),
+            # The queue-wait budget in force and what it is made of (deadline.py).
+            queue_wait=_queue_wait(lane),
+            admitted_total=lane.admitted_total,
+            rejected_total=dict(lane.rejected_total),
+            latency=felt.latency,
+            goodput=felt.goodput,
+            classes=shares.classes,
+            tenants=shares.tenants,
+            tenant_count=shares.tenant_count,
+            # Configured (what the operator set) apart from effective (in force: the
+            # controller's on an adaptive lane). ``adaptive`` (None on a static lane):
+            # bounds, target, the last decision and why, the last two minutes.
+            max_inflight=configured.max_inflight,
+            effective_max_inflight=lane.limits.max_inflight,
+            effective_max_inflight_tokens=lane.limits.max_inflight_tokens,
+            adaptive=self.adaptive.status(name) if self.adaptive else None,
+            # The reason new requests are refused with while the upstream is stalled.
+            shed=lane.shed[0] if lane.shed else None,
         )
 
     async def get_audit(self, request: web.Request) -> web.Response:
@@ -239,4 +241,5 @@ class Admin:
                 "limit must be a whole number", 400, "invalid_request_error", "limit"
             )
         limit = min(int(text), KEEP)
-        return web.json_response({"entries": list(islice(self.state.log.recent, limit))})
+        entries = islice(self.state.log.recent, limit)
+        return web.json_response({"entries": [e.to_json() for e in entries]})

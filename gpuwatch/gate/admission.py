@@ -42,6 +42,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.gate import deadline
 from gpuwatch.gate.classes import Who
 from gpuwatch.gate.fairqueue import FairQueue
@@ -50,7 +51,7 @@ from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.gate.tenants import TenantBook
 
 
-class Refused(Exception):
+class Refused(GpuwatchError):
     def __init__(self, reason: str, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.reason = reason

@@ -18,8 +18,9 @@ import os
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
+from gpuwatch.adminapi import AdminApiError, AuditEntry
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.safejson import JSONError, loads_bounded
 
 log = logging.getLogger("gpuwatch.gate")
@@ -29,23 +30,8 @@ MAX_BYTES = 8 * 1024 * 1024
 _LINE_MAX = 256 * 1024
 
 
-class AuditError(Exception):
+class AuditError(GpuwatchError):
     """An audit log that cannot be read back; the message names the file and line."""
-
-
-def check_entry(entry: Any) -> str | None:
-    """What is wrong with an audit entry, or None."""
-    if not isinstance(entry, dict):
-        return "an entry must be an object"
-    if not isinstance(entry.get("actor"), str):
-        return "'actor' must be a string"
-    version = entry.get("version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        return "'version' must be an integer"
-    when = entry.get("time")
-    if isinstance(when, bool) or not isinstance(when, (int, float)):
-        return "'time' must be a number"
-    return None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -61,17 +47,17 @@ class AuditLog:
         self.path = path
         self.rotated = path.with_name(path.name + ".1")
         self.max_bytes = max_bytes
-        self.recent: deque[dict[str, Any]] = deque(maxlen=KEEP)  # newest first
+        self.recent: deque[AuditEntry] = deque(maxlen=KEEP)  # newest first
 
     def load(self) -> None:
         """Read the newest entries back (the rotated file first, then the current one)."""
-        entries: list[dict[str, Any]] = []
+        entries: list[AuditEntry] = []
         for path in (self.rotated, self.path):
             entries.extend(self._read(path))
         self.recent.clear()
         self.recent.extendleft(entries[-KEEP:])
 
-    def _read(self, path: Path) -> list[dict[str, Any]]:
+    def _read(self, path: Path) -> list[AuditEntry]:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -85,13 +71,9 @@ class AuditLog:
         out = []
         for n, line in enumerate(lines, 1):
             try:
-                entry = loads_bounded(line, max_bytes=_LINE_MAX)
-            except JSONError as exc:
+                out.append(AuditEntry.from_json(loads_bounded(line, max_bytes=_LINE_MAX)))
+            except (JSONError, AdminApiError) as exc:
                 raise AuditError(f"audit log {path} line {n}: {exc}") from None
-            problem = check_entry(entry)
-            if problem:
-                raise AuditError(f"audit log {path} line {n}: {problem}")
-            out.append(entry)
         return out
 
     def _drop_torn_tail(self, path: Path, keep: int, dropped: int) -> None:
@@ -115,9 +97,9 @@ class AuditLog:
             "audit log %s: dropped an incomplete last line (%d bytes) a crash left", path, dropped
         )
 
-    def append(self, entry: dict[str, Any]) -> None:
+    def append(self, entry: AuditEntry) -> None:
         """Write one entry durably (fsync); rotate first when the file is full."""
-        line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+        line = (json.dumps(entry.to_json(), separators=(",", ":")) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             size = self.path.stat().st_size
@@ -135,14 +117,14 @@ class AuditLog:
             _fsync_dir(self.path.parent)  # a new file: make its name durable too
         self.recent.appendleft(entry)
 
-    def write_all(self, entries: Iterable[dict[str, Any]]) -> None:
+    def write_all(self, entries: Iterable[AuditEntry]) -> None:
         """Replace the log with ``entries`` (oldest first), atomically: for migration."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         items = list(entries)
         with open(tmp, "wb") as fh:
             for entry in items:
-                fh.write((json.dumps(entry, separators=(",", ":")) + "\n").encode())
+                fh.write((json.dumps(entry.to_json(), separators=(",", ":")) + "\n").encode())
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)

@@ -13,13 +13,14 @@ import asyncio
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.gate.watchdog import within
 
 # The error code of each refusal, for the reply and the bad-requests count.
 CODES = {413: "body_too_large", 408: "body_timeout", 400: "body_undecodable"}
 
 
-class BodyRefused(Exception):
+class BodyRefused(GpuwatchError):
     """``status`` 413, 408 or 400 (a compressed body that does not inflate), with the reason;
     ``code`` names it."""
 

@@ -26,17 +26,11 @@ Limits given here are the starting point; limits persisted in the state file win
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-from gpuwatch.config import ConfigError
+from gpuwatch.errors import ConfigError
 from gpuwatch.gate.classes import Fairness, parse_fairness
 from gpuwatch.gate.limits import (
     DEFAULT_LANES,
@@ -48,6 +42,7 @@ from gpuwatch.gate.limits import (
     LimitsError,
     apply_patch,
 )
+from gpuwatch.tomlfile import read_toml
 
 
 @dataclass(frozen=True)
@@ -112,16 +107,7 @@ def _strings(path: Path, key: str, value: Any) -> tuple[str, ...]:
 def load_gate_config(path: Path | None) -> GateConfig:
     if path is None:
         return GateConfig(DEFAULT_LANES)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start})") from exc
-    except ValueError as exc:  # TOMLDecodeError, and int() past 4300 digits
-        raise ConfigError(f"{path}: invalid TOML: {str(exc)[:200]}") from exc
-    except RecursionError:  # tomllib recurses into nested arrays and inline tables
-        raise ConfigError(f"{path}: invalid TOML: nested too deep") from None
+    data = read_toml(path)
     lanes = {lane.name: lane for lane in DEFAULT_LANES}
     extra: tuple[str, ...] = ()
     timeouts: dict[str, Any] = {}  # floats; Any so ** can pass them beside an int field

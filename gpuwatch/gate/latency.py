@@ -23,9 +23,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, TypeVar, cast
 
+from gpuwatch.adminapi import Goodput, LatencyWindow, Tail
 from gpuwatch.series import sample_quantile, window_label
+
+T = TypeVar("T")
 
 WINDOWS_S = (60.0, 300.0)
 KEEP_S = max(WINDOWS_S)
@@ -55,15 +58,19 @@ class Record:
     max_itl_s: float | None = None
 
 
-def exact_summary(values: Iterable[float]) -> dict[str, Any]:
+def exact_summary(values: Iterable[float]) -> Tail:
     ordered = sorted(values)
     if not ordered:
-        return {"count": 0, **{name: None for name, _ in QUANTILES}, "max": None}
-    return {
-        "count": len(ordered),
-        **{name: sample_quantile(ordered, q) for name, q in QUANTILES},
-        "max": ordered[-1],
-    }
+        return Tail()
+    p50, p90, p99 = (sample_quantile(ordered, q) for _, q in QUANTILES)
+    return Tail(len(ordered), p50, p90, p99, ordered[-1])
+
+
+class LaneReport(NamedTuple):
+    """A lane's ``latency`` and ``goodput`` in ``/admin/status``, by window label."""
+
+    latency: dict[str, LatencyWindow]
+    goodput: dict[str, Goodput]
 
 
 def _bucket(value: float) -> int:
@@ -103,13 +110,11 @@ class ItlSketch:
             seconds[-1] = (second, dict(counts), top)
         return seconds
 
-    def summary(self, window_s: float) -> dict[str, Any]:
+    def summary(self, window_s: float) -> Tail:
         return itl_summary(self._seconds, self.clock() - window_s)
 
 
-def itl_summary(
-    seconds: Iterable[tuple[int, dict[int, int], float]], since: float
-) -> dict[str, Any]:
+def itl_summary(seconds: Iterable[tuple[int, dict[int, int], float]], since: float) -> Tail:
     """Quantiles of the gaps counted in the seconds after ``since``."""
     merged: dict[int, int] = {}
     biggest = 0.0
@@ -121,18 +126,20 @@ def itl_summary(
             merged[b] = merged.get(b, 0) + n
     total = sum(merged.values())
     if not total:
-        return {"count": 0, **{name: None for name, _ in QUANTILES}, "max": None}
+        return Tail()
     ordered = sorted(merged.items())
-    out: dict[str, Any] = {"count": total}
-    for name, q in QUANTILES:
+    found: list[float | None] = []
+    for _, q in QUANTILES:
         rank, seen = max(1, math.ceil(q * total)), 0
+        value = None
         for b, n in ordered:
             seen += n
             if seen >= rank:
-                out[name] = min(_bucket_value(b), biggest)
+                value = min(_bucket_value(b), biggest)
                 break
-    out["max"] = biggest
-    return out
+        found.append(value)
+    p50, p90, p99 = found
+    return Tail(total, p50, p90, p99, biggest)
 
 
 # A status read walks and sorts every sample in its window (about 250 ms at 300,000 records):
@@ -169,20 +176,20 @@ class LatencyView:
         since = self.now - window_s
         return [r for r in self.records if r.arrived > since]
 
-    def summary(self, window_s: float) -> dict[str, Any]:
+    def summary(self, window_s: float) -> LatencyWindow:
         recent = [r for r in self._since(window_s) if r.outcome != "invalid"]
         done = [r for r in recent if r.outcome == "ok"]
-        return {
-            "requests": len(recent),
-            "ttft": exact_summary([r.ttft_s for r in done if r.ttft_s is not None]),
-            "queue_wait": exact_summary(
+        return LatencyWindow(
+            requests=len(recent),
+            ttft=exact_summary([r.ttft_s for r in done if r.ttft_s is not None]),
+            queue_wait=exact_summary(
                 [r.queue_wait_s for r in recent if r.queue_wait_s is not None]
             ),
-            "e2e": exact_summary([r.e2e_s for r in done if r.e2e_s is not None]),
-            "itl": itl_summary(self.itl, self.now - window_s),
-        }
+            e2e=exact_summary([r.e2e_s for r in done if r.e2e_s is not None]),
+            itl=itl_summary(self.itl, self.now - window_s),
+        )
 
-    def goodput(self, window_s: float, ttft_s: float | None, itl_s: float | None) -> dict[str, Any]:
+    def goodput(self, window_s: float, ttft_s: float | None, itl_s: float | None) -> Goodput:
         """Of the requests that arrived in the window and have ended: how many were good."""
         ended = [r for r in self._since(window_s) if r.e2e_s is not None and r.outcome != "invalid"]
         good = slow = refused = failed = 0
@@ -198,21 +205,14 @@ class LatencyView:
             else:
                 good += 1
         total = len(ended)
-        return {
-            "ended": total,
-            "good": good,
-            "slow": slow,
-            "refused": refused,
-            "failed": failed,
-            "ratio": good / total if total else None,
-        }
+        return Goodput(total, good, slow, refused, failed, good / total if total else None)
 
-    def report(self, ttft_s: float | None, itl_s: float | None) -> dict[str, Any]:
+    def report(self, ttft_s: float | None, itl_s: float | None) -> LaneReport:
         """``/admin/status``'s ``latency`` and ``goodput`` of a lane, over every window."""
-        return {
-            "latency": {window_label(w): self.summary(w) for w in WINDOWS_S},
-            "goodput": {window_label(w): self.goodput(w, ttft_s, itl_s) for w in WINDOWS_S},
-        }
+        return LaneReport(
+            {window_label(w): self.summary(w) for w in WINDOWS_S},
+            {window_label(w): self.goodput(w, ttft_s, itl_s) for w in WINDOWS_S},
+        )
 
 
 class LaneLatency:
@@ -222,33 +222,32 @@ class LaneLatency:
         self.clock = clock
         self.records: deque[Record] = deque(maxlen=MAX_RECORDS)
         self.itl = ItlSketch(clock)
-        self._cache: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = {}
+        # Answers of three kinds (summary, goodput, report), each keyed by its kind first.
+        self._cache: dict[tuple[Any, ...], tuple[float, object]] = {}
         # The report being computed in a worker thread, and for which question: one at a time
         # per lane, shared by every reader asking the same.
-        self._work: tuple[tuple[Any, ...], asyncio.Future[dict[str, Any]]] | None = None
+        self._work: tuple[tuple[Any, ...], asyncio.Future[LaneReport]] | None = None
 
     @property
     def cached_answers(self) -> int:
         """Answers held for reuse (at most one second's worth of distinct questions)."""
         return len(self._cache)
 
-    def _hit(self, key: tuple[Any, ...]) -> dict[str, Any] | None:
+    def _hit(self, key: tuple[Any, ...]) -> object | None:
         hit = self._cache.get(key)
         return hit[1] if hit is not None and self.clock() - hit[0] < CACHE_S else None
 
-    def _store(self, key: tuple[Any, ...], at: float, value: dict[str, Any]) -> None:
+    def _store(self, key: tuple[Any, ...], at: float, value: object) -> None:
         # Keys carry the caller's SLO: answers past their second are dropped, so the cache
         # holds at most what one second of distinct questions asked.
         now = self.clock()
         self._cache = {k: v for k, v in self._cache.items() if now - v[0] < CACHE_S}
         self._cache[key] = (at, value)
 
-    def _cached(
-        self, key: tuple[Any, ...], compute: Callable[[], dict[str, Any]]
-    ) -> dict[str, Any]:
+    def _cached(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
         hit = self._hit(key)
         if hit is not None:
-            return hit
+            return cast(T, hit)  # stored under this key by this method: of its kind
         now = self.clock()
         value = compute()
         self._store(key, now, value)
@@ -266,17 +265,17 @@ class LaneLatency:
             self.records.popleft()
         return record
 
-    def summary(self, window_s: float) -> dict[str, Any]:
+    def summary(self, window_s: float) -> LatencyWindow:
         return self._cached(("summary", window_s), lambda: self.view().summary(window_s))
 
-    def goodput(self, window_s: float, ttft_s: float | None, itl_s: float | None) -> dict[str, Any]:
+    def goodput(self, window_s: float, ttft_s: float | None, itl_s: float | None) -> Goodput:
         """Of the requests that arrived in the window and have ended: how many were good."""
         return self._cached(
             ("goodput", window_s, ttft_s, itl_s),
             lambda: self.view().goodput(window_s, ttft_s, itl_s),
         )
 
-    async def report(self, ttft_s: float | None, itl_s: float | None) -> dict[str, Any]:
+    async def report(self, ttft_s: float | None, itl_s: float | None) -> LaneReport:
         """``LatencyView.report`` off the event loop: computed in a worker thread from a view
         taken here, so a status read costs the proxy a copy of references, never the sort of
         300,000 records. Reused for CACHE_S; one computation per lane at a time, shared by
@@ -285,7 +284,7 @@ class LaneLatency:
         while True:
             hit = self._hit(key)
             if hit is not None:
-                return hit
+                return cast(LaneReport, hit)  # stored under a "report" key: a report
             if self._work is None:
                 self._start(key, ttft_s, itl_s)
             assert self._work is not None
@@ -300,7 +299,7 @@ class LaneLatency:
         work = asyncio.ensure_future(asyncio.to_thread(view.report, ttft_s, itl_s))
         self._work = (key, work)
 
-        def done(finished: asyncio.Future[dict[str, Any]]) -> None:
+        def done(finished: asyncio.Future[LaneReport]) -> None:
             self._work = None
             if not finished.cancelled() and finished.exception() is None:
                 self._store(key, view.now, finished.result())

@@ -9,39 +9,26 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+# The limits' types are the admin API's (adminapi.py); named here too for the gate's modules.
+from gpuwatch.adminapi import ADMISSION_POLICIES as ADMISSION_POLICIES
+from gpuwatch.adminapi import LANE_KEYS as LANE_KEYS
+from gpuwatch.adminapi import MEDIA_CAPS as MEDIA_CAPS
+from gpuwatch.adminapi import POLICIES as POLICIES
+from gpuwatch.adminapi import REASONS as REASONS
+from gpuwatch.adminapi import UPSTREAM_TIMEOUTS as UPSTREAM_TIMEOUTS
+from gpuwatch.adminapi import LaneLimits as LaneLimits
+from gpuwatch.adminapi import Limits as Limits
+from gpuwatch.adminapi import LimitsPatch, LimitValue, TenantLimits
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.gate.classes import TENANT_ID
-from gpuwatch.gate.tenants import MAX_TENANT_LIMITS, TenantLimits
-
-POLICIES = ("clamp", "reject")
-# Admission policy of a lane: "static" (the limits as set) or "adaptive" (gate/adaptive.py
-# moves the effective limits between the lane's bounds to hold target_ttft_p99_s).
-ADMISSION_POLICIES = ("static", "adaptive")
-MEDIA_CAPS = ("max_pixels", "max_steps", "max_n", "max_inputs", "max_input_tokens")
-UPSTREAM_TIMEOUTS = ("upstream_first_byte_timeout_s", "upstream_idle_timeout_s")
-REASONS = (
-    "queue_full",
-    "queue_timeout",
-    # The lane's queue-wait budget (deadline.py): refused at once, or shed before starting.
-    "queue_deadline",
-    "paused",
-    "prompt_too_long",
-    "max_tokens",
-    "over_token_budget",
-    # Image and embedding caps (mediacaps.py), one reason per cap: the code names the limit.
-    *MEDIA_CAPS,
-    # Classes and tenants (fairqueue.py, tenants.py).
-    "evicted",
-    "tenant_paused",
-    # The upstream is stalled (stallwatch.py): shed until it makes progress again.
-    "upstream_stalled",
-)
+from gpuwatch.gate.tenants import MAX_TENANT_LIMITS
 
 
-class LimitsError(ValueError):
+class LimitsError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """A refused change; ``field`` names what was wrong (``lanes.chat.max_inflight``)."""
 
     def __init__(self, field: str, message: str) -> None:
@@ -49,41 +36,6 @@ class LimitsError(ValueError):
         self.field = field
 
 
-@dataclass(frozen=True)
-class LaneLimits:
-    max_inflight: int = 16
-    max_queue: int = 64
-    queue_timeout_s: float = 30.0
-    # The longest a request may wait for a slot before it is refused (deadline.py); None:
-    # derived from the lane's TTFT target (or the gate's SLO) less its recent prefill time.
-    max_queue_wait_s: float | None = None
-    # A silent upstream (watchdog.py): no byte of its answer within the first of sending, or
-    # no chunk within the second of the last, and the request ends (504, or mid-stream the
-    # client's connection is cut) and the upstream connection is closed. None: no limit.
-    upstream_first_byte_timeout_s: float | None = 300.0
-    upstream_idle_timeout_s: float | None = 60.0
-    max_prompt_tokens: int | None = None
-    max_output_tokens: int | None = None
-    output_tokens_policy: str = "clamp"
-    # Token budget: the sum of (prompt + output bound) over the lane's requests in flight.
-    max_inflight_tokens: int | None = None
-    # Adaptive admission: with policy "adaptive", max_inflight / max_inflight_tokens are the
-    # upper bounds and min_inflight / min_inflight_tokens the lower ones of the effective limit.
-    policy: str = "static"
-    target_ttft_p99_s: float | None = None
-    min_inflight: int = 1
-    min_inflight_tokens: int | None = None
-    # Image and embedding caps (mediacaps.py), None for none; ``media_policy`` is clamp or
-    # reject for all of them, as output_tokens_policy is for the output cap.
-    max_pixels: int | None = None
-    max_steps: int | None = None
-    max_n: int | None = None
-    max_inputs: int | None = None
-    max_input_tokens: int | None = None
-    media_policy: str = "clamp"
-
-
-LANE_KEYS = tuple(LaneLimits.__dataclass_fields__)
 # Upper bounds: far above any real node, low enough that arithmetic and display stay sane.
 MAX_COUNT = 1_000_000
 MAX_TOKENS = 100_000_000
@@ -114,23 +66,6 @@ DEFAULT_LANES: tuple[Lane, ...] = (
     Lane("image", ("/v1/images/",), LaneLimits(4, 16, 60.0), max_body=32 * MiB),
     Lane("default", (), LaneLimits(), max_body=8 * MiB),
 )
-
-
-@dataclass(frozen=True)
-class Limits:
-    version: int
-    paused: bool
-    lanes: Mapping[str, LaneLimits] = field(default_factory=dict)
-    # Per-tenant limits (tenants.py), by tenant id; only tenants that have some.
-    tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "paused": self.paused,
-            "lanes": {name: asdict(lane) for name, lane in self.lanes.items()},
-            "tenants": {tenant: asdict(t) for tenant, t in self.tenants.items()},
-        }
 
 
 def _shown(value: Any) -> str:
@@ -337,24 +272,18 @@ def unknown_lanes(data: dict[str, Any], lanes: Mapping[str, LaneLimits]) -> list
     return [k for k in saved if k not in lanes] if isinstance(saved, dict) else []
 
 
-def changed(before: Limits, after: Limits) -> dict[str, Any]:
+def changed(before: Limits, after: Limits) -> LimitsPatch:
     """Only what differs, in PATCH shape: what the audit trail records as the change."""
-    out: dict[str, Any] = {}
-    if before.paused != after.paused:
-        out["paused"] = after.paused
-    lanes = {}
+    lanes: dict[str, dict[str, LimitValue]] = {}
     for name, lane in after.lanes.items():
-        old = asdict(before.lanes[name])
-        diff = {k: v for k, v in asdict(lane).items() if old[k] != v}
+        old = before.lanes[name]
+        diff = {k: lane.value(k) for k in LANE_KEYS if old.value(k) != lane.value(k)}
         if diff:
             lanes[name] = diff
-    if lanes:
-        out["lanes"] = lanes
-    tenants: dict[str, Any] = {}
-    for tenant in set(before.tenants) | set(after.tenants):
+    tenants: dict[str, dict[str, LimitValue] | None] = {}
+    for tenant in sorted(set(before.tenants) | set(after.tenants)):
         was, now = before.tenants.get(tenant), after.tenants.get(tenant)
         if was != now:
-            tenants[tenant] = asdict(now) if now is not None else None
-    if tenants:
-        out["tenants"] = dict(sorted(tenants.items()))
-    return out
+            tenants[tenant] = None if now is None else now.changes()
+    paused = after.paused if before.paused != after.paused else None
+    return LimitsPatch(paused, lanes, tenants)

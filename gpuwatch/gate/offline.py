@@ -65,7 +65,7 @@ class OfflineLane(Generic[K]):
         return admitted + self._settled()  # an eviction may have refused a waiter
 
     def refuse(self, key: K, reason: str, message: str, who: Who | None = None) -> None:
-        """``key`` refused before it reached the lane (a cap: ``caps.apply_text_caps``),
+        """``key`` refused before it reached the lane (a cap: ``caps.check_text``),
         counted in the lane's refusals as the proxy counts it."""
         self.lane.refuse(reason, message)
         self._refused(key, who or Who(), reason)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
+
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # pchar (RFC 3986) less "%", which is checked escape by escape.
 _PCHAR = _UNRESERVED | frozenset("!$&'()*+,;=:@")
@@ -22,7 +24,7 @@ _NORMAL = re.compile(r"(?:/[A-Za-z0-9\-_~!$&'()*+,;=:@][A-Za-z0-9\-._~!$&'()*+,;
 MAX_PATH = 4096
 
 
-class PathError(ValueError):
+class PathError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """A path with no single meaning; ``str()`` says why (bounded, printable)."""
 
 

@@ -1,5 +1,6 @@
-"""The proxy plane: route a request to a lane, read its body within bounds, apply the lane's
-caps, hold a slot while it runs upstream, and stream the answer back chunk by chunk.
+"""The proxy plane: route a request to a lane, read its body within bounds and then as one
+typed request (``request.py``), apply the lane's caps to that, hold a slot while it runs
+upstream, and stream the answer back chunk by chunk.
 
 A client that leaves (queued, waiting for the first token, or mid-stream) cancels its handler
 (``handler_cancellation=True``), which leaves the queue or closes the upstream connection at
@@ -10,11 +11,10 @@ given back on every way out.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import replace
 
 import aiohttp
 from aiohttp import web
@@ -22,20 +22,17 @@ from aiohttp import web
 from gpuwatch.gate import deadline
 from gpuwatch.gate.admission import AdmissionLane, Refused
 from gpuwatch.gate.body import BodyRefused, inflated, read_body
-from gpuwatch.gate.caps import (
-    BodyError,
-    CapRefused,
-    apply_text_caps,
-    read_prompt,
-)
+from gpuwatch.gate.caps import CapRefused, check_text
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.errors import openai_error
 from gpuwatch.gate.exchange import Exchange
+from gpuwatch.gate.fields import BodyError
 from gpuwatch.gate.latency import LaneLatency
 from gpuwatch.gate.limits import MEDIA_CAPS, Lane, LaneLimits
-from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, apply_media_caps, has_media_caps
+from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, check_media
 from gpuwatch.gate.metrics import GateMetrics
 from gpuwatch.gate.paths import PathError, split_target
+from gpuwatch.gate.request import BodyFacts, InferenceRequest, read_request
 from gpuwatch.gate.stallwatch import StreamTally
 from gpuwatch.gate.upstream import Upstream, UpstreamError
 from gpuwatch.gate.watchdog import IdleWatchdog, SendWatchdog, UpstreamTimeout, within
@@ -90,8 +87,6 @@ STATUS = {
 _WHOLE_BODY_MAX = 256 * 1024
 _DONE = b"data: [DONE]"  # an OpenAI-style stream's last event
 _TOKENIZE_ANSWER_MAX = 4 * 1024 * 1024
-# What the media caps clamped, from the check to the answer's headers.
-_CLAMPED = web.RequestKey("gpuwatch_clamped", str)
 
 
 class _Throttled:
@@ -112,19 +107,6 @@ class _Throttled:
             message += f" ({self._left_out} more like it in the last {now - self._last:.0f} s)"
         log.warning(message, *args)
         self._last, self._left_out = now, 0
-
-
-def _streams(lane: AdmissionLane, raw: bytes) -> bool:
-    """Whether the answer will be streamed: such a request holds one of the lane's prefills
-    until its first token (``deadline.prefill_cap``). Read only where prefills are capped (a
-    lane with a TTFT target), and only for a body that names ``stream`` at all."""
-    if b'"stream"' not in raw or deadline.engine_target(lane.limits, lane.slo_ttft_s) is None:
-        return False
-    try:
-        body = loads_bounded(raw)
-    except JSONError:
-        return False
-    return isinstance(body, dict) and body.get("stream") is True
 
 
 class Proxy:
@@ -229,17 +211,27 @@ class Proxy:
         ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
         try:
             try:
-                clamped: list[str] = []  # what the caps rewrote, for X-Gpuwatch-Clamped
-                raw, tokens = await self._check_body(lane, name, path, raw, clamped)
-                if clamped:
-                    request[_CLAMPED] = "; ".join(clamped)
+                # The one read of the request: every check below judges what it found.
+                req = read_request(
+                    raw,
+                    lane.limits,
+                    lane=name,
+                    path=path,
+                    query=query,
+                    who=who,
+                    inference=inference,
+                    # A streamed answer holds one of the lane's prefills until its first token
+                    # (``deadline.prefill_cap``): the flag matters where prefills are capped.
+                    stream_matters=deadline.engine_target(lane.limits, lane.slo_ttft_s) is not None,
+                )
             except BodyError as exc:
                 ex.outcome("invalid")
                 return self._client_error(400, "invalid_body", str(exc), param=exc.field)
+            req, tokens = await self._check(lane, req)
             ex.queueing()
-            async with lane.slot(tokens, who, _streams(lane, raw)) as ticket:
+            async with lane.slot(tokens, req.who, req.stream) as ticket:
                 ex.admitted(ticket.queue_wait_s, ticket.first_token)
-                return await self._forward(request, ex, path, query, raw, name, lane.limits)
+                return await self._forward(request, ex, req, lane.limits)
         except Refused as refused:
             lane.tenants.refused[(who.klass, refused.reason)] += 1
             ex.outcome("refused")
@@ -260,69 +252,49 @@ class Proxy:
             response.force_close()
         return response
 
-    async def _check_body(
-        self, lane: AdmissionLane, name: str, path: str, raw: bytes, clamped: list[str]
-    ) -> tuple[bytes, int]:
-        """Apply the lane's caps to the body, read once: image and embedding caps
-        (``mediacaps.py``), then the prompt and output caps. Returns the body to send (rewritten
-        if a cap changed it) and the tokens to reserve from the lane's budget (0 without a
-        budget); what was clamped is added to ``clamped``."""
+    async def _check(
+        self, lane: AdmissionLane, req: InferenceRequest
+    ) -> tuple[InferenceRequest, int]:
+        """The lane's caps on the request, each once: image and embedding caps
+        (``mediacaps.py``), then the prompt and output caps (``caps.py``). Returns the request
+        as the upstream gets it (rewritten where a cap clamped it) and the tokens to reserve
+        from the lane's budget (0 without a budget); a cap's refusal is the lane's."""
+        facts = req.facts
+        if facts is None:  # no check of the lane reads the body
+            return req, 0
         limits = lane.limits
-        budget = limits.max_inflight_tokens
-        text_caps = limits.max_prompt_tokens is not None or limits.max_output_tokens is not None
-        has_body = bool(raw.strip())  # a GET through the lane has none to cap or count
-        media = has_media_caps(limits) and has_body
-        if not (media or text_caps or (budget is not None and has_body)):
-            return raw, 0
-        # A body the gate cannot read is a body it cannot cap: refused, never passed on.
         try:
-            body = loads_bounded(raw)
-        except JSONError as exc:
-            raise BodyError(
-                "body", f"lane {name!r} has caps or a token budget and needs a JSON body: {exc}"
-            ) from None
-        if not isinstance(body, dict):
-            raise BodyError("body", "must be a JSON object")
-        changed = False
-        if media:
-            try:
-                notes, changed = apply_media_caps(body, limits, name)
-            except MediaRefused as exc:
-                raise lane.refuse(exc.reason, str(exc)) from None
-            clamped.extend(notes)
-        if not text_caps and budget is None:
-            return (json.dumps(body).encode() if changed else raw), 0
-        tokens = None
-        if limits.max_prompt_tokens is not None or budget is not None:
-            tokens = await self._prompt_tokens(name, body)
-        try:
-            capped, reserve = apply_text_caps(
-                body, limits, name, path, tokens, self.config.default_output_tokens, clamped
+            if facts.media is not None:
+                facts = facts.clamped(check_media(facts.media, limits, req.lane))
+            tokens = await self._prompt_tokens(req.lane, facts)
+            clamp, reserve = check_text(
+                facts.output, limits, req.lane, req.path, tokens, self.config.default_output_tokens
             )
-        except CapRefused as exc:
+        except (MediaRefused, CapRefused) as exc:
             raise lane.refuse(exc.reason, str(exc)) from None
-        return (json.dumps(body).encode() if changed or capped else raw), reserve
+        facts = facts.clamped(clamp)
+        return (req if facts is req.facts else replace(req, facts=facts)), reserve
 
-    async def _prompt_tokens(self, name: str, body: dict[str, Any]) -> int | None:
-        prompt = read_prompt(body)  # also the type check of every prompt field
-        if not prompt.found:
+    async def _prompt_tokens(self, lane: str, facts: BodyFacts) -> int | None:
+        """The prompt's length: the lane's tokenizer's count where it has one, else (and on
+        any tokenizer hiccup) the shared estimate; None when no check reads it, or the request
+        has no prompt."""
+        prompt = facts.prompt
+        if prompt is None or not prompt.found:
             return None
         estimate = prompt.estimate()
-        text = prompt.text()
-        if not self.lane_defs[name].tokenize or not text:
+        if not self.lane_defs[lane].tokenize:
             return estimate
-        model = body.get("model")
-        payload = {
-            "model": model if isinstance(model, str) else None,
-            "prompt": text,
-            "content": text,
-        }
+        text = prompt.text()
+        if not text:
+            return estimate
+        payload = {"model": facts.model, "prompt": text, "content": text}
         try:
             # A tokenizer that does not answer is a silent upstream too: past the lane's
             # first-byte timeout the estimate stands in, as for any other hiccup.
             answer = await within(
                 self.upstream.post_json("/tokenize", payload, _TOKENIZE_ANSWER_MAX),
-                self.lanes[name].limits.upstream_first_byte_timeout_s,
+                self.lanes[lane].limits.upstream_first_byte_timeout_s,
             )
         except asyncio.TimeoutError:
             answer = None
@@ -341,14 +313,7 @@ class Proxy:
         return estimate  # a tokenizer hiccup falls back to the estimate rather than refuse
 
     async def _forward(
-        self,
-        request: web.Request,
-        ex: Exchange,
-        path: str,
-        query: str,
-        body: bytes,
-        lane: str,
-        limits: LaneLimits,
+        self, request: web.Request, ex: Exchange, req: InferenceRequest, limits: LaneLimits
     ) -> web.StreamResponse:
         # aiohttp's parser inflated a gzip, deflate, br or zstd body as it came in (so the caps
         # and the size limit saw what the upstream will parse): it goes on as read, without
@@ -360,11 +325,13 @@ class Proxy:
             if k.lower() not in HOP_BY_HOP and not (decoded and k.lower() == "content-encoding")
         }
         first_s = limits.upstream_first_byte_timeout_s
+        lane = req.lane
+        body = req.payload()
         sent = time.monotonic()
         try:
             upstream = await within(
                 self.upstream.request(
-                    request.method, self.upstream.url(path, query), headers, body or None
+                    request.method, self.upstream.url(req.path, req.query), headers, body or None
                 ),
                 first_s,
             )
@@ -386,7 +353,7 @@ class Proxy:
         try:
             if upstream.status >= 400:
                 ex.outcome("failed")  # answered, but not with what the user asked for
-            return await self._relay(request, upstream, ex, watch, lane)
+            return await self._relay(request, upstream, ex, watch, lane, req.notes)
         finally:
             watch.stop()
             if upstream.content.at_eof():
@@ -416,6 +383,7 @@ class Proxy:
         ex: Exchange,
         watch: IdleWatchdog,
         lane: str,
+        clamped: tuple[str, ...],
     ) -> web.StreamResponse:
         # The clamp header is the gate's word alone: an upstream's own (in any case) is dropped,
         # so a client never reads a clamp the gate did not make, nor two values.
@@ -424,8 +392,8 @@ class Proxy:
             for k, v in upstream.headers.items()
             if k.lower() not in HOP_BY_HOP and k.lower() != CLAMP_HEADER.lower()
         }
-        if _CLAMPED in request:
-            out_headers[CLAMP_HEADER] = request[_CLAMPED]
+        if clamped:
+            out_headers[CLAMP_HEADER] = "; ".join(clamped)
         length = upstream.content_length
         whole = length is not None and length <= _WHOLE_BODY_MAX
         # The first chunk (a short answer: all of it) is read before anything goes to the

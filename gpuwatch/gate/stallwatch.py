@@ -37,9 +37,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from gpuwatch.adminapi import AuditEntry, LimitsPatch, StallReport, StallStatus
 from gpuwatch.fmt import duration, num
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.background import Background
@@ -122,7 +123,7 @@ class StallWatch:
         self.engines: dict[tuple[str, str | None], StallDetector] = {}
         self.page_at: float | None = None  # the last good page from the upstream's /metrics
         self.stall: Stall | None = None
-        self.last: dict[str, Any] | None = None  # the last stall that ended
+        self.last: StallReport | None = None  # the last stall that ended
         self._background = Background(self.run)
 
     @property
@@ -168,7 +169,7 @@ class StallWatch:
 
     # -- once a tick ------------------------------------------------------------------------
 
-    def tick(self) -> dict[str, Any] | None:
+    def tick(self) -> AuditEntry | None:
         """Judge, shed or admit again; the audit entry of a start or an end, else None."""
         if not self.enabled:
             return None
@@ -193,23 +194,24 @@ class StallWatch:
             return self._entry(True, reason)
         if found is None and self.stall is not None:
             lasted = now - self.stall.since
-            self.last = {**self.status_of(self.stall, now), "ended": time.time()}
+            self.last = replace(self.status_of(self.stall, now), ended=time.time())
             self.stall = None
             for name in self.shed_lanes:
                 self.lanes[name].shed = None
             return self._entry(False, f"upstream moving again after {duration(lasted)} stalled")
         return None
 
-    def _entry(self, shed: bool, reason: str) -> dict[str, Any]:
-        return {
-            "time": time.time(),
-            "actor": ACTOR,
-            "controller": ACTOR,  # not a person's change: the limits are as they were
-            "version": self.state.limits.version,
-            "change": {"lanes": {name: {"shed": REASON if shed else None}
-                                 for name in self.shed_lanes}},
-            "reason": reason,
-        }  # fmt: skip
+    def _entry(self, shed: bool, reason: str) -> AuditEntry:
+        return AuditEntry(
+            time.time(),
+            ACTOR,
+            self.state.limits.version,
+            LimitsPatch(
+                lanes={name: {"shed": REASON if shed else None} for name in self.shed_lanes}
+            ),
+            controller=ACTOR,  # not a person's change: the limits are as they were
+            reason=reason,
+        )
 
     async def run(self) -> None:
         while True:
@@ -222,9 +224,9 @@ class StallWatch:
             if entry is not None:
                 await self._audit(entry)
 
-    async def _audit(self, entry: dict[str, Any]) -> None:
+    async def _audit(self, entry: AuditEntry) -> None:
         """A start or an end: a log line, and an audit line (a full disk loses only that)."""
-        log.warning("stall: %s", entry["reason"])
+        log.warning("stall: %s", entry.reason)
         try:
             await self.state.record(entry)
         except OSError as exc:
@@ -243,25 +245,22 @@ class StallWatch:
         return 1.0 if self.stall is not None else 0.0
 
     @staticmethod
-    def status_of(stall: Stall, now: float) -> dict[str, Any]:
-        return {
-            "since": round(stall.wall, 3),
-            "for_s": round(now - stall.since, 1),
-            "signal": stall.signal,
-            "detail": stall.detail,
-        }
+    def status_of(stall: Stall, now: float) -> StallReport:
+        return StallReport(
+            round(stall.wall, 3), round(now - stall.since, 1), stall.signal, stall.detail
+        )
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StallStatus:
         """``/admin/status``'s ``stall``: the rule, the lanes it sheds, the stall now (null when
         none) and the last one that ended."""
         now = self.clock()
-        return {
-            "stall_after_s": self.after_s,
-            "lanes": self.shed_lanes,
+        return StallStatus(
+            self.after_s,
+            self.shed_lanes,
             # Which signal decides now: the upstream's page while it is fresh, else streams.
-            "signal": "metrics" if self.page_decides(now) else "streams",
-            "metrics": self.has_metrics,
-            "stalled": self.stall is not None,
-            "now": None if self.stall is None else self.status_of(self.stall, now),
-            "last": self.last,
-        }
+            "metrics" if self.page_decides(now) else "streams",
+            self.has_metrics,
+            self.stall is not None,
+            None if self.stall is None else self.status_of(self.stall, now),
+            self.last,
+        )

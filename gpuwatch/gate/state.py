@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.gate.audit import AuditError, AuditLog, check_entry
+from gpuwatch.adminapi import AdminApiError, AuditEntry
+from gpuwatch.errors import GpuwatchError
+from gpuwatch.gate.audit import AuditError, AuditLog
 from gpuwatch.gate.limits import (
     LaneLimits,
     Limits,
@@ -42,11 +44,11 @@ SCHEMA = 2
 _STATE_MAX_BYTES = 64 * 1024 * 1024  # a schema-1 file with its embedded audit can be large
 
 
-class StateError(Exception):
+class StateError(GpuwatchError):
     """The state file exists but cannot be used; the message names the path."""
 
 
-class Conflict(Exception):
+class Conflict(GpuwatchError):
     """If-Match named a version that is not the current one."""
 
     def __init__(self, limits: Limits, actor: str | None, if_match: str) -> None:
@@ -57,7 +59,7 @@ class Conflict(Exception):
         self.actor = actor
 
 
-class SaveError(Exception):
+class SaveError(GpuwatchError):
     """The change could not be persisted; nothing changed."""
 
 
@@ -120,7 +122,7 @@ class GateState:
     _changed_by: str | None = None
 
     @property
-    def audit(self) -> list[dict[str, Any]]:
+    def audit(self) -> list[AuditEntry]:
         """The newest entries, newest first."""
         return list(self.log.recent)
 
@@ -130,18 +132,15 @@ class GateState:
         if self._changed_by is not None:
             return self._changed_by
         for entry in self.log.recent:
-            if "controller" not in entry:
-                return str(entry["actor"])
+            if entry.controller is None:
+                return entry.actor
         return None
 
-    async def record(self, entry: dict[str, Any]) -> None:
+    async def record(self, entry: AuditEntry) -> None:
         """An audit line that changes no limits (the adaptive controller's), under the same
         lock as changes: lines are never written by two threads at once."""
         async with self._lock:
             await asyncio.to_thread(self.log.append, entry)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "limits": self.limits.to_json()}
 
     def save(self, limits: Limits | None = None) -> None:
         data = {"schema": SCHEMA, "limits": (limits or self.limits).to_json()}
@@ -150,7 +149,7 @@ class GateState:
     def on_change(self, listener: Callable[[Limits], None]) -> None:
         self._listeners.append(listener)
 
-    def _commit(self, before: Limits, after: Limits, entry: dict[str, Any]) -> None:
+    def _commit(self, before: Limits, after: Limits, entry: AuditEntry) -> None:
         self.save(after)
         try:
             self.log.append(entry)
@@ -165,14 +164,14 @@ class GateState:
             if if_match is not None and not if_match_ok(if_match, before.version):
                 raise Conflict(before, self.last_actor(), if_match)
             after = apply_patch(before, patch)
-            entry = {
-                "time": time.time(),
-                "actor": actor,
-                "version": after.version,
-                "change": changed(before, after),
-                "before": before.to_json(),
-                "after": after.to_json(),
-            }
+            entry = AuditEntry(
+                time.time(),
+                actor,
+                after.version,
+                changed(before, after),
+                before=before.to_json(),
+                after=after.to_json(),
+            )
             try:
                 await asyncio.to_thread(self._commit, before, after, entry)
             except OSError as exc:
@@ -184,14 +183,16 @@ class GateState:
             return after
 
 
-def _entries(path: Path, audit: Any) -> list[dict[str, Any]]:
+def _entries(path: Path, audit: Any) -> list[AuditEntry]:
     if not isinstance(audit, list):
         raise StateError(f"state file {path}: key 'audit' must be a list of entries")
+    entries = []
     for n, entry in enumerate(audit):
-        problem = check_entry(entry)
-        if problem:
-            raise StateError(f"state file {path}: key 'audit[{n}]': {problem}")
-    return list(reversed(audit))  # schema 1 kept newest first; the log is oldest first
+        try:
+            entries.append(AuditEntry.from_json(entry))
+        except AdminApiError as exc:
+            raise StateError(f"state file {path}: key 'audit[{n}]': {exc}") from None
+    return list(reversed(entries))  # schema 1 kept newest first; the log is oldest first
 
 
 def load(path: Path, lanes: Mapping[str, LaneLimits]) -> GateState:

@@ -18,16 +18,11 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuwatch.adminapi import TenantLimits as TenantLimits
 from gpuwatch.gate.classes import Who, count_down
 
 MAX_TENANT_LIMITS = 1024
 TOP_TENANTS = 8  # tenants shown per lane in /admin/status
-
-
-@dataclass(frozen=True)
-class TenantLimits:
-    paused: bool = False
-    max_inflight: int | None = None
 
 
 @dataclass

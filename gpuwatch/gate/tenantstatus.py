@@ -12,44 +12,42 @@ nothing here.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpuwatch.adminapi import ClassStatus, TenantStatus
 from gpuwatch.gate.admission import AdmissionLane
 from gpuwatch.gate.classes import Fairness
 
 
-def lane_status(lane: AdmissionLane, fairness: Fairness) -> dict[str, Any]:
+class Shares(NamedTuple):
+    """A lane's ``classes``, ``tenants`` and ``tenant_count`` in ``/admin/status``."""
+
+    classes: dict[str, ClassStatus]
+    tenants: tuple[TenantStatus, ...]
+    tenant_count: int
+
+
+def lane_status(lane: AdmissionLane, fairness: Fairness) -> Shares:
     """``classes`` (in flight, queued, refused by reason, for each configured class) and
     ``tenants`` (the busiest, with their in-flight and queued counts) of one lane."""
     book, queued = lane.tenants, lane.queue
-    classes: dict[str, Any] = {}
+    classes: dict[str, ClassStatus] = {}
     for klass in fairness.by_priority():
         refused = {r: n for (k, r), n in book.refused.items() if k == klass}
-        classes[klass] = {
-            "priority": fairness.classes[klass],
-            "inflight": book.classes.get(klass, 0),
-            "queued": queued.by_class.get(klass, 0),
-            "rejected_total": refused,
-        }
-    tenants = [
-        {
-            "tenant": fairness.shown(tenant),
-            "id": tenant,
-            "inflight": inflight,
-            "queued": waiting,
-            **({"limits": _limits(book.limits, tenant)} if tenant in book.limits else {}),
-        }
+        classes[klass] = ClassStatus(
+            fairness.classes[klass],
+            book.classes.get(klass, 0),
+            queued.by_class.get(klass, 0),
+            refused,
+        )
+    tenants = tuple(
+        TenantStatus(fairness.shown(tenant), tenant, inflight, waiting, book.limits.get(tenant))
         for tenant, inflight, waiting in book.top(queued.by_tenant)
-    ]
-    return {"classes": classes, "tenants": tenants, "tenant_count": _live(lane)}
-
-
-def _limits(limits: Mapping[str, Any], tenant: str) -> dict[str, Any]:
-    t = limits[tenant]
-    return {"paused": t.paused, "max_inflight": t.max_inflight}
+    )
+    return Shares(classes, tenants, _live(lane))
 
 
 def _live(lane: AdmissionLane) -> int:

@@ -27,6 +27,8 @@ from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 from yarl import URL
 
+from gpuwatch.errors import GpuwatchError
+
 # Below the idle timeout of common servers (uvicorn and llama.cpp close after 5 s), so the
 # pool drops a connection before the server does, which makes the race above rarer.
 KEEPALIVE_S = 4.0
@@ -61,7 +63,7 @@ class _PoolConnector(aiohttp.TCPConnector):
         return conn
 
 
-class UpstreamError(Exception):
+class UpstreamError(GpuwatchError):
     """The upstream could not be reached or broke before answering; ``kind`` is for logs."""
 
     def __init__(self, kind: str) -> None:

@@ -22,6 +22,8 @@ from typing import TypeVar
 
 import aiohttp
 
+from gpuwatch.errors import GpuwatchError
+
 
 class SendWatchdog:
     def __init__(self, transport: asyncio.Transport | None, timeout_s: float) -> None:
@@ -68,7 +70,7 @@ async def within(awaitable: Awaitable[T], timeout_s: float | None) -> T:
     return await asyncio.wait_for(awaitable, timeout_s)  # pragma: no cover
 
 
-class UpstreamTimeout(Exception):
+class UpstreamTimeout(GpuwatchError):
     """The upstream went silent: ``kind`` is ``first_byte`` (no byte of the answer within the
     lane's upstream_first_byte_timeout_s of sending) or ``idle`` (no chunk for
     upstream_idle_timeout_s between two)."""

@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER
 from gpuwatch.load.spec import LoadSpec, arrival_times
 from gpuwatch.tokens import CHARS_PER_TOKEN, single_message_chars
@@ -35,7 +36,7 @@ REFUSALS = (429, 503)
 _DEAD_AFTER = 3
 
 
-class NothingListening(Exception):
+class NothingListening(GpuwatchError):
     """The target never answered; the message is the one line the CLI prints."""
 
 

@@ -11,10 +11,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
+
 SLO_KEYS = ("ttft", "tpot", "itl", "e2e")
 
 
-class SpecError(ValueError):
+class SpecError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """A bad argument: the CLI turns it into a usage error (exit 2)."""
 
 

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpuwatch.adminapi import Goodput
 from gpuwatch.monitor.state import Endpoint, EngineView, Monitor, SourceState, UsersView
 from gpuwatch.series import RECENT_RATE_WINDOW_S, window_label
 
@@ -147,19 +148,13 @@ def engine_figures(
     tails = users.tails[users.worst_lane]
     return replace(
         figures,
-        ttft_p50=_tail(tails, "ttft", "p50"),
-        ttft_p99=_tail(tails, "ttft", "p99"),
-        itl_p99=_tail(tails, "itl", "p99"),
-        queue_p99=_tail(tails, "queue_wait", "p99"),
+        ttft_p50=tails.ttft.p50,
+        ttft_p99=tails.ttft.p99,
+        itl_p99=tails.itl.p99,
+        queue_p99=tails.queue_wait.p99,
         tails_from="exact",
         exact_lane=users.worst_lane,
     )
-
-
-def _tail(tails: dict[str, Any], kind: str, name: str) -> float | None:
-    part = tails.get(kind)
-    value = part.get(name) if isinstance(part, dict) else None
-    return float(value) if isinstance(value, int | float) else None
 
 
 def users_now(monitor: Monitor) -> UsersView | None:
@@ -174,14 +169,21 @@ def users_json(users: UsersView) -> dict[str, Any]:
     w = users.window
     lanes: dict[str, Any] = {}
     for name in sorted(set(users.lane_goodput) | set(users.tails)):
-        g = users.lane_goodput.get(name) or {}
-        t = users.tails.get(name) or {}
+        g = users.lane_goodput.get(name) or Goodput()
+        t = users.tails.get(name)  # none for a lane that ended nothing in the window
         lanes[name] = {
             "judged": name not in users.unjudged,
-            f"goodput_{w}": g.get("ratio"),
-            **{f"{k}_{w}": g.get(k, 0) for k in ("ended", "good", "slow", "refused", "failed")},
-            f"requests_{w}": t.get("requests", 0),
-            **{f"{kind}_{w}": t.get(kind) for kind in ("ttft", "queue_wait", "itl", "e2e")},
+            f"goodput_{w}": g.ratio,
+            f"ended_{w}": g.ended,
+            f"good_{w}": g.good,
+            f"slow_{w}": g.slow,
+            f"refused_{w}": g.refused,
+            f"failed_{w}": g.failed,
+            f"requests_{w}": t.requests if t else 0,
+            f"ttft_{w}": t.ttft.to_json() if t else None,
+            f"queue_wait_{w}": t.queue_wait.to_json() if t else None,
+            f"itl_{w}": t.itl.to_json() if t else None,
+            f"e2e_{w}": t.e2e.to_json() if t else None,
         }
     return {
         "window": w,
@@ -286,7 +288,7 @@ def ttft_breakdown(monitor: Monitor) -> TtftBreakdown | None:
         # The gate's exact numbers for the lane that hurts most beat its histogram estimate.
         tails = users.tails[users.worst_lane]
         exact_ttft = users.ttft_p99
-        queue_p99 = tails["queue_wait"].get("p99")
+        queue_p99 = tails.queue_wait.p99
         assert monitor.gate is not None
         before = monitor.gate.queue_p99.at(now - monitor.window_s)
         grew = queue_p99 - before.v if queue_p99 is not None and before is not None else None

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from gpuwatch.adminapi import GateStatus, Goodput, LaneStatus, LatencyWindow, Limits
 from gpuwatch.fmt import clip, duration, num
 from gpuwatch.model import EngineSnapshot, GpuReading, HostSample, ScrapeResult
 from gpuwatch.monitor.health import DEFAULT_SLO, HealthTracker, Level, Verdict, badge_text
@@ -95,11 +96,11 @@ class UsersView:
 
     window: str
     totals: dict[str, int]  # ended, good, slow, refused, failed
-    tails: dict[str, dict[str, Any]]  # lane -> {requests, ttft, queue_wait, e2e, itl}
+    tails: dict[str, LatencyWindow]  # lane -> its requests and tails
     ttft_p99: float | None
     worst_lane: str | None
-    # lane -> {ended, good, slow, refused, failed, ratio}: each lane's own goodput
-    lane_goodput: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # each lane's own goodput
+    lane_goodput: dict[str, Goodput] = field(default_factory=dict)
     # lanes whose answers come in one piece while another streams: shown, not judged
     unjudged: frozenset[str] = frozenset()
 
@@ -125,8 +126,8 @@ class UsersView:
 class GateView:
     url: str
     status: SourceStatus = field(default_factory=SourceStatus)
-    limits: dict[str, Any] | None = None
-    lanes: dict[str, Any] = field(default_factory=dict)
+    limits: Limits | None = None
+    lanes: Mapping[str, LaneStatus] = field(default_factory=dict)
     refusals: dict[tuple[str, str], CounterRate] = field(default_factory=dict)
     queued: RingSeries = field(default_factory=RingSeries)
     goodput: RingSeries = field(default_factory=RingSeries)
@@ -139,17 +140,13 @@ class GateView:
     def users(self, window: str = "1m") -> UsersView | None:
         """What users felt over ``window`` across the lanes, from the gate's exact records;
         None from a gate that does not keep them."""
-        lanes = {
-            name: data
-            for name, data in self.lanes.items()
-            if isinstance(data.get("latency"), dict) and window in data["latency"]
-        }
+        lanes = {name: data for name, data in self.lanes.items() if window in data.latency}
         if not lanes:
             return None
         tails = {
-            name: data["latency"][window]
+            name: data.latency[window]
             for name, data in lanes.items()
-            if data["latency"][window].get("requests")
+            if data.latency[window].requests
         }
         # The TTFT SLO is about tokens. A lane whose answers come in one piece (embeddings,
         # images: no gap between tokens in the window) while another lane streams has a "TTFT"
@@ -157,22 +154,20 @@ class GateView:
         # goodput are judged against a chat SLO. With no lane streaming, every lane is judged.
         # A lane is one of answers in one piece only when it gave answers: a token lane that
         # answered nothing in the window (all refused, all failed) is the worst, not left out.
-        streaming = {n for n, t in tails.items() if (t.get("itl") or {}).get("count")}
-        answered = {n for n, t in tails.items() if (t.get("ttft") or {}).get("count")}
+        streaming = {n for n, t in tails.items() if t.itl.count}
+        answered = {n for n, t in tails.items() if t.ttft.count}
         whole = (answered - streaming) if streaming else set()
-        totals = dict.fromkeys(("ended", "good", "slow", "refused", "failed"), 0)
-        for name, data in lanes.items():
-            if name in whole:
-                continue
-            for key in totals:
-                totals[key] += data.get("goodput", {}).get(window, {}).get(key) or 0
-        ranked = [
-            (t["ttft"]["p99"], n)
-            for n, t in tails.items()
-            if t["ttft"].get("p99") and n not in whole
-        ]
+        per_lane = {name: data.goodput.get(window) or Goodput() for name, data in lanes.items()}
+        judged = [g for name, g in per_lane.items() if name not in whole]
+        totals = {
+            "ended": sum(g.ended for g in judged),
+            "good": sum(g.good for g in judged),
+            "slow": sum(g.slow for g in judged),
+            "refused": sum(g.refused for g in judged),
+            "failed": sum(g.failed for g in judged),
+        }
+        ranked = [(t.ttft.p99, n) for n, t in tails.items() if t.ttft.p99 and n not in whole]
         worst = max(ranked, default=None)
-        per_lane = {name: data.get("goodput", {}).get(window) or {} for name, data in lanes.items()}
         return UsersView(
             window,
             totals,
@@ -223,6 +218,9 @@ class Monitor:
         # The last tick (the badge's evaluation) as (clock, wall): the instant a screen drawn
         # after it shows, so that a replay moved to that recorded tick draws the same screen.
         self.ticked: tuple[float, float] | None = None
+        # The SLO's error budget and burn rates as the users panel shows them (set each tick
+        # by gpuwatch/alerts/node.py; recorded, so a replay shows what was shown live).
+        self.slo_budget: list[str] = []
 
     def _tapped(self, kind: str, now: float, payload: Any, wall: float | None = None) -> None:
         if self.tap is not None:
@@ -249,6 +247,14 @@ class Monitor:
                 self.event("ok", f"{name} UP again")
         else:
             self.event("bad" if state == "DOWN" else "warn", f"{name} {state}: {reason}")
+
+    def set_slo_budget(self, segments: list[str]) -> None:
+        """The budget line now (set before ``evaluate``: a replay moved to a tick has it)."""
+        if segments == self.slo_budget:
+            return
+        self._tapped("slo", self.clock(), segments)
+        self.slo_budget = segments
+        self.version += 1
 
     # -- readings in ----------------------------------------------------------------------
 
@@ -317,25 +323,28 @@ class Monitor:
         self.host = sample
         self.version += 1
 
-    def _adaptive_events(self, before: dict[str, Any], after: dict[str, Any]) -> None:
+    def _adaptive_events(
+        self, before: Mapping[str, LaneStatus], after: Mapping[str, LaneStatus]
+    ) -> None:
         """An event per move of an adaptive lane's effective limit seen since the last poll
         (the controller's changes are not new versions of the limits: no other event shows
         them)."""
         for lane, data in after.items():
-            new = (data.get("adaptive") or {}).get("last_decision")
-            old = ((before.get(lane) or {}).get("adaptive") or {}).get("last_decision")
-            if new and new != old and lane in before:
-                level: EventLevel = "warn" if new.get("direction") == "down" else "info"
+            new = data.adaptive.last_decision if data.adaptive else None
+            was = before.get(lane)
+            old = was.adaptive.last_decision if was and was.adaptive else None
+            if new and new != old and was is not None:
+                level: EventLevel = "warn" if new.direction == "down" else "info"
                 self.event(
                     level,
-                    f"gate {lane}: adaptive {new.get('from')} -> {new.get('to')} in flight: "
-                    f"{clip(str(new.get('reason')), 80)}",
+                    f"gate {lane}: adaptive {new.from_} -> {new.to} in flight: "
+                    f"{clip(new.reason, 80)}",
                 )
 
     def apply_gate(
         self,
-        limits: dict[str, Any] | None,
-        status: dict[str, Any] | None,
+        limits: Limits | None,
+        status: GateStatus | None,
         error: str | None = None,
         *,
         current: bool = False,
@@ -356,12 +365,12 @@ class Monitor:
         if limits is not None:
             self._accept_limits(gate, limits, current or was_down)
         if status is not None:
-            self._adaptive_events(gate.lanes, status["lanes"])
-            gate.lanes = status["lanes"]
+            self._adaptive_events(gate.lanes, status.lanes)
+            gate.lanes = status.lanes
             queued = 0
             for lane, data in gate.lanes.items():
-                queued += data["queued"]
-                for reason, total in data["rejected_total"].items():
+                queued += data.queued
+                for reason, total in data.rejected_total.items():
                     counter = gate.refusals.setdefault(
                         (lane, reason), CounterRate(REFUSAL_WINDOW_S)
                     )
@@ -371,29 +380,29 @@ class Monitor:
             if users is not None and users.goodput is not None:
                 gate.goodput.append(now, users.goodput)
             if users is not None and users.worst_lane is not None:
-                queue_p99 = users.tails[users.worst_lane]["queue_wait"].get("p99")
+                queue_p99 = users.tails[users.worst_lane].queue_wait.p99
                 if queue_p99 is not None:
                     gate.queue_p99.append(now, queue_p99)
                 if users.ttft_p99 is not None:
                     gate.ttft_p99.append(now, users.ttft_p99)
         self.version += 1
 
-    def _accept_limits(self, gate: GateView, limits: dict[str, Any], current: bool) -> None:
+    def _accept_limits(self, gate: GateView, limits: Limits, current: bool) -> None:
         shown = gate.limits
-        if shown is None or limits["version"] >= shown["version"] or current:
+        if shown is None or limits.version >= shown.version or current:
             gate.limits, gate.lower_seen = limits, None
             return
         # An older version from a poll is usually one that left before our own change landed:
         # not shown. Seen twice in a row, it is the gate's (restarted, or replaced): shown.
-        if gate.lower_seen == limits["version"]:
+        if gate.lower_seen == limits.version:
             self.event(
                 "warn",
-                f"gate {gate.url} limits went back from v{shown['version']} to "
-                f"v{limits['version']}: restarted without its state, or another gate",
+                f"gate {gate.url} limits went back from v{shown.version} to "
+                f"v{limits.version}: restarted without its state, or another gate",
             )
             gate.limits, gate.lower_seen = limits, None
         else:
-            gate.lower_seen = limits["version"]
+            gate.lower_seen = limits.version
 
     # -- derived --------------------------------------------------------------------------
 
@@ -461,7 +470,7 @@ class Monitor:
         users = self.gate.users(window_label(self.window_s)) if self.gate else None
         if users is not None:
             worst("ttft_p99_s", users.ttft_p99, "users at the gate, queue wait included")
-            itl = [t["itl"]["p99"] for t in users.tails.values() if t["itl"].get("p99")]
+            itl = [t.itl.p99 for t in users.tails.values() if t.itl.p99]
             worst("itl_p99_s", max(itl, default=None), "users at the gate")
             if users.goodput is not None:
                 out["goodput_min"] = users.goodput

@@ -9,8 +9,8 @@ change made by someone else between the GET and the PATCH is a 409, never overwr
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from gpuwatch.adminapi import Limits
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard, confirmation_reason
 from gpuwatch.plan.recommend import Recommendation
@@ -18,12 +18,12 @@ from gpuwatch.plan.recommend import Recommendation
 ACTOR = "plan"
 
 
-def describe(before: dict[str, Any], rec: Recommendation) -> list[str]:
+def describe(before: Limits, rec: Recommendation) -> list[str]:
     """``chat.max_inflight 16 -> 99`` per limit (unchanged ones say so)."""
-    lane = before.get("lanes", {}).get(rec.lane, {})
+    lane = before.lanes.get(rec.lane)
     lines = []
     for key, new in rec.limits().items():
-        old = lane.get(key)
+        old = lane.value(key) if lane else None
         shown = "null" if new is None else str(new)
         was = "null" if old is None else str(old)
         lines.append(f"{rec.lane}.{key} {was} -> {shown}" + (" (unchanged)" if old == new else ""))
@@ -36,14 +36,14 @@ async def apply(
     guard: Guard,
     rec: Recommendation,
     confirm: Callable[[list[str], str | None], bool],
-) -> dict[str, Any] | None:
+) -> Limits | None:
     """The gate's limits after the change, or None when the operator said no."""
     guard.check(f"applying the plan's limits to {admin_url}")
     async with GateClient(admin_url, token, guard, actor=ACTOR) as client:
         before = await client.limits()
-        if rec.lane not in before.get("lanes", {}):
+        if rec.lane not in before.lanes:
             raise GateError(None, f"the gate has no lane {rec.lane!r}")
         patch = rec.patch()
         if not confirm(describe(before, rec), confirmation_reason(before, patch)):
             return None
-        return await client.patch(patch, if_match=before["version"])
+        return await client.patch(patch, if_match=before.version)

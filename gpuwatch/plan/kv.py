@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
 from gpuwatch.load.spec import Dist
 from gpuwatch.plan.modelconfig import DTYPE_BYTES, ModelShape
 from gpuwatch.sim.profiles import (
@@ -33,7 +34,7 @@ from gpuwatch.sim.profiles import (
 DEFAULT_RESERVE_BYTES = GIB  # activations at the profiling run's peak, plus non-torch memory
 
 
-class PlanError(ValueError):
+class PlanError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """Inputs the arithmetic cannot use: the message names the one at fault."""
 
 

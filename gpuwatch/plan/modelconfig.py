@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
+
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
     "float": 4,
@@ -64,7 +66,7 @@ FLOAT16_REFUSED = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"
 TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "opt", "gpt2"})
 
 
-class ConfigError(ValueError):
+class ConfigError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """A config.json that cannot be planned from: the message names the field."""
 
 

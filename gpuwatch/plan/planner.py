@@ -13,7 +13,7 @@ import math
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -220,7 +220,7 @@ def sweep_sim(
         if check:
             boring = knee * headroom
             # The recommendation applied to a fresh gate: what --apply would leave in force.
-            limits = replace(GATE_DEFAULT_CHAT, **plan.recommended.limits())
+            limits = GATE_DEFAULT_CHAT.with_values(plan.recommended.limits())
 
             def checker(rate: float, duration: float, sequence: int) -> ProbeResult:
                 fresh = sequence_seed(seed, CHECK_FIRST + sequence)

@@ -21,6 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuwatch.adminapi import LimitsPatch, LimitValue
 from gpuwatch.plan.probe import ProbeResult, Target
 from gpuwatch.plan.traffic import Traffic
 
@@ -35,16 +36,16 @@ class Recommendation:
     max_output_tokens: int | None
     reasons: dict[str, str] = field(default_factory=dict)
 
-    def limits(self) -> dict[str, Any]:
+    def limits(self) -> dict[str, LimitValue]:
         return {
             "max_inflight": self.max_inflight,
             "max_queue": self.max_queue,
             "max_output_tokens": self.max_output_tokens,
         }
 
-    def patch(self) -> dict[str, Any]:
-        """The one change that sets them, in the gate's PATCH shape."""
-        return {"lanes": {self.lane: self.limits()}}
+    def patch(self) -> LimitsPatch:
+        """The one change that sets them."""
+        return LimitsPatch(lanes={self.lane: self.limits()})
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

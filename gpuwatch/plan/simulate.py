@@ -6,7 +6,7 @@ The gate is the gate: its ``AdmissionLane`` (gate/admission.py) driven on the pr
 clock (gate/offline.py), with the lane's ``LaneLimits`` as the real gate would hold them. So
 every limit the lane enforces is simulated by the code that enforces it: in flight and its
 token budget, the queue's length, its timeout and its time bound, and the fair queue's order.
-Each request reserves what the proxy would reserve (gate/caps.py ``apply_text_caps``: prompt +
+Each request reserves what the proxy would reserve (gate/caps.py ``check_text``: prompt +
 output bound, after the prompt and output caps). No limits (None) is a server without a gate:
 everything goes straight into the engine's own queue.
 
@@ -27,11 +27,12 @@ from collections import deque
 from dataclasses import dataclass
 
 from gpuwatch.gate.admission import AdmissionLane
-from gpuwatch.gate.caps import CapRefused, apply_text_caps
+from gpuwatch.gate.caps import CapRefused, check_text
 from gpuwatch.gate.classes import Who
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import LaneLimits
 from gpuwatch.gate.offline import OfflineLane, SimClock
+from gpuwatch.gate.request import Output
 from gpuwatch.plan.probe import Outcome, ProbeResult, Target, summarize
 from gpuwatch.plan.traffic import Arrival, Traffic
 from gpuwatch.series import sample_quantile
@@ -98,7 +99,7 @@ class _Probe:
             self.start([rid])
             return
         rid = f"r{n}"
-        body = {"max_tokens": a.output}
+        output = Output({"max_tokens": a.output})
         tr = _Tracked(a.t, Request(rid, prompt, 1, a.t))
         self.tracked[rid] = tr
         if self.gate is None or self.limits is None:
@@ -107,14 +108,15 @@ class _Probe:
             return
         try:
             # What the proxy does before the lane: the caps, and the tokens to reserve.
-            _, tokens = apply_text_caps(
-                body, self.limits, "chat", CHAT_PATH, prompt, self.default_output_tokens, []
+            clamp, tokens = check_text(
+                output, self.limits, "chat", CHAT_PATH, prompt, self.default_output_tokens
             )
         except CapRefused as exc:
             self.gate.refuse(rid, exc.reason, str(exc), self.who)
             self.settle([])
             return
-        tr.request.max_output = max(1, min(body["max_tokens"], self.max_len - prompt))
+        max_tokens = clamp.edits.get("max_tokens", a.output)
+        tr.request.max_output = max(1, min(max_tokens, self.max_len - prompt))
         self.settle(self.gate.arrive(rid, tokens, self.who))
 
     def events(self, events: list[Event]) -> None:

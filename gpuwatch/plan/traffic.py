@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
 from gpuwatch.load.spec import Dist, LoadSpec, Pattern, arrival_times
 
 # Defaults: chat traffic with a long output tail, arriving in bursts (gamma shape 0.5: the gaps'
@@ -26,7 +27,7 @@ DEFAULT_OUTPUT = "lognormal:mean=128,sigma=0.6"
 DEFAULT_BURSTINESS = 0.5
 
 
-class TrafficError(ValueError):
+class TrafficError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """A traffic file or option that cannot be used; the message names it."""
 
 

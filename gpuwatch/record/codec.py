@@ -15,12 +15,16 @@ import zlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from gpuwatch.adminapi import GateStatus, Limits
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import (
+    ContainerInfo,
     EngineSnapshot,
     GpuReading,
     GpuSample,
     Histogram,
     HostSample,
+    MigInstance,
     ProcessInfo,
     ScrapeResult,
 )
@@ -29,6 +33,8 @@ from gpuwatch.sources.scrape import RECORDED_FOR_GATE, prefilter
 
 # A row larger than this once decompressed is not one we wrote (a 256-engine page is ~2 MB).
 MAX_ROW_BYTES = 32 * 1024 * 1024
+# A gate row whose limits equal the previous row's stores this instead of them.
+SAME_LIMITS = "="
 # The clocks a recorder can have written: a wall clock up to the end of year 9999 (what date
 # functions format), a monotonic one within +-31,700 years. Anything else is a damaged row.
 MAX_WALL = 253402300799
@@ -48,7 +54,7 @@ class Page:
     warnings: list[str]
 
 
-class CodecError(ValueError):
+class CodecError(GpuwatchError, ValueError):
     """A row that does not decode into the reading its kind names."""
 
 
@@ -78,9 +84,15 @@ def _engine_back(d: dict[str, Any]) -> EngineSnapshot:
     return snap
 
 
+def _process_back(p: dict[str, Any]) -> ProcessInfo:
+    container = p.pop("container", None)
+    return ProcessInfo(**p, container=ContainerInfo(**container) if container else None)
+
+
 def _gpu_back(d: dict[str, Any]) -> GpuSample:
-    procs = [ProcessInfo(**p) for p in d.pop("processes", [])]
-    return GpuSample(**d, processes=procs)
+    procs = [_process_back(dict(p)) for p in d.pop("processes", [])]
+    mig = [MigInstance(**m) for m in d.pop("mig", [])]
+    return GpuSample(**d, processes=procs, mig=mig)
 
 
 def encode_payload(kind: str, payload: Any) -> Any:
@@ -110,10 +122,17 @@ def encode_payload(kind: str, payload: Any) -> Any:
         return asdict(payload)
     if kind == "gate":
         limits, status, error, current = payload
-        return {"limits": limits, "status": status, "error": error, "current": current}
+        return {
+            "limits": limits if limits in (None, SAME_LIMITS) else limits.to_json(),
+            "status": None if status is None else status.to_json(),
+            "error": error,
+            "current": current,
+        }
     if kind == "event":
         e: Event = payload
         return {"t": e.time, "level": e.level, "text": e.text}
+    if kind == "slo":
+        return {"budget": list(payload)}
     return None  # "stale", "evaluate": the call is all there is
 
 
@@ -135,11 +154,20 @@ def decode_payload(kind: str, data: Any) -> Any:
         if kind == "host":
             return HostSample(**data)
         if kind == "gate":
-            return (data["limits"], data["status"], data["error"], bool(data["current"]))
+            # As the gate answered, read as the client reads it (an older gate's lacks keys).
+            limits, status = data["limits"], data["status"]
+            return (
+                limits if limits in (None, SAME_LIMITS) else Limits.from_json(limits),
+                None if status is None else GateStatus.from_json(status),
+                data["error"],
+                bool(data["current"]),
+            )
         if kind == "event":
             if not plausible_wall(data["t"]):
                 raise ValueError(f"an event at {str(data['t'])[:40]} is at no date")
             return Event(float(data["t"]), data["level"], str(data["text"]))
+        if kind == "slo":
+            return [str(segment) for segment in data["budget"]]
         if kind in ("stale", "evaluate"):
             return None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.bounds import DEFAULT_MAX_ENGINES
 from gpuwatch.model import ScrapeResult
 from gpuwatch.monitor.state import Event, EventLevel, Monitor
 from gpuwatch.record import codec, store
 from gpuwatch.record.recorder import SAME_LIMITS
-from gpuwatch.sources.scrape import DEFAULT_MAX_ENGINES, ParseCache, map_page
+from gpuwatch.sources.scrape import ParseCache, map_page
 
 CHECKPOINT_EVERY_S = 60.0
 # Each is a copy of the monitor (an hour of history): beyond this many, the farthest from the
@@ -257,6 +258,8 @@ class Player:
             m.check_stale()
         elif kind == "evaluate":
             m.evaluate()
+        elif kind == "slo":
+            m.set_slo_budget(payload)
 
     def tick_in(self, wall: float) -> float | None:
         """The last recorded tick (the badge's evaluation, after which the live screen was

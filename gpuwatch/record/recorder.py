@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.adminapi import AuditEntry
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.control.guard import Guard
 from gpuwatch.fmt import clip
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.record import codec, store
+from gpuwatch.record.codec import SAME_LIMITS as SAME_LIMITS
 
-# A gate row whose limits equal the previous row's stores this instead of them.
-SAME_LIMITS = "="
 PRUNE_EVERY_S = 60.0
 AUDIT_EVERY_S = 5.0
 
@@ -143,7 +143,7 @@ class Recorder:
         except sqlite3.Error as exc:
             self.stop(str(exc))
 
-    def save_audit(self, entries: list[dict[str, Any]]) -> None:
+    def save_audit(self, entries: list[AuditEntry]) -> None:
         if self.db is None:
             return
         try:

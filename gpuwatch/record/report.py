@@ -12,8 +12,8 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from gpuwatch.adminapi import AuditEntry
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.monitor.figures import engine_figures
 from gpuwatch.record import store
@@ -32,7 +32,7 @@ class Incident:
     # (wall, level, reason) each time the badge changed, the first one as it was at ``start``.
     badge: list[tuple[float, str, str]] = field(default_factory=list)
     events: list[tuple[float, str, str]] = field(default_factory=list)
-    changes: list[dict[str, Any]] = field(default_factory=list)  # the gate's audit entries
+    changes: list[AuditEntry] = field(default_factory=list)  # the gate's audit entries
     # Sampled every SAMPLE_EVERY_S: wall -> figure name -> value.
     samples: list[tuple[float, dict[str, float | None]]] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
@@ -102,16 +102,15 @@ def _hms(wall: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(wall))
 
 
-def _change_text(entry: dict[str, Any]) -> str:
-    what = entry.get("change")
-    text = what if isinstance(what, str) else json.dumps(what, sort_keys=True)
-    return f"v{entry.get('version')} by {entry.get('actor')}: {text}"
+def _change_text(entry: AuditEntry) -> str:
+    text = json.dumps(entry.change.to_json(), sort_keys=True)
+    return f"v{entry.version} by {entry.actor}: {text}"
 
 
 def timeline(inc: Incident) -> list[tuple[float, str, str]]:
     """Events, limit changes and badge changes in time order: (wall, kind, text)."""
     rows = [(w, f"event {level}", text) for w, level, text in inc.events]
-    rows += [(float(e.get("time", 0)), "limits", _change_text(e)) for e in inc.changes]
+    rows += [(float(e.time), "limits", _change_text(e)) for e in inc.changes]
     rows += [(w, "badge", f"{level}: {reason}") for w, level, reason in inc.badge]
     return sorted(rows, key=lambda r: r[0])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpuwatch import polling
-from gpuwatch.config import ScrapeSettings
+from gpuwatch.alerts.node import node_alerts
+from gpuwatch.config import AlertSettings, ScrapeSettings
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.monitor.state import Monitor
@@ -37,6 +39,7 @@ class RecordOptions:
     nvml: NvmlReader | None = None
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
     duration_s: float | None = None  # for tests and benchmarks: stop after this long
+    alerts: AlertSettings = field(default_factory=AlertSettings)
 
 
 async def record(options: RecordOptions, recorder: Recorder, err: IO[str] = sys.stderr) -> bool:
@@ -44,6 +47,14 @@ async def record(options: RecordOptions, recorder: Recorder, err: IO[str] = sys.
     o = options
     m = Monitor(o.urls, o.interval_s, o.slo, o.admin_url)
     recorder.attach(m, host=socket.gethostname(), max_engines=o.scrape.max_engines)
+    # The SLO's burn-rate alerts, each change an event in the recording and a notification
+    # (linking to this recording) where [alerts] names receivers: a node-level alerter.
+    alerts = node_alerts(
+        m,
+        o.alerts,
+        report=lambda text: print(f"gpuwatch record: {text}", file=err, flush=True),
+        recording=os.path.abspath(recorder.path),
+    )
     jobs: list[Coroutine[Any, Any, None]] = [
         polling.poll_endpoint(m, url, o.interval_s, o.scrape) for url in o.urls
     ]
@@ -55,6 +66,7 @@ async def record(options: RecordOptions, recorder: Recorder, err: IO[str] = sys.
         # Read-only: recording never changes anything, and says so to the one guard.
         client = GateClient(o.admin_url, o.admin_token, Guard(read_only=True))
         jobs.append(polling.poll_gate(m, client, o.interval_s))
+    jobs.append(alerts.run())
     tasks = [asyncio.create_task(job) for job in jobs]
     writer = asyncio.create_task(recorder.run(o.admin_url, o.admin_token))
     stop = asyncio.Event()
@@ -68,10 +80,12 @@ async def record(options: RecordOptions, recorder: Recorder, err: IO[str] = sys.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
             m.check_stale()
+            alerts.tick()  # before the badge: a replay moved to the tick shows its budget
             m.evaluate()
             if o.duration_s is not None and loop.time() - started >= o.duration_s:
                 break
     finally:
+        await alerts.close()
         for task in [*tasks, writer]:
             task.cancel()
         await asyncio.gather(*tasks, writer, return_exceptions=True)

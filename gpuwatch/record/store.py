@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.adminapi import AdminApiError, AuditEntry
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
 from gpuwatch.record import codec
 from gpuwatch.safejson import JSONError, loads_bounded
 
@@ -66,7 +68,7 @@ CLOCKS_OK = (
 )
 
 
-class RecordingError(Exception):
+class RecordingError(GpuwatchError, exit_code=EXIT_USAGE):
     """A file that cannot be read as a recording; ``str()`` is the one-line reason."""
 
 
@@ -250,7 +252,7 @@ def dictionaries(db: sqlite3.Connection) -> dict[str, bytes]:
     return out
 
 
-def insert_audit(db: sqlite3.Connection, entries: Iterable[dict[str, Any]]) -> int:
+def insert_audit(db: sqlite3.Connection, entries: Iterable[AuditEntry]) -> int:
     """The changes of the limits among ``entries``, once each (keyed by their version).
 
     An adaptive controller's lines are left out: they carry the version in force, not a new
@@ -260,7 +262,11 @@ def insert_audit(db: sqlite3.Connection, entries: Iterable[dict[str, Any]]) -> i
     before = db.total_changes
     db.executemany(
         "INSERT OR IGNORE INTO audit (version, wall, entry) VALUES (?, ?, ?)",
-        [(e["version"], float(e["time"]), json.dumps(e)) for e in entries if "controller" not in e],
+        [
+            (e.version, float(e.time), json.dumps(e.to_json()))
+            for e in entries
+            if e.controller is None
+        ],
     )
     return db.total_changes - before
 
@@ -278,7 +284,7 @@ def rows_between(
 
 def audit_entries(
     db: sqlite3.Connection, start: float | None = None, end: float | None = None
-) -> list[dict[str, Any]]:
+) -> list[AuditEntry]:
     lo = -1e300 if start is None else start
     hi = 1e300 if end is None else end
     out = []
@@ -286,10 +292,10 @@ def audit_entries(
         "SELECT entry FROM audit WHERE wall >= ? AND wall <= ? ORDER BY version", (lo, hi)
     ):
         try:
-            entry = loads_bounded(text)
-        except (TypeError, JSONError):
+            entry = AuditEntry.from_json(loads_bounded(text))
+        except (TypeError, JSONError, AdminApiError):
             continue
-        if isinstance(entry, dict) and codec.plausible_wall(entry.get("time")):
+        if codec.plausible_wall(entry.time):
             out.append(entry)
     return out
 

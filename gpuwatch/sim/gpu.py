@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import pynvml
 
+from gpuwatch.sim.mig import MigSlice
 from gpuwatch.sim.profiles import Profile
 
 _WINDOW_S = 1.0
@@ -23,9 +25,12 @@ _THERMAL_TAU_S = 20.0
 
 
 class VirtualGpu:
-    def __init__(self, profile: Profile, index: int, seed: int = 0) -> None:
+    def __init__(
+        self, profile: Profile, index: int, seed: int = 0, mig: Sequence[MigSlice] = ()
+    ) -> None:
         self.profile = profile
         self.index = index
+        self.mig = list(mig)  # MIG mode with these devices when not empty
         self.uuid = f"GPU-5131{seed:04x}-{index:04x}-4000-8000-{(seed * 7919 + index):012x}"
         self._busy: deque[tuple[float, float, float]] = deque()  # (start, end, intensity)
         self._temp = 30.0 + profile.gpu.idle_w * 0.09
@@ -70,7 +75,7 @@ class VirtualGpu:
         mask = pynvml.nvmlClocksEventReasonGpuIdle if util < 0.05 else 0
         if power > 0.97 * gpu.max_w:
             mask |= pynvml.nvmlClocksEventReasonSwPowerCap
-        return {
+        state: dict[str, Any] = {
             "name": gpu.name,
             "uuid": self.uuid,
             "memory_total": gpu.vram_bytes,
@@ -88,3 +93,33 @@ class VirtualGpu:
             "unsupported": [] if gpu.has_fan else ["nvmlDeviceGetFanSpeed"],
             "processes": [{"pid": os.getpid(), "used_memory": self.used_bytes}],
         }
+        if self.mig:
+            self._mig_state(state)
+        return state
+
+    def _mig_state(self, state: dict[str, Any]) -> None:
+        """The GPU in MIG mode: the engine runs in its largest MIG device (by memory, then
+        compute), holding what vLLM holds of the device it is given (context +
+        gpu_memory_utilization of it, plus the side models), capped at the device's memory; the
+        others are idle. As on real drivers, neither the GPU nor a MIG device reports
+        utilization (NVML answers NotSupported)."""
+        home = max(self.mig, key=lambda m: (m.memory_bytes, m.compute_slices, -m.gpu_instance_id))
+        p = self.profile
+        held = int(p.cuda_context_bytes + p.gpu_memory_utilization * home.memory_bytes)
+        held = min(home.memory_bytes, held + self.side_bytes)
+        state["mig"] = [
+            {
+                "profile": m.profile,
+                "gpu_instance_id": m.gpu_instance_id,
+                "compute_instance_id": 0,
+                "uuid": f"MIG-{self.uuid[4:]}-{m.gpu_instance_id}",
+                "memory_total": m.memory_bytes,
+                "memory_used": held if m is home else 0,
+                "unsupported": ["nvmlDeviceGetUtilizationRates"],
+                "processes": [{"pid": os.getpid(), "used_memory": held}] if m is home else [],
+            }
+            for m in self.mig
+        ]
+        state["memory_used"] = held
+        state["processes"] = []  # listed per MIG device
+        state["unsupported"] = [*state["unsupported"], "nvmlDeviceGetUtilizationRates"]

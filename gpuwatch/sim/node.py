@@ -15,6 +15,7 @@ import math
 import random
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gpuwatch.sim.engine import Engine, Event, Request
 from gpuwatch.sim.gpu import VirtualGpu
 from gpuwatch.sim.metrics import EngineRecorder, SimMetrics
+from gpuwatch.sim.mig import MigSlice
 from gpuwatch.sim.profiles import IMAGE_RESERVE_BYTES, Profile, with_side_models
 from gpuwatch.sim.siderun import SideWork
 from gpuwatch.sim.sidework import text_slowdown
@@ -66,6 +68,7 @@ class SimNode:
         embed: bool = False,
         image: bool = False,
         image_reserve: int = IMAGE_RESERVE_BYTES,
+        mig: Sequence[MigSlice] = (),
     ) -> None:
         # Serving embeddings or images too leaves vLLM a smaller share of the GPU.
         profile = with_side_models(profile, embed, image, image_reserve)
@@ -79,7 +82,7 @@ class SimNode:
         self.recorders = [
             EngineRecorder(self.metrics, i, e, time_scale) for i, e in enumerate(self.engines)
         ]
-        self.gpus = [VirtualGpu(profile, i, seed) for i in range(engines)]
+        self.gpus = [VirtualGpu(profile, i, seed, mig) for i in range(engines)]
         # The other workloads run beside engine 0, on the first GPU.
         self.side = SideWork(
             profile, self.gpus[0], self.metrics.registry, self.sim_now, time_scale,

@@ -32,11 +32,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from gpuwatch.errors import EXIT_USAGE, GpuwatchError
+
 GIB = 2**30
 GB = 10**9
 
 
-class ProfileError(ValueError):
+class ProfileError(GpuwatchError, ValueError, exit_code=EXIT_USAGE):
     """A profile that cannot serve: the message carries the arithmetic."""
 
 

@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 
 from aiohttp import web
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.sim.node import Job
@@ -33,7 +34,7 @@ _TYPE_NAMES: dict[type, str] = {
 }
 
 
-class BadRequest(Exception):
+class BadRequest(GpuwatchError):
     def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status

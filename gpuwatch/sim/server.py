@@ -4,10 +4,13 @@ it (gpuwatch/sim/openai.py), composed into one aiohttp application.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gpuwatch.aioserve import Served, serve
+from gpuwatch.sim.mig import MigSlice
 from gpuwatch.sim.node import NodeRoutes, SimNode
 from gpuwatch.sim.openai import OpenAIApi
 from gpuwatch.sim.profiles import IMAGE_RESERVE_BYTES, Profile
@@ -60,12 +63,14 @@ async def start_sim(
     embed: bool = False,
     image: bool = False,
     image_reserve: int = IMAGE_RESERVE_BYTES,
+    mig: Sequence[MigSlice] = (),
 ) -> tuple[SimNode, Served]:
     """Start a simulator on ``host:port`` (0 = a free port); close with ``served.close()``.
-    ``embed`` and ``image`` serve embeddings and image generation on the same GPU too."""
+    ``embed`` and ``image`` serve embeddings and image generation on the same GPU too; ``mig``
+    puts each virtual GPU in MIG mode with these devices (gpuwatch/sim/mig.py)."""
     node = SimNode(
         profile, engines, time_scale, seed, model_name,
-        embed=embed, image=image, image_reserve=image_reserve,
+        embed=embed, image=image, image_reserve=image_reserve, mig=mig,
     )  # fmt: skip
     served = await serve(build_app(node), host, port)
     return node, served

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 
 from prometheus_client.samples import Sample
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.model import LATENCY_KINDS, EngineSnapshot, Histogram
 
@@ -357,7 +358,7 @@ def _collapse(
     return out
 
 
-class BadBucket(ValueError):
+class BadBucket(GpuwatchError, ValueError):
     """A bucket bound that is not a number: the whole histogram family is unusable."""
 
 

@@ -6,7 +6,8 @@ import os
 
 import psutil
 
-from gpuwatch.model import HostSample, ProcessInfo
+from gpuwatch.model import ContainerInfo, HostSample, ProcessInfo
+from gpuwatch.sources.containers import ContainerNames
 
 
 def read_host() -> HostSample:
@@ -52,11 +53,12 @@ def pid_listening_on(port: int) -> int | None:
 class ProcessTable:
     """Describes processes by pid, keeping psutil objects so CPU % is measured between polls."""
 
-    def __init__(self) -> None:
+    def __init__(self, containers: ContainerNames | None = None) -> None:
         self._procs: dict[int, psutil.Process] = {}
-        # What a process is (name, user, command line) does not change while it lives: read
-        # once per process, not once per poll per GPU it holds.
-        self._names: dict[int, tuple[str | None, str | None, str | None]] = {}
+        self.containers = containers or ContainerNames()
+        # What a process is (name, user, command line, container) does not change while it
+        # lives: read once per process, not once per poll per GPU it holds.
+        self._names: dict[int, _Names] = {}
 
     def describe(self, pid: int, used_memory_bytes: int | None = None) -> ProcessInfo:
         info = ProcessInfo(pid=pid, used_memory_bytes=used_memory_bytes)
@@ -75,17 +77,27 @@ class ProcessTable:
                 names = None if fresh else self._names.get(pid)
                 if names is None:
                     cmd = _safe(proc.cmdline)
-                    names = (proc.name(), _safe(proc.username), " ".join(cmd) if cmd else None)
+                    names = (
+                        proc.name(),
+                        _safe(proc.username),
+                        " ".join(cmd) if cmd else None,
+                        self.containers.of(pid),
+                    )
                     self._names[pid] = names
                 # Filled only once all was read: a process that ended meanwhile shows nothing.
-                info.name, info.user, info.cmdline = names
+                info.name, info.user, info.cmdline, info.container = names
                 info.cpu_percent, info.rss_bytes, info.threads = cpu, rss, threads
         except psutil.NoSuchProcess:
             self._procs.pop(pid, None)
             self._names.pop(pid, None)
+            # NVML's pid with no /proc entry here: another PID namespace's (or just ended).
+            info.visible = False
         except psutil.AccessDenied:
             pass
         return info
+
+
+_Names = tuple[str | None, str | None, str | None, ContainerInfo | None]
 
 
 def _safe(fn):

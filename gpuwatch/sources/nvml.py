@@ -14,14 +14,15 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 import pynvml
 
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
-from gpuwatch.model import GpuReading, GpuSample, ProcessInfo
+from gpuwatch.model import GpuReading, GpuSample, MigInstance, ProcessInfo
 from gpuwatch.safejson import JSONError, loads_bounded
 from gpuwatch.sources.host import ProcessTable
 
@@ -88,6 +89,7 @@ class NvmlReader:
         self._power_limit: dict[int, tuple[float, float | None]] = {}  # index: (read at, W)
         self._unsupported: set[tuple[int, str]] = set()
         self._seen: dict[int, ProcessInfo] = {}  # this poll's processes, by pid
+        self._mig_profiles: dict[str, str] = {}  # MIG device UUID: its profile ("1g.10gb")
 
     def _init(self) -> str | None:
         if self._initialized or self._init_error:
@@ -159,15 +161,21 @@ class NvmlReader:
             sample.error = f"GPU {index}: {exc}"
         return sample
 
-    def _fill(self, s: GpuSample, handle: Any) -> None:
-        lib, i = self.lib, s.index
+    def _memory(self, i: int, handle: Any, where: str = "") -> Any:
+        """The v2 memory info (with ``reserved``) where the driver has it, else v1."""
+        lib = self.lib
         mem = self._field(
             i,
-            "memory_v2",
+            f"memory_v2{where}",
             lambda: lib.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2),
         )
         if mem is None:
-            mem = self._field(i, "memory", lambda: lib.nvmlDeviceGetMemoryInfo(handle))
+            mem = self._field(i, f"memory{where}", lambda: lib.nvmlDeviceGetMemoryInfo(handle))
+        return mem
+
+    def _fill(self, s: GpuSample, handle: Any) -> None:
+        lib, i = self.lib, s.index
+        mem = self._memory(i, handle)
         if mem is not None:
             s.memory_total_bytes, s.memory_used_bytes = int(mem.total), int(mem.used)
             s.memory_free_bytes = int(mem.free)
@@ -195,9 +203,19 @@ class NvmlReader:
             i, "throttle", lambda: lib.nvmlDeviceGetCurrentClocksEventReasons(handle)
         )
         s.throttle_reasons = decode_throttle(mask) if mask is not None else None
+        mode = self._field(i, "mig_mode", lambda: lib.nvmlDeviceGetMigMode(handle))
+        s.mig_mode = None if mode is None else mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+        if s.mig_mode:
+            # In MIG mode the whole GPU lists its processes only to root; each MIG device
+            # lists its own to anyone, and that says which instance a process runs on.
+            self._read_mig(s, handle)
+            return
         procs = self._field(
             i, "processes", lambda: lib.nvmlDeviceGetComputeRunningProcesses(handle)
         )
+        self._add_processes(s, procs)
+
+    def _add_processes(self, s: GpuSample, procs: Any, instance: MigInstance | None = None) -> None:
         for proc in procs or ():
             used = getattr(proc, "usedGpuMemory", None)
             # Inside containers NVML answers "not available" as a huge sentinel value.
@@ -208,7 +226,52 @@ class NvmlReader:
             info = self._seen.get(pid)
             if info is None:
                 info = self._seen[pid] = self.processes.describe(pid)
-            s.processes.append(replace(info, used_memory_bytes=used))
+            gi = instance.gpu_instance_id if instance else None
+            ci = instance.compute_instance_id if instance else None
+            s.processes.append(
+                replace(info, used_memory_bytes=used, gpu_instance_id=gi, compute_instance_id=ci)
+            )
+
+    def _read_mig(self, s: GpuSample, handle: Any) -> None:
+        lib, i = self.lib, s.index
+        slots = self._field(i, "mig_count", lambda: lib.nvmlDeviceGetMaxMigDeviceCount(handle))
+        for slot in range(slots or 0):
+            try:
+                mig = lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except pynvml.NVMLError_NotFound:
+                continue  # no instance in this slot
+            s.mig.append(self._read_instance(s, slot, mig))
+
+    def _read_instance(self, s: GpuSample, slot: int, mig: Any) -> MigInstance:
+        lib, i, where = self.lib, s.index, f"@mig{slot}"
+        instance = MigInstance(None, None)
+        try:
+            instance.gpu_instance_id = int(lib.nvmlDeviceGetGpuInstanceId(mig))
+            instance.compute_instance_id = int(lib.nvmlDeviceGetComputeInstanceId(mig))
+            instance.uuid = _text(lib.nvmlDeviceGetUUID(mig))
+            profile = self._mig_profiles.get(instance.uuid)
+            if profile is None:
+                # NVML names a MIG device "<GPU name> MIG 3g.40gb": the profile is the last word.
+                name = _text(lib.nvmlDeviceGetName(mig))
+                profile = self._mig_profiles[instance.uuid] = name.rsplit("MIG ", 1)[-1]
+            instance.profile = profile
+            mem = self._memory(i, mig, where)
+            if mem is not None:
+                instance.memory_total_bytes = int(mem.total)
+                instance.memory_used_bytes = int(mem.used)
+            util = self._field(
+                i, f"utilization{where}", lambda: lib.nvmlDeviceGetUtilizationRates(mig)
+            )
+            instance.utilization_gpu = util.gpu / 100.0 if util is not None else None
+            procs = self._field(
+                i, f"processes{where}", lambda: lib.nvmlDeviceGetComputeRunningProcesses(mig)
+            )
+            self._add_processes(s, procs, instance)
+        except _DEVICE_FATAL:
+            raise  # the whole GPU is gone: its row says so
+        except pynvml.NVMLError as exc:
+            instance.error = f"MIG device {slot}: NVML error: {exc}"
+        return instance
 
     def _slow_power_limit(self, i: int, handle: Any) -> float | None:
         now = self.clock()
@@ -237,7 +300,7 @@ _FAKE_ERRORS: Mapping[str, int] = {
 }
 
 
-class GpuSourceError(Exception):
+class GpuSourceError(GpuwatchError):
     """A fake backend's live source (the simulator's /sim/gpu) could not be read."""
 
     def __init__(self, message: str) -> None:
@@ -273,21 +336,54 @@ def _check_gpu(i: int, gpu: Any) -> None:
             raise GpuSourceError(f"gpus[{i}].{key} is not a number")
     if gpu.get("error") is not None and gpu["error"] not in _FAKE_ERRORS:
         raise GpuSourceError(f"gpus[{i}].error is not a known NVML error")
-    for key in ("name", "uuid"):
-        if key in gpu and not isinstance(gpu[key], str):
-            raise GpuSourceError(f"gpus[{i}].{key} is not a string")
-    unsupported = gpu.get("unsupported", [])
+    _check_device(f"gpus[{i}]", gpu, ("name", "uuid"))
+    mig = gpu.get("mig", [])
+    if not isinstance(mig, list) or len(mig) > _MAX_MIG:
+        raise GpuSourceError(f"gpus[{i}].mig is not a list of at most {_MAX_MIG} MIG devices")
+    if "mig_max" in gpu and not (_is_int(gpu["mig_max"]) and 0 <= gpu["mig_max"] <= _MAX_MIG):
+        raise GpuSourceError(f"gpus[{i}].mig_max is not a count up to {_MAX_MIG}")
+    for k, instance in enumerate(mig):
+        if instance is not None:  # None: an empty slot
+            _check_instance(f"gpus[{i}].mig[{k}]", instance)
+
+
+_MAX_MIG = 64  # NVML's MIG device slots per GPU are 7 on the GPUs there are
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_device(where: str, device: Mapping[str, Any], names: tuple[str, ...]) -> None:
+    """What a GPU and a MIG device share: names, the functions it does not support, processes."""
+    for key in names:
+        if key in device and not isinstance(device[key], str):
+            raise GpuSourceError(f"{where}.{key} is not a string")
+    unsupported = device.get("unsupported", [])
     if not isinstance(unsupported, list) or not all(isinstance(u, str) for u in unsupported):
-        raise GpuSourceError(f"gpus[{i}].unsupported is not a list of names")
-    processes = gpu.get("processes", [])
+        raise GpuSourceError(f"{where}.unsupported is not a list of names")
+    processes = device.get("processes", [])
     if not isinstance(processes, list) or not all(
         isinstance(p, dict)
-        and isinstance(p.get("pid"), int)
-        and not isinstance(p["pid"], bool)
+        and _is_int(p.get("pid"))
         and (p.get("used_memory") is None or _is_reading(p["used_memory"]))
         for p in processes
     ):
-        raise GpuSourceError(f"gpus[{i}].processes is not a list of {{pid, used_memory}}")
+        raise GpuSourceError(f"{where}.processes is not a list of {{pid, used_memory}}")
+
+
+def _check_instance(where: str, instance: Any) -> None:
+    if not isinstance(instance, dict):
+        raise GpuSourceError(f"{where} is not an object")
+    for key in ("memory_total", "memory_used"):
+        if not _is_reading(instance.get(key)):
+            raise GpuSourceError(f"{where}.{key} is not a number")
+    if "utilization_gpu" in instance and not _is_reading(instance["utilization_gpu"]):
+        raise GpuSourceError(f"{where}.utilization_gpu is not a number")
+    for key in ("gpu_instance_id", "compute_instance_id"):
+        if not (_is_int(instance.get(key)) and 0 <= instance[key] < 2**32):
+            raise GpuSourceError(f"{where}.{key} is not an instance id")
+    _check_device(where, instance, ("profile", "uuid"))
 
 
 def checked_state(state: Any) -> Mapping[str, Any]:
@@ -333,6 +429,14 @@ class _Struct:
         self.__dict__.update(fields)
 
 
+@dataclass(frozen=True)
+class _MigHandle:
+    """A fake MIG device handle: the GPU and the slot (NVML's MIG device index) it is in."""
+
+    gpu: int
+    slot: int
+
+
 class FakeNvml:
     """The pynvml functions NvmlReader uses, answered from a dict, raising pynvml's own errors.
 
@@ -341,6 +445,12 @@ class FakeNvml:
     "utilization_gpu": percent, "power_w": ..., "processes": [{"pid": ..., "used_memory": ...}],
     "unsupported": ["nvmlDeviceGetFanSpeed"], "error": "gpu_is_lost"}]}``. ``calls`` counts
     every call by function name so tests can see what was asked.
+
+    A GPU in MIG mode has ``"mig": [...]``, one entry per MIG device slot (None: an empty
+    slot): ``{"profile": "3g.40gb", "gpu_instance_id": 1, "compute_instance_id": 0,
+    "memory_total": bytes, "memory_used": bytes, "processes": [...], "unsupported": [...]}``,
+    with ``"utilization_gpu"`` only where the driver would give it; ``"mig_max"`` is NVML's
+    slot count (7, as on an A100 or H100).
     """
 
     def __init__(self, state: Mapping[str, Any] | Callable[[], Mapping[str, Any]]) -> None:
@@ -350,16 +460,23 @@ class FakeNvml:
     def _now(self) -> Mapping[str, Any]:
         return self._state() if callable(self._state) else self._state
 
-    def _enter(self, fn: str, handle: int | None = None) -> Mapping[str, Any]:
+    def _enter(self, fn: str, handle: int | _MigHandle | None = None) -> Mapping[str, Any]:
         self.calls[fn] = self.calls.get(fn, 0) + 1
         if handle is None:
             return {}
-        gpu = self._now()["gpus"][handle]
+        index = handle.gpu if isinstance(handle, _MigHandle) else handle
+        device = gpu = self._now()["gpus"][index]
         if gpu.get("error"):
             raise pynvml.NVMLError(_FAKE_ERRORS[gpu["error"]])
-        if fn in gpu.get("unsupported", ()):
+        if isinstance(handle, _MigHandle):
+            # A layout that changed since the handle was given: NVML's "not found" too.
+            slots = gpu.get("mig") or []
+            if handle.slot >= len(slots) or slots[handle.slot] is None:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+            device = slots[handle.slot]
+        if fn in device.get("unsupported", ()):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return gpu
+        return device
 
     def nvmlInit(self) -> None:
         self._enter("nvmlInit")
@@ -379,11 +496,39 @@ class FakeNvml:
         self._enter("nvmlDeviceGetHandleByIndex")
         return index
 
-    def nvmlDeviceGetName(self, h: int) -> str:
-        return self._enter("nvmlDeviceGetName", h).get("name", "Fake GPU")
+    def nvmlDeviceGetName(self, h: int | _MigHandle) -> str:
+        device = self._enter("nvmlDeviceGetName", h)
+        if isinstance(h, _MigHandle):
+            # As NVML names a MIG device: the GPU's name, "MIG", the profile.
+            parent = self._now()["gpus"][h.gpu].get("name", "Fake GPU")
+            return f"{parent} MIG {device.get('profile', '1g.10gb')}"
+        return device.get("name", "Fake GPU")
 
-    def nvmlDeviceGetUUID(self, h: int) -> str:
-        return self._enter("nvmlDeviceGetUUID", h).get("uuid", f"GPU-fake-{h}")
+    def nvmlDeviceGetUUID(self, h: int | _MigHandle) -> str:
+        device = self._enter("nvmlDeviceGetUUID", h)
+        fallback = f"MIG-fake-{h.gpu}-{h.slot}" if isinstance(h, _MigHandle) else f"GPU-fake-{h}"
+        return device.get("uuid", fallback)
+
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
+        on = int("mig" in self._enter("nvmlDeviceGetMigMode", h))
+        return [on, on]  # [current, pending]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        g = self._enter("nvmlDeviceGetMaxMigDeviceCount", h)
+        return g.get("mig_max", max(7, len(g["mig"]))) if "mig" in g else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, slot: int) -> _MigHandle:
+        g = self._enter("nvmlDeviceGetMigDeviceHandleByIndex", h)
+        slots = g.get("mig") or []
+        if slot >= len(slots) or slots[slot] is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return _MigHandle(h, slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: _MigHandle) -> int:
+        return self._enter("nvmlDeviceGetGpuInstanceId", h)["gpu_instance_id"]
+
+    def nvmlDeviceGetComputeInstanceId(self, h: _MigHandle) -> int:
+        return self._enter("nvmlDeviceGetComputeInstanceId", h)["compute_instance_id"]
 
     def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> _Struct:
         g = self._enter("nvmlDeviceGetMemoryInfo", h)

@@ -20,6 +20,7 @@ from typing import Any, cast
 import httpx
 
 from gpuwatch.admintoken import read_token
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.httpclient import BodyRefused, async_client, read_bounded
 from gpuwatch.safejson import JSONError, loads_bounded
@@ -35,7 +36,7 @@ DISCOVERY_EVERY_S = 30.0
 HEALTH_EVERY_S = 5.0
 
 
-class PrometheusError(Exception):
+class PrometheusError(GpuwatchError):
     """One line: the server did not answer, refused, or answered something that is not its API."""
 
 

@@ -17,23 +17,17 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from gpuwatch.bounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES, DEFAULT_TIMEOUT_S
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
-from gpuwatch.httpclient import (
-    DEFAULT_TIMEOUT_S,
-    BodyRefused,
-    read_bounded,
-)
+from gpuwatch.httpclient import BodyRefused, read_bounded
 from gpuwatch.model import ScrapeResult
 from gpuwatch.sources.dialects import MODEL_LABELS, index_samples, map_samples, wanted_sample_names
 
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024
-# Like Prometheus' sample_limit: a page with 100,000 model label values is a broken exporter
-# (or an attack), and showing all of them costs seconds and megabytes for nobody's benefit.
-DEFAULT_MAX_ENGINES = 256
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created", "_info", "_gcount", "_gsum")
 
 
-class ScrapeError(Exception):
+class ScrapeError(GpuwatchError):
     """A one-line reason why a source gave nothing usable."""
 
     def __init__(self, message: str, unreachable: bool = False) -> None:

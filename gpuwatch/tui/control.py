@@ -1,23 +1,23 @@
 """The dashboard's side of steering: ``control.steering.Steering`` shown with Textual.
 
-``DashboardControl`` implements ``SteeringView`` over the app (its monitor, notifications,
-modals) and nothing else; every decision lives in ``Steering``.
+The session's ``NodeView`` reads the gate's state from its monitor; ``DashboardControl`` is the
+rest of ``SteeringView`` (``session.node.SteeringUI``): notifications, the confirmation and the
+edit form as modals over the screen that shows the session, and its repaint. Every decision
+lives in ``Steering``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from gpuwatch.control.steering import Limits, Severity
-from gpuwatch.monitor.state import EventLevel
+from textual.screen import Screen
+
+from gpuwatch.adminapi import Limits, LimitValue
+from gpuwatch.control.steering import Severity
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
-
-if TYPE_CHECKING:
-    from textual.screen import Screen
-
-    from gpuwatch.tui.app import GpuwatchApp
 
 # The actions that steer: greyed in the footer when there is nothing to steer.
 CONTROL_ACTIONS = frozenset(
@@ -41,46 +41,26 @@ CONTROL_ACTIONS = frozenset(
 
 
 class DashboardControl:
-    """``SteeringView`` for the app: the monitor's gate state, notifications and modals."""
+    """``SteeringUI`` for the screen showing a session: ``repaint`` shows what changed."""
 
-    def __init__(self, app: GpuwatchApp) -> None:
-        self.app = app
-
-    def limits(self) -> Limits | None:
-        # A gate that does not answer has no limits to steer: its last ones may be gone.
-        gate = self.app.monitor.gate
-        return gate.limits if gate and gate.status.state == "UP" else None
-
-    def gate_reason(self) -> str | None:
-        gate = self.app.monitor.gate
-        return gate.status.reason if gate else None
-
-    def show_limits(self, limits: Limits) -> None:
-        self.app.monitor.apply_gate(limits, None, current=True)
-
-    def event(self, level: EventLevel, text: str) -> None:
-        self.app.monitor.event(level, text)
+    def __init__(self, screen: Screen[Any], repaint: Callable[[], None]) -> None:
+        self.screen = screen
+        self.repaint = repaint
 
     def notify(self, text: str, severity: Severity = "information") -> None:
-        self.app.notify(text, severity=severity)
+        self.screen.notify(text, severity=severity)
 
     async def confirm(self, title: str, details: list[str]) -> bool:
         return bool(await self._ask(ConfirmationModal(title, details)))
 
-    async def edit_form(self, lane: str, limits: Limits) -> dict[str, Any] | None:
-        gate = self.app.monitor.gate
-        changes = await self._ask(EditLimits(gate.url if gate else "?", lane, limits))
+    async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
+        changes = await self._ask(EditLimits(gate, lane, limits))
         return changes if isinstance(changes, dict) else None
 
-    def tenants(self, lane: str) -> list[str]:
-        gate = self.app.monitor.gate
-        shown = gate.lanes.get(lane, {}).get("tenants", []) if gate else []
-        return [t["id"] for t in shown if isinstance(t, dict) and isinstance(t.get("id"), str)]
-
     def changed(self) -> None:
-        self.app.repaint()
+        self.repaint()
 
-    async def _ask(self, screen: Screen[Any]) -> Any:
+    async def _ask(self, modal: Screen[Any]) -> Any:
         """Push a modal and wait for its answer (from a plain task, not only a worker)."""
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -88,5 +68,5 @@ class DashboardControl:
             if not answer.done():
                 answer.set_result(result)
 
-        self.app.push_screen(screen, callback=done)
+        self.screen.app.push_screen(modal, callback=done)
         return await answer

@@ -1,8 +1,9 @@
-"""The dashboard on a recording: the same screen, fed by a ``Player`` instead of pollers.
+"""The dashboard on a recording: the same screen for a session built by
+``session.node.replay_session``, fed by its ``Player`` instead of pollers.
 
-Read-only through the one guard (the control keys ask it and are refused, with its reason).
-The cursor keys take over ``space`` and ``[`` / ``]``: play / pause, step, a minute back or on,
-the previous / next event, a time to go to, the speed.
+Read-only through the session's one guard (the control keys ask it and are refused, with its
+reason). The cursor keys take over ``space`` and ``[`` / ``]``: play / pause, step, a minute
+back or on, the previous / next event, a time to go to, the speed.
 """
 
 from __future__ import annotations
@@ -12,38 +13,47 @@ from typing import cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer
 
-from gpuwatch.control.guard import Guard
 from gpuwatch.record.player import Player, parse_when
-from gpuwatch.tui.app import Dashboard, DashboardOptions, GpuwatchApp
+from gpuwatch.session.node import NodeSession
+from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.control import CONTROL_ACTIONS
+from gpuwatch.tui.screens.dashboard import Dashboard
+from gpuwatch.tui.screens.goto import GoToTime
 from gpuwatch.tui.timecursor import next_speed
 from gpuwatch.tui.widgets.replaybar import ReplayBar
 
 PLAY_TICK_S = 0.25
-REPLAY_READ_ONLY = "a replay is read-only"
 # The live keys a replay takes over: its own cursor keys use them.
 _TAKEN = ("left_square_bracket", "right_square_bracket")
 
 
 class ReplayDashboard(Dashboard):
+    """The dashboard with the cursor keys, for a session with a replay."""
+
     inherit_bindings = False
     BINDINGS = [
         *[b for b in Dashboard.BINDINGS if isinstance(b, Binding) and b.key not in _TAKEN],
-        Binding("space", "app.play", "play/pause", priority=True),
-        Binding("left", "app.step(-1)", "step back", key_display="<-"),
-        Binding("right", "app.step(1)", "step", key_display="->"),
-        Binding("left_square_bracket", "app.jump(-60)", "-1 min", key_display="["),
-        Binding("right_square_bracket", "app.jump(60)", "+1 min", key_display="]"),
-        Binding("left_curly_bracket", "app.mark(-1)", "previous event", key_display="{"),
-        Binding("right_curly_bracket", "app.mark(1)", "next event", key_display="}"),
-        Binding("colon", "app.goto", "go to time", key_display=":"),
-        Binding("less_than_sign", "app.speed(-1)", "slower", key_display="<"),
-        Binding("greater_than_sign", "app.speed(1)", "faster", key_display=">"),
+        Binding("space", "play", "play/pause", priority=True),
+        Binding("left", "step(-1)", "step back", key_display="<-"),
+        Binding("right", "step(1)", "step", key_display="->"),
+        Binding("left_square_bracket", "jump(-60)", "-1 min", key_display="["),
+        Binding("right_square_bracket", "jump(60)", "+1 min", key_display="]"),
+        Binding("left_curly_bracket", "mark(-1)", "previous event", key_display="{"),
+        Binding("right_curly_bracket", "mark(1)", "next event", key_display="}"),
+        Binding("colon", "goto", "go to time", key_display=":"),
+        Binding("less_than_sign", "speed(-1)", "slower", key_display="<"),
+        Binding("greater_than_sign", "speed(1)", "faster", key_display=">"),
     ]
+
+    def __init__(self, session: NodeSession) -> None:
+        super().__init__(session)
+        assert session.replay is not None, "a replay's dashboard needs a session with a replay"
+        self.player: Player = session.replay
+        self.playing = False
+        self.speed = 10
+        self._played_at = time.monotonic()
 
     def compose(self) -> ComposeResult:
         # The bar takes the footer's line (the keys are on the bar's end and under ?), so the
@@ -51,64 +61,10 @@ class ReplayDashboard(Dashboard):
         for widget in super().compose():
             yield ReplayBar(id="replaybar") if isinstance(widget, Footer) else widget
 
-
-class GoToTime(ModalScreen[str | None]):
-    """``:`` asks for a time: HH:MM[:SS], a date and time, or +N[s|m|h] from the start."""
-
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
-    DEFAULT_CSS = """
-    GoToTime { align: center middle; }
-    GoToTime > Vertical { width: 60; height: auto; border: thick $accent; background: $surface;
-                          padding: 1 2; }
-    """
-
-    def __init__(
-        self, hint: str = "go to: HH:MM[:SS], YYYY-MM-DD HH:MM[:SS], or +90s / +5m from the start"
-    ) -> None:
-        super().__init__()
-        self.hint = hint
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static(self.hint)
-            yield Input(placeholder="03:12:40", id="when")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
-class ReplayApp(GpuwatchApp):
-    DASHBOARD = ReplayDashboard
-    HELP_NOTES = [
-        *GpuwatchApp.HELP_NOTES,
-        "",
-        "[b]replay[/]: the dashboard fed from a recording by the same code, read-only. space "
-        "plays / pauses at 1x..60x (< >), left / right step one poll interval, \\[ ] a minute, "
-        "{ } jump to the previous / next event (badge changes are events), : goes to a time "
-        "(03:12:40, 2026-11-30 03:12, +5m from the start; a time to the second lands on the "
-        "tick the live screen was drawn at, its header showing that clock). The header's "
-        "clock is the recording's (REPLAY), the bar under the events says where in it you are.",
-    ]
-
-    def __init__(self, player: Player, options: DashboardOptions) -> None:
-        options.read_only = True
-        options.clock_label = "REPLAY"
-        super().__init__(options, monitor=player.monitor)
-        self.player = player
-        # The one guard, saying why: every control key asks it and is refused.
-        self.guard = Guard(read_only=True, reason=REPLAY_READ_ONLY)
-        self.steering.guard = self.guard
-        self.playing = False
-        self.speed = 10
-        self._played_at = time.monotonic()
-
     def on_mount(self) -> None:
-        # Textual calls GpuwatchApp.on_mount too (handlers run down the class hierarchy).
+        # Textual calls Dashboard.on_mount too (handlers run down the class hierarchy).
         self.set_interval(PLAY_TICK_S, self._advance)
-        self.call_after_refresh(self._moved)
+        self.app.call_after_refresh(self._moved)  # laid out by then (see Dashboard)
 
     # -- the cursor -----------------------------------------------------------------------
 
@@ -123,37 +79,28 @@ class ReplayApp(GpuwatchApp):
             return
         self.go(self.player.now + elapsed * self.speed)
 
-    def drawn_at(self) -> tuple[float, float]:
-        # The cursor: the header's REPLAY clock says where it is, between ticks too.
-        return self.monitor.clock(), self.monitor.wall()
-
     def go(self, wall: float) -> None:
         self.player.seek(wall)
         self._moved()
 
     def _moved(self) -> None:
-        # A step back rebuilds the monitor from a checkpoint: show the new one.
-        self.monitor = self.player.monitor
-        self._painted_version = -1
-        self.paint(force_charts=True)
+        # A step back rebuilds the monitor from a checkpoint: the session reads the new one.
+        self.repaint(force_charts=True)
         self._paint_bar()
 
     def _paint_bar(self) -> None:
-        dash = self._dashboard()
-        if dash is None:
-            return
         p = self.player
         upcoming = p.next_mark(p.now)
         label = None
         if upcoming is not None:
             label = f"{time.strftime('%H:%M:%S', time.localtime(upcoming.wall))} {upcoming.text}"
-        for bar in dash.query(ReplayBar):
+        for bar in self.query(ReplayBar):
             bar.render_bar(p.now, p.start, p.end, self.playing, self.speed, label, self.size.width)
 
     # -- keys -----------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in CONTROL_ACTIONS and self.options.admin_url:
+        if action in CONTROL_ACTIONS and self.session.options.admin_url:
             return True  # offered, so that the guard can say why it refuses
         return super().check_action(action, parameters)
 
@@ -166,7 +113,7 @@ class ReplayApp(GpuwatchApp):
 
     def action_step(self, direction: int) -> None:
         self.playing = False
-        self.go(self.player.now + direction * self.options.interval_s)
+        self.go(self.player.now + direction * self.session.options.interval_s)
 
     def action_jump(self, seconds: float) -> None:
         self.go(self.player.now + seconds)
@@ -191,7 +138,7 @@ class ReplayApp(GpuwatchApp):
         from gpuwatch.tui.screens.audit import AuditScreen
 
         entries = audit_entries(self.player.db, end=self.player.now)
-        self.push_screen(AuditScreen(entries[::-1][:50]))
+        self.app.push_screen(AuditScreen(entries[::-1][:50]))
 
     def action_goto(self) -> None:
         def chosen(text: str | None) -> None:
@@ -207,7 +154,7 @@ class ReplayApp(GpuwatchApp):
             # heights they had (the dashboard is laid out again only when it is on top).
             self.call_after_refresh(self._go_to_tick, when)
 
-        self.push_screen(GoToTime(), chosen)
+        self.app.push_screen(GoToTime(), chosen)
 
     def _go_to_tick(self, when: float) -> None:
         # The screen the live dashboard drew with that clock: its tick in that second.
@@ -217,6 +164,24 @@ class ReplayApp(GpuwatchApp):
         else:
             self.player.seek_mono(tick)
             self._moved()
+
+
+class ReplayApp(GpuwatchApp):
+    """The shell for a session built by ``replay_session``: its dashboard has the cursor."""
+
+    HELP_NOTES = [
+        *GpuwatchApp.HELP_NOTES,
+        "",
+        "[b]replay[/]: the dashboard fed from a recording by the same code, read-only. space "
+        "plays / pauses at 1x..60x (< >), left / right step one poll interval, \\[ ] a minute, "
+        "{ } jump to the previous / next event (badge changes are events), : goes to a time "
+        "(03:12:40, 2026-11-30 03:12, +5m from the start; a time to the second lands on the "
+        "tick the live screen was drawn at, its header showing that clock). The header's "
+        "clock is the recording's (REPLAY), the bar under the events says where in it you are.",
+    ]
+
+    def home_screen(self) -> ReplayDashboard:
+        return ReplayDashboard(self.session)
 
     def all_bindings(self) -> list[Binding]:
         # space plays and pauses here: the live freeze is not offered.

@@ -5,19 +5,15 @@ turned into Textual ``Theme`` objects. A bad file is skipped with one line namin
 from __future__ import annotations
 
 import importlib.resources
-import sys
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 from gpuwatch import config
+from gpuwatch.errors import ConfigError
+from gpuwatch.tomlfile import read_toml
 
 # Installed as the package gpuwatch.themes (see setup.py); pip installs onto a file system, so
 # the resource folder is a real directory.
@@ -47,7 +43,7 @@ SEMANTIC_DEFAULTS = {
 }
 
 
-class ThemeFileError(ValueError):
+class ThemeFileError(ConfigError, ValueError):
     pass
 
 
@@ -64,10 +60,7 @@ def _color(path: Path, key: str, value: Any) -> str:
 
 
 def parse_theme(path: Path) -> Theme:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ThemeFileError(f"theme {path}: {exc}") from exc
+    data = read_toml(path, f"theme {path}")
     name = data.pop("name", None)
     if not isinstance(name, str) or not name:
         raise ThemeFileError(f"theme {path}: key 'name' is missing")
@@ -112,6 +105,6 @@ def load_themes(dirs: list[Path] | None = None) -> tuple[list[Theme], list[str]]
         for path in sorted(folder.glob("*.toml")):
             try:
                 themes.append(parse_theme(path))
-            except ThemeFileError as exc:
+            except ConfigError as exc:  # ThemeFileError, or read_toml's
                 warnings.append(f"skipped {exc}")
     return themes, warnings

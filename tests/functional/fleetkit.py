@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,17 +92,27 @@ def _prometheus(
 
 
 def start_prometheus(root: Path) -> tuple[subprocess.Popen[str], str]:
-    """Prometheus on ``root/prometheus.yml`` and ``root/data``, and its URL.
+    """Prometheus on ``root/prometheus.yml`` and ``root/data``, and its URL."""
+    return start_on_a_free_port(
+        "prometheus",
+        lambda port: [
+            "prometheus", f"--config.file={root / 'prometheus.yml'}",
+            f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+        ],
+    )  # fmt: skip
 
-    Prometheus cannot report a port it picked itself; try ports until one is ours."""
+
+def start_on_a_free_port(
+    name: str, command: Callable[[int], list[str]]
+) -> tuple[subprocess.Popen[str], str]:
+    """A server (Prometheus, Alertmanager) that cannot report a port it picked itself: tried
+    on random ports until one is ours; ready when its ``/-/ready`` answers 200."""
     rng = random.Random()
     for _ in range(20):
         port = rng.randint(20000, 60000)
         proc = subprocess.Popen(
-            ["prometheus", f"--config.file={root / 'prometheus.yml'}",
-             f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            command(port), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         url = f"http://127.0.0.1:{port}"
 
         def ready(url: str = url, proc: subprocess.Popen[str] = proc) -> bool:
@@ -113,12 +123,12 @@ def start_prometheus(root: Path) -> tuple[subprocess.Popen[str], str]:
             except httpx.HTTPError:
                 return False
 
-        eventually_sync(ready, 60, message="prometheus did not become ready")
+        eventually_sync(ready, 60, message=f"{name} did not become ready")
         if proc.poll() is None:
             return proc, url
         err = proc.stderr.read() if proc.stderr else ""
         assert "address already in use" in err, err[-2000:]
-    pytest.fail("no free port for prometheus after 20 tries")
+    pytest.fail(f"no free port for {name} after 20 tries")
 
 
 @contextmanager

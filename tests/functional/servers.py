@@ -14,8 +14,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class ThreadedServer:
     """An aiohttp app on its own loop in a thread, so sync code (subprocess CLIs) can use it."""
 
-    def __init__(self, routes: dict[str, Handler]) -> None:
+    def __init__(self, routes: dict[str, Handler], unix_path: str | None = None) -> None:
         self.routes = routes
+        self.unix_path = unix_path  # serve on this unix socket instead of a TCP port
         self.port = 0  # the port the OS picked, once started
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -34,9 +35,12 @@ class ThreadedServer:
             app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5
         )
         self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.port = self._runner.addresses[0][1]
+        if self.unix_path is not None:
+            self._loop.run_until_complete(web.UnixSite(self._runner, self.unix_path).start())
+        else:
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            self._loop.run_until_complete(site.start())
+            self.port = self._runner.addresses[0][1]
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(self._runner.cleanup())

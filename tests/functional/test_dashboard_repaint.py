@@ -14,8 +14,9 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from gpuwatch.series import Point
+from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.sim.server import start_sim
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.widgets.chart import Chart, Line
 from gpuwatch.tui.widgets.panel import HOLD_S, Panel
 from tests.functional.test_tui import PROFILE, Load, text
@@ -25,7 +26,7 @@ from tests.helpers import eventually
 async def test_values_that_change_in_place_repaint_without_a_layout_pass() -> None:
     node, sim = await start_sim(PROFILE, time_scale=2.0, seed=4)
     load = Load(sim.url, 4)
-    app = GpuwatchApp(DashboardOptions(urls=[f"{sim.url}/metrics"], interval_s=0.2))
+    app = GpuwatchApp(live_session(DashboardOptions(urls=[f"{sim.url}/metrics"], interval_s=0.2)))
     try:
         async with app.run_test(size=(160, 48)) as pilot:
             await eventually(pause=pilot.pause, condition=lambda: "run 4" in text(app, "#engines"))

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
+from gpuwatch.demo import DEMO_GATE_TOML
+from gpuwatch.gate.limits import DEFAULT_LANES
 from tests.functional.tmuxkit import capture, keys, start
 from tests.helpers import eventually_sync
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)"
@@ -68,3 +78,49 @@ def test_a_closed_terminal_takes_the_demo_s_simulator_and_gate_with_it(tmp_path:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     gone, alive = psutil.wait_procs([demo, *children], timeout=20)
     assert not alive, f"still running after the terminal closed: {[p.cmdline() for p in alive]}"
+
+
+def _lanes() -> tuple[list[str], int]:
+    """The lanes of the demo's gate (its configured ones and the gate's defaults) and its
+    chat lane's in-flight limit."""
+    configured = tomllib.loads(DEMO_GATE_TOML)["lanes"]
+    names = list(dict.fromkeys([*configured, *(lane.name for lane in DEFAULT_LANES)]))
+    return names, configured["chat"]["max_inflight"]
+
+
+def test_at_80x24_every_lane_of_the_demo_s_gate_is_on_screen(tmp_path: Path) -> None:
+    """The smallest terminal over SSH: the engines' lines (the gate's own first) give way, so
+    every lane row the control keys act on is on screen, none below the fold; ``-`` on the
+    selected lane (chat) shows its new limit in its row, every lane still on screen."""
+    session = f"gw-demo-80-{os.getpid()}"
+    pidfile = tmp_path / "pid"
+    start(session, pidfile, "demo --rate 2", size=(80, 24))
+    lanes, chat_limit = _lanes()
+    assert len(lanes) >= 3, lanes
+    # A lane's row: its name, then in-flight/limit and queued/limit.
+    row = re.compile(rf"^\s*({'|'.join(map(re.escape, lanes))})\s+\d+/(\d+)\s+\d+/\d+", re.M)
+
+    def every_lane(chat: int) -> Callable[[], str | None]:
+        def shown() -> str | None:
+            screen = capture(session)
+            rows = dict(row.findall(screen))
+            return screen if set(rows) == set(lanes) and rows["chat"] == str(chat) else None
+
+        return shown
+
+    try:
+        screen = eventually_sync(
+            every_lane(chat_limit),
+            60,
+            message=lambda: f"not every lane of {lanes} on screen:\n{capture(session)}",
+        )
+        assert "vllm" in screen and "admission" in screen
+        keys(session, "-")
+        eventually_sync(
+            every_lane(chat_limit - 1),
+            30,
+            message=lambda: f"the new limit or a lane not on screen:\n{capture(session)}",
+        )
+        keys(session, "q")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -13,6 +13,7 @@ from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
 from tests.functional.servers import ThreadedServer
 
 GOOD_GPU = {"name": "g", "memory_total": 100, "memory_used": 10, "processes": []}
+MIG_DEVICE = {"gpu_instance_id": 1, "compute_instance_id": 0, "memory_total": 50, "memory_used": 5}
 BODIES = {
     "list": (b"[1, 2]", 'not a /sim/gpu answer (want {"gpus": [...]})'),
     "gpus not a list": (b'{"gpus": 5}', "not a /sim/gpu answer"),
@@ -33,6 +34,26 @@ BODIES = {
     "bad process": (
         json.dumps({"gpus": [{**GOOD_GPU, "processes": [{"pid": "1"}]}]}).encode(),
         "gpus[0].processes is not a list",
+    ),
+    "mig not a list": (
+        json.dumps({"gpus": [{**GOOD_GPU, "mig": 5}]}).encode(),
+        "gpus[0].mig is not a list",
+    ),
+    "mig device without memory": (
+        json.dumps({"gpus": [{**GOOD_GPU, "mig": [{"gpu_instance_id": 1}]}]}).encode(),
+        "gpus[0].mig[0].memory_total is not a number",
+    ),
+    "mig instance id negative": (
+        json.dumps(
+            {"gpus": [{**GOOD_GPU, "mig": [{**MIG_DEVICE, "gpu_instance_id": -1}]}]}
+        ).encode(),
+        "gpus[0].mig[0].gpu_instance_id is not an instance id",
+    ),
+    "mig bad process": (
+        json.dumps(
+            {"gpus": [{**GOOD_GPU, "mig": [None, {**MIG_DEVICE, "processes": [{"pid": True}]}]}]}
+        ).encode(),
+        "gpus[0].mig[1].processes is not a list",
     ),
     "deep nesting": (b"[" * 100_000 + b"]" * 100_000, "JSONError: nesting deeper than"),
     "NaN": (b'{"gpus": [{"memory_total": NaN, "memory_used": 1}]}', "JSONError: NaN is not JSON"),

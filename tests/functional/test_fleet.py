@@ -24,12 +24,15 @@ from gpuwatch.config import GateTarget
 from gpuwatch.control.fleet import FleetChange, address_of
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.monitor.fleet import FleetState
+from gpuwatch.session.fleet import FleetOptions, FleetSession
+from gpuwatch.session.node import NodeSession
 from gpuwatch.sources import dcgm, promql
 from gpuwatch.sources.dialects import VLLM, sample_names
 from gpuwatch.sources.prometheus import MAX_BYTES, PrometheusSource, auth_headers
-from gpuwatch.tui.app import Dashboard
-from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+from gpuwatch.tui.app import GpuwatchApp
+from gpuwatch.tui.fleet_app import FleetApp
 from gpuwatch.tui.screens.confirm import ConfirmationModal
+from gpuwatch.tui.screens.dashboard import Dashboard
 from gpuwatch.tui.screens.fleet import FleetScreen
 from gpuwatch.tui.screens.results import ResultsScreen
 from gpuwatch.tui.widgets.engines import EnginePanel
@@ -120,7 +123,7 @@ async def test_one_query_per_signal_whatever_the_fleet_size(rig: Fleet) -> None:
 async def test_a_change_to_two_marked_gates_applies_to_both_each_audited(rig: Fleet) -> None:
     change = FleetChange(Guard(), actor="fleet-test")
     read = await change.read(gates_of(rig))
-    before = {p.gate.node: p.before["lanes"]["chat"]["max_inflight"] for p in read}
+    before = {p.gate.node: p.before.lanes["chat"].max_inflight for p in read}
     planned = change.plan(read, [("chat", "max_inflight", lambda v: v + 1)])
     shown = [line for p in planned for line in p.summary()]
     for p in planned:
@@ -236,6 +239,13 @@ def fleet_app(rig: Fleet, **kw: object) -> FleetApp:
     return FleetApp(options)
 
 
+def node(app: FleetApp) -> NodeSession:
+    """The session of the node dashboard the fleet drilled into."""
+    dash = app.dashboard()
+    assert dash is not None, "no node dashboard open"
+    return dash.session
+
+
 def _close(a: float | None, b: float | None) -> bool:
     return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
 
@@ -243,7 +253,7 @@ def _close(a: float | None, b: float | None) -> bool:
 def _engine_equals_promql(rig: Fleet, app: FleetApp, instance: str) -> bool:
     """The drilled node's engine numbers equal the hand-written PromQL at its newest sample's
     time (Prometheus' own scrape time, which the monitor keeps)."""
-    engines = app.monitor.serving_engines()
+    engines = node(app).monitor.serving_engines()
     if len(engines) != 1:
         return False
     view = engines[0]
@@ -308,9 +318,10 @@ async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_
         )
         drilled_at = time.time()
         instance = rig.sims["b"].split("://")[1]
-        assert app.node is not None and app.node.instance == instance
-        assert app.options.engine_poll is not None  # not --direct: Prometheus feeds it
-        assert app.options.admin_url == rig.gates["b"]  # from [gates."127.0.0.1:*"]
+        assert dash.session is node(app) and node(app).options.hostname == "b"
+        assert node(app).options.title_endpoint == f"{instance} (via Prometheus)"
+        assert node(app).options.engine_poll is not None  # not --direct: Prometheus feeds it
+        assert node(app).options.admin_url == rig.gates["b"]  # from [gates."127.0.0.1:*"]
         # Both engines of node b are one engine, as on its scraped page; its numbers are
         # what Prometheus answers for it.
         await eventually(
@@ -323,7 +334,7 @@ async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_
         await eventually(lambda: "via Prometheus" in header.markup, 10, pause=pilot.pause)
         # The charts' hour: query_range fills it at once. The first read holds 65 s of samples,
         # and the quantiles of its first minute (less than a window behind them) are dropped.
-        history = app.monitor.serving_engines()[0].history.series
+        history = node(app).monitor.serving_engines()[0].history.series
         await eventually(
             lambda: history["running"].points()[0].t < drilled_at - 66, 20, pause=pilot.pause
         )
@@ -331,12 +342,12 @@ async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_
         # Node b's GPUs: its DCGM exporter's series in Prometheus, in the GPU panel.
         gpus = dash.query_one(GpuPanel)
         await eventually(lambda: "H100" in gpus.markup, 10, pause=pilot.pause)
-        reading = app.monitor.gpus
+        reading = node(app).monitor.gpus
         assert reading is not None and [g.index for g in reading.gpus] == [0, 1]
         assert reading.gpus[0].utilization_gpu == pytest.approx(0.87)
         assert reading.gpus[1].memory_used_bytes == 40298 * 1024 * 1024
         # A steering key on the drilled node changes its gate, audited, and not the other.
-        await eventually(lambda: app.steering.can_steer, 10, pause=pilot.pause)
+        await eventually(lambda: node(app).steering.can_steer, 10, pause=pilot.pause)
         await pilot.press("plus")
         v_b = before["b"]["version"]
         after_b = await eventually(
@@ -354,10 +365,57 @@ async def test_enter_opens_the_node_dashboard_fed_by_promql_steers_its_gate_esc_
         # esc: the fleet table again, its filter kept; the node's workers stopped.
         await pilot.press("escape")
         await eventually(lambda: isinstance(app.screen, FleetScreen), 30, pause=pilot.pause)
-        assert table.row_count == 1 and app.node is None
-        assert not [w for w in app.workers if w.group == "node" and w.is_running]
+        assert table.row_count == 1 and app.dashboard() is None
+        assert not [w for w in app.workers if w.group == "poll" and w.is_running]
         await pilot.press("escape")  # clears the filter
         await eventually(lambda: table.row_count == 3, 30, pause=pilot.pause)
+
+
+async def test_the_drill_down_is_the_node_dashboard_on_a_session_from_the_fleet(
+    rig: Fleet,
+) -> None:
+    """The fleet's factory alone builds the node's session; the live shell shows it, and its
+    keys steer that node's gate through the fleet's one guard."""
+    settings = config.load(rig.config)
+    fleet = FleetSession(
+        FleetOptions(rig.prometheus, PrometheusSource(rig.prometheus), gates=settings.gates)
+    )
+    try:
+        await fleet.read(None)
+        row = next(r for r in fleet.state.rows if r.node == "b")
+        session = fleet.node_session(row)
+        assert session.guard is fleet.guard and session.options.admin_url == rig.gates["b"]
+        assert [p.name for p in session.pollers] == [
+            f"engine http://{row.instance}/metrics",
+            "gate",
+            "dcgm",
+            "backfill",
+        ]
+        app = GpuwatchApp(session)
+        async with app.run_test(size=(160, 48)) as pilot:
+            dash = app.dashboard()
+            assert dash is not None and dash.session is session
+            panel, gpus = dash.query_one(EnginePanel), dash.query_one(GpuPanel)
+            await eventually(lambda: "m-two" in panel.markup, 30, pause=pilot.pause)
+            await eventually(lambda: "H100" in gpus.markup, 30, pause=pilot.pause)
+            assert "via Prometheus" in dash.query_one(HeaderBar).markup
+            await eventually(lambda: session.steering.can_steer, 20, pause=pilot.pause)
+            before = httpx.get(f"{rig.gates['b']}/admin/limits").json()
+            await pilot.press("plus")
+            after = await eventually(
+                lambda: (
+                    r
+                    if (r := httpx.get(f"{rig.gates['b']}/admin/limits").json())["version"]
+                    > before["version"]
+                    else None
+                ),
+                20,
+                pause=pilot.pause,
+            )
+            chat = before["lanes"]["chat"]["max_inflight"]
+            assert after["lanes"]["chat"]["max_inflight"] == chat + 1
+    finally:
+        await fleet.source.close()
 
 
 async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: Fleet) -> None:
@@ -373,7 +431,7 @@ async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: 
         assert isinstance(screen, FleetScreen)
         await pilot.press("s")  # sorted by the next column: kept when coming back
         sort = screen.sort
-        row = next(r for r in app.state.rows if r.node == "c")  # no gate on node c
+        row = next(r for r in app.fleet.state.rows if r.node == "c")  # no gate on node c
         await pilot.press("slash", *row.instance, "enter")
         await eventually(lambda: table.row_count == 1, 30, pause=pilot.pause)
         await pilot.press("enter")
@@ -381,17 +439,17 @@ async def test_enter_with_direct_scrapes_the_node_and_backfills_its_charts(rig: 
             lambda: app.screen if isinstance(app.screen, Dashboard) else None, 30, pause=pilot.pause
         )
         drilled_at = time.time()
-        assert app.options.engine_poll is None and app.options.urls == [
+        assert node(app).options.engine_poll is None and node(app).options.urls == [
             f"http://{row.instance}/metrics"
         ]
-        assert app.options.admin_url is None  # node c has no gate: no steering keys
+        assert node(app).options.admin_url is None  # node c has no gate: no steering keys
         # No DCGM exporter on node c: GPUs N/A, said in one line.
         gpus = dash.query_one(GpuPanel)
         await eventually(lambda: "N/A" in gpus.markup, 10, pause=pilot.pause)
         panel = dash.query_one(EnginePanel)
         await eventually(lambda: "m-one" in panel.markup, 20, pause=pilot.pause)
         # Scraped points start at the drill-down; the ones before it come from query_range.
-        history = app.monitor.serving_engines()[0].history.series
+        history = node(app).monitor.serving_engines()[0].history.series
         await eventually(
             lambda: history["running"].points()[0].t < drilled_at - 3, 20, pause=pilot.pause
         )
@@ -409,7 +467,7 @@ async def test_fleet_screen_marked_rows_change_both_gates(rig: Fleet) -> None:
         table = screen.query_one(FleetTable)
         await eventually(lambda: table.row_count == 3, 20, pause=pilot.pause)
         screen.sort = "instance"
-        gated = [r.key for r in app.state.rows if r.gate]
+        gated = [r.key for r in app.fleet.state.rows if r.gate]
         assert len(gated) == 2
         screen.marked.update(gated)
         screen.paint()
@@ -451,11 +509,13 @@ async def test_fleet_screen_read_only_refuses_and_sends_nothing(rig: Fleet) -> N
     async with app.run_test(size=(160, 48)) as pilot:
         screen = app.screen
         assert isinstance(screen, FleetScreen)
-        await eventually(lambda: len(app.state.rows) == 3, 20, pause=pilot.pause)
-        screen.marked.update(r.key for r in app.state.rows if r.gate)
+        await eventually(lambda: len(app.fleet.state.rows) == 3, 20, pause=pilot.pause)
+        screen.marked.update(r.key for r in app.fleet.state.rows if r.gate)
         await pilot.press("plus")
         await eventually(
-            lambda: any("read-only" in e.text for e in app.state.events), 30, pause=pilot.pause
+            lambda: any("read-only" in e.text for e in app.fleet.state.events),
+            30,
+            pause=pilot.pause,
         )
         assert not isinstance(app.screen, ConfirmationModal)
     after = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
@@ -471,7 +531,7 @@ async def test_fleet_screen_survives_a_dead_prometheus() -> None:
             await eventually(lambda: "unreachable" in str(status.render()), 10, pause=pilot.pause)
             await pilot.press("s", "m", "slash", "x", "escape")
             assert app.is_running
-            errors = [e for e in app.state.events if "unreachable" in e.text]
+            errors = [e for e in app.fleet.state.events if "unreachable" in e.text]
             assert len(errors) == 1, "the same failure is one line, not one a second"
 
 
@@ -483,7 +543,7 @@ async def test_a_reading_that_ends_as_the_app_exits_paints_nothing() -> None:
         url = f"http://127.0.0.1:{port}"
         app = FleetApp(FleetOptions(url, PrometheusSource(url)))
         app.paint_fleet()  # no screen on the stack, as at exit
-        await app.source.close()
+        await app.fleet.source.close()
 
 
 def test_every_dialect_s_generated_query_is_valid_promql(rig: Fleet) -> None:
@@ -510,24 +570,27 @@ async def test_the_fleet_at_a_past_instant_is_prometheus_answer_then(rig: Fleet)
     at = time.time() - 4.0
     app = fleet_app(rig, at=at)
     async with app.run_test(size=(160, 48)) as pilot:
-        await eventually(lambda: len(app.state.rows) == 3, 20, pause=pilot.pause)
+        await eventually(lambda: len(app.fleet.state.rows) == 3, 20, pause=pilot.pause)
         title = app.screen.query_one("#fleet-title", Static)
         assert " RO " in str(title.render()) and "REPLAY " in str(title.render())
-        reading = app.state.reading
+        reading = app.fleet.state.reading
         assert reading is not None and reading.at == at
         answer = {
             labels["instance"]: value for labels, value in rig.query(HAND_WRITTEN["gen_tps"], at)
         }
-        for row in app.state.rows:
+        for row in app.fleet.state.rows:
             assert row.values["gen_tps"] == pytest.approx(answer[row.instance], rel=1e-12)
         # The node dashboard at that instant: its newest sample is the last one before it.
         await pilot.press("enter")
-        await eventually(lambda: app.monitor.serving_engines(), 20, pause=pilot.pause)
-        assert app.node is not None
-        (view,) = app.monitor.serving_engines()
+        dash = await eventually(
+            lambda: app.screen if isinstance(app.screen, Dashboard) else None, 30, pause=pilot.pause
+        )
+        await eventually(lambda: dash.session.monitor.serving_engines(), 20, pause=pilot.pause)
+        (view,) = dash.session.monitor.serving_engines()
         newest = view.history.series["running"].last()
         assert newest is not None and at - 2.0 < newest.t <= at
-        sel = f'{{instance="{app.node.instance}"}}'
+        row = next(r for r in app.fleet.state.rows if r.node == dash.session.options.hostname)
+        sel = f'{{instance="{row.instance}"}}'
         (running,) = rig.query(f"sum(vllm:num_requests_running{sel})", at)
         assert view.snap.running == running[1]
 
@@ -611,7 +674,7 @@ async def test_a_prometheus_answering_an_endless_or_trickling_body_is_one_line()
         chunk = b"x" * (1 << 20)
         mine = len(sent)
         sent.append(0)
-        while sent[mine] < 2 * MAX_BYTES:  # the client must hang up long before this
+        while sent[mine] < 4 * MAX_BYTES:  # the client must hang up long before this
             await response.write(chunk)
             sent[mine] += len(chunk)
         return response
@@ -629,7 +692,10 @@ async def test_a_prometheus_answering_an_endless_or_trickling_body_is_one_line()
             reading = await asyncio.wait_for(source.read_fleet(), 60)
     assert reading.error is not None and "\n" not in reading.error
     assert "exceeds the 32 MiB limit" in reading.error, reading.error
-    assert sent and max(sent) < 1.25 * MAX_BYTES  # it hung up at the limit, not at the end
+    # It hung up at the limit, not at the end. What the server gets written past the limit is
+    # the two loopback sockets' buffers (autotuned to several MiB each) and whatever it writes
+    # while the client is scheduled out on a busy machine: up to 11 MiB over was seen.
+    assert sent and max(sent) < 2 * MAX_BYTES
 
     started = time.monotonic()
     with ThreadedServer({"/api/v1/{tail:.*}": trickle}) as server:

@@ -15,10 +15,11 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from gpuwatch import config
+from gpuwatch.session.fleet import FleetOptions
 from gpuwatch.sources.prometheus import PrometheusSource
-from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
-from gpuwatch.tui.replay import GoToTime
+from gpuwatch.tui.fleet_app import FleetApp
 from gpuwatch.tui.screens.fleet_history import FleetHistoryScreen
+from gpuwatch.tui.screens.goto import GoToTime
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.timecursor import TimeCursor
 from gpuwatch.tui.widgets.replaybar import ReplayBar
@@ -44,10 +45,10 @@ def history_app(rig: Fleet, at: float) -> FleetApp:
 def assert_table_is_prometheus_answer(rig: Fleet, app: FleetApp, at: float) -> int:
     """Every row's every column equals the hand-written query at ``at``; the rows are the
     engines Prometheus knew then. Returns how many values were compared."""
-    reading = app.state.reading
+    reading = app.fleet.state.reading
     assert reading is not None and reading.error is None and reading.at == at
     engines = {labels["instance"] for labels, _ in rig.query(HAND_WRITTEN["running"], at)}
-    rows = {r.instance: r for r in app.state.rows}
+    rows = {r.instance: r for r in app.fleet.state.rows}
     # (A gate whose node shows no engine at that instant is a row of its own: compared below.)
     assert {i for i, r in rows.items() if r.dialect != "gate"} == engines, (at, rows)
     compared = 0
@@ -65,13 +66,15 @@ def assert_table_is_prometheus_answer(rig: Fleet, app: FleetApp, at: float) -> i
 
 async def moved_to(rig: Fleet, app: FleetApp, pilot: Pilot[None], at: float) -> int:
     """Wait for the reading at ``at`` (the cursor), then compare it with Prometheus."""
-    assert app.cursor is not None and app.cursor.at == pytest.approx(at, abs=1e-6)
+    assert app.time_cursor is not None and app.time_cursor.at == pytest.approx(at, abs=1e-6)
     await eventually(
-        lambda: app.state.reading is not None and app.state.reading.at == app.cursor.at,  # type: ignore[union-attr]
+        lambda: (
+            app.fleet.state.reading is not None and app.fleet.state.reading.at == app.time_cursor.at
+        ),  # type: ignore[union-attr]
         20,
         pause=pilot.pause,
     )
-    return assert_table_is_prometheus_answer(rig, app, app.cursor.at)
+    return assert_table_is_prometheus_answer(rig, app, app.time_cursor.at)
 
 
 def title(app: FleetApp) -> str:
@@ -86,7 +89,7 @@ async def test_the_cursor_keys_move_the_fleet_through_prometheus_history(rig: Fl
     versions = [httpx.get(f"{u}/admin/limits").json()["version"] for u in rig.gates.values()]
     async with app.run_test(size=(160, 48)) as pilot:
         assert isinstance(app.screen, FleetHistoryScreen)
-        assert app.cursor is not None
+        assert app.time_cursor is not None
         compared = await moved_to(rig, app, pilot, start)
         assert compared >= 3 * 7, "every engine column of three rows"
         clock = time.strftime("%H:%M:%S", time.localtime(start))
@@ -107,34 +110,34 @@ async def test_the_cursor_keys_move_the_fleet_through_prometheus_history(rig: Fl
         await pilot.press("colon")
         await eventually(lambda: isinstance(app.screen, GoToTime), 5, pause=pilot.pause)
         await pilot.press(*time.strftime("%H:%M:%S", time.localtime(target)), "enter")
-        await eventually(lambda: app.cursor.at == target, 5, pause=pilot.pause)  # type: ignore[union-attr]
+        await eventually(lambda: app.time_cursor.at == target, 5, pause=pilot.pause)  # type: ignore[union-attr]
         await moved_to(rig, app, pilot, target)
         await pilot.press("colon")
         await eventually(lambda: isinstance(app.screen, GoToTime), 5, pause=pilot.pause)
         await pilot.press(*"+1s", "enter")
-        await eventually(lambda: app.cursor.at == target + 1.0, 5, pause=pilot.pause)  # type: ignore[union-attr]
+        await eventually(lambda: app.time_cursor.at == target + 1.0, 5, pause=pilot.pause)  # type: ignore[union-attr]
         await moved_to(rig, app, pilot, target + 1.0)
 
         # Speed and play: the cursor moves on by itself, and the table follows it.
         await pilot.press("less_than_sign", "less_than_sign", "less_than_sign")
-        assert app.cursor.speed == 1
+        assert app.time_cursor.speed == 1
         await pilot.press("greater_than_sign")
-        assert app.cursor.speed == 2
-        played_from = app.cursor.at
+        assert app.time_cursor.speed == 2
+        played_from = app.time_cursor.at
         await pilot.press("space")
-        await eventually(lambda: app.cursor.at >= played_from + 2.0, 10, pause=pilot.pause)  # type: ignore[union-attr]
+        await eventually(lambda: app.time_cursor.at >= played_from + 2.0, 10, pause=pilot.pause)  # type: ignore[union-attr]
         await pilot.press("space")
-        assert not app.cursor.playing
-        await moved_to(rig, app, pilot, app.cursor.at)
+        assert not app.time_cursor.playing
+        await moved_to(rig, app, pilot, app.time_cursor.at)
 
         # A fleet change is refused by the guard, with why; no gate is touched. (space plays
         # here, so the rows with a gate are marked as the fleet tests do.)
         screen = app.screen
         assert isinstance(screen, FleetHistoryScreen)
-        screen.marked.update(r.key for r in app.state.rows if r.gate)
+        screen.marked.update(r.key for r in app.fleet.state.rows if r.gate)
         await pilot.press("plus")
         await eventually(
-            lambda: any("read-only" in e.text for e in app.state.events), 5, pause=pilot.pause
+            lambda: any("read-only" in e.text for e in app.fleet.state.events), 5, pause=pilot.pause
         )
         await pilot.press("question_mark")  # the help lists the cursor keys and says how
         await eventually(lambda: isinstance(app.screen, HelpScreen), 5, pause=pilot.pause)
@@ -179,10 +182,10 @@ async def test_curly_brackets_move_to_where_the_badges_change(rig: Fleet) -> Non
     source = PrometheusSource(rig.prometheus)
 
     async def badges(at: float) -> dict:
-        return badges_of(await source.read_fleet(at), app.state.slo)
+        return badges_of(await source.read_fleet(at), app.fleet.state.slo)
 
     async with app.run_test(size=(160, 48)) as pilot:
-        cursor = app.cursor
+        cursor = app.time_cursor
         assert cursor is not None
         await moved_to(rig, app, pilot, cursor.at)
         start = cursor.at

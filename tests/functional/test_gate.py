@@ -339,7 +339,7 @@ async def test_restart_keeps_limits_and_audit(tmp_path: Path) -> None:
         assert gate2.state.limits.lanes["embed"].max_queue == 7
         assert gate2.state.limits.version == 2
         assert gate2.lanes["embed"].limits.max_queue == 7
-        assert gate2.state.audit[0]["change"] == {"lanes": {"embed": {"max_queue": 7}}}
+        assert gate2.state.audit[0].change.to_json() == {"lanes": {"embed": {"max_queue": 7}}}
     finally:
         await served2.close()
 

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from gpuwatch.adminapi import AuditEntry, LimitsPatch
 from gpuwatch.aioserve import serve
 from gpuwatch.gate.audit import KEEP
 from gpuwatch.gate.config import GateConfig
@@ -248,8 +249,8 @@ async def test_upstream_preemptions_cut_and_a_pause_wins(tmp_path: Path) -> None
         await eventually(lambda: gate.adaptive.control["chat"].preemptions_seen == 0.0)
         page["preemptions"] = 7.0
         await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 12, timeout=10)
-        last = gate.adaptive.status("chat")["last_decision"]  # type: ignore[index]
-        assert last["reason"] == "-25%: 7 preemptions upstream"
+        last = gate.adaptive.status("chat").last_decision  # type: ignore[union-attr]
+        assert last is not None and last.reason == "-25%: 7 preemptions upstream"
 
         # Paused: more preemptions, but the operator's pause wins; nothing moves.
         async with (
@@ -277,9 +278,9 @@ async def test_the_engines_own_queue_cuts_before_any_first_token(tmp_path: Path)
         await eventually(lambda: latest() is not None and latest().waiting == 0.0)
         page["waiting"] = 5.0
         await eventually(lambda: gate.lanes["chat"].limits.max_inflight == 11, timeout=10)
-        last = gate.adaptive.status("chat")["last_decision"]  # type: ignore[index]
-        assert last["reason"] == "-31%: upstream queue growing to 5"
-        assert last["from"] == 16 and last["to"] == 11
+        last = gate.adaptive.status("chat").last_decision  # type: ignore[union-attr]
+        assert last is not None and last.reason == "-31%: upstream queue growing to 5"
+        assert last.from_ == 16 and last.to == 11
         # No first token came: this was no TTFT cut.
         assert all(r.ttft_s is None for r in gate.latency["chat"].records)
 
@@ -326,8 +327,7 @@ async def test_preemptions_the_controller_could_not_answer_are_spent(tmp_path: P
             await eventually(lambda: "no queue" in control.controller.note, timeout=10)
             assert gate.lanes["chat"].limits.max_inflight == 2
             assert (
-                control.last is not None
-                and control.last["reason"] == "-33%: 7 preemptions upstream"
+                control.last is not None and control.last.reason == "-33%: 7 preemptions upstream"
             )
         finally:
             await switched.__aexit__(None, None, None)
@@ -346,10 +346,9 @@ async def test_a_409_names_the_person_after_a_thousand_controller_lines(tmp_path
                                headers={"X-Gpuwatch-Actor": "alice"}) as r:  # fmt: skip
                 assert r.status == 200
             for n in range(KEEP + 1):  # what AdaptiveLoop.run writes, a move at a time
-                await gate.state.record({"time": time.time(), "actor": "adaptive",
-                                         "controller": "aimd", "version": 2,
-                                         "change": {"lanes": {"chat": {"effective_max_inflight": 8 - n % 2}}},
-                                         "reason": "test", "before": {}})  # fmt: skip
+                moved = LimitsPatch(lanes={"chat": {"effective_max_inflight": 8 - n % 2}})
+                await gate.state.record(AuditEntry(time.time(), "adaptive", 2, moved,
+                                                   controller="aimd", reason="test"))  # fmt: skip
             async with s.patch(f"{served.url}/admin/limits", json={"lanes": {"chat": {"max_queue": 1}}},
                                headers={"If-Match": '"1"'}) as r:  # fmt: skip
                 assert r.status == 409

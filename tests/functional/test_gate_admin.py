@@ -111,7 +111,7 @@ async def test_audit_is_an_append_only_log_and_the_state_file_stays_small(tmp_pa
     assert [e["actor"] for e in newest] == ["op39", "op38", "op37"]
     gate, served = await start_gate(UP, CONFIG, state_file=path)  # read back after a restart
     await served.close()
-    assert gate.state.audit[0]["actor"] == "op39" and len(gate.state.audit) == 40
+    assert gate.state.audit[0].actor == "op39" and len(gate.state.audit) == 40
 
 
 async def test_a_torn_audit_line_is_cut_off_and_the_gate_comes_up_after_a_patch(
@@ -149,7 +149,7 @@ async def test_a_torn_audit_line_is_cut_off_and_the_gate_comes_up_after_a_patch(
     ]
     gate, served = await start_gate(UP, CONFIG, state_file=path)  # the start that used to fail
     await served.close()
-    assert [e["actor"] for e in gate.state.audit] == ["c", "a"]
+    assert [e.actor for e in gate.state.audit] == ["c", "a"]
     assert gate.state.limits.paused is False
 
 
@@ -162,7 +162,7 @@ async def test_a_schema_1_state_file_is_migrated(tmp_path: Path) -> None:
     gate, served = await start_gate(UP, CONFIG, state_file=path)
     await served.close()
     assert gate.state.limits.version == 3 and gate.state.limits.lanes["chat"].max_inflight == 5
-    assert [e["actor"] for e in gate.state.audit] == ["b", "a"]
+    assert [e.actor for e in gate.state.audit] == ["b", "a"]
     assert json.loads(path.read_text())["schema"] == 2
 
 

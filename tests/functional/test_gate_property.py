@@ -70,7 +70,9 @@ async def _run(batch) -> None:  # type: ignore[no-untyped-def]
                     if r.status == 200:
                         effective = data.pop("effective")
                         assert data == gate.state.limits.to_json()
-                        assert effective == gate.adaptive.effective()
+                        assert effective == {
+                            name: e.to_json() for name, e in gate.adaptive.effective().items()
+                        }
                     reloaded = load_state(path, {lane.name: lane.limits for lane in DEFAULT_LANES})
                     assert reloaded.limits == gate.state.limits
                     for name, lane in gate.lanes.items():

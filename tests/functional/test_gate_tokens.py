@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 
 from gpuwatch.aioserve import serve
-from gpuwatch.gate.caps import estimate_prompt
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES, Lane
+from gpuwatch.gate.prompt import estimate_prompt
 from gpuwatch.gate.server import start_gate
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import SimNode, start_sim

@@ -16,10 +16,12 @@ from aiohttp import web
 from textual.app import App
 from textual.geometry import Region
 
+from gpuwatch.session.fleet import FleetOptions
+from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
 from gpuwatch.sources.prometheus import PrometheusSource
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
-from gpuwatch.tui.fleet_app import FleetApp, FleetOptions
+from gpuwatch.tui.app import GpuwatchApp
+from gpuwatch.tui.fleet_app import FleetApp
 from tests.functional.servers import ThreadedServer
 from tests.helpers import eventually
 
@@ -45,7 +47,10 @@ async def metrics(_: web.Request) -> web.Response:
 async def sim_gpu(_: web.Request) -> web.Response:
     gpu = {"index": 0, "name": EVIL, "uuid": EVIL, "memory_total": 80 << 30,
            "memory_used": 10 << 30, "utilization_gpu": 50}  # fmt: skip
-    return web.json_response({"gpus": [gpu]})
+    # A GPU in MIG mode whose MIG device's profile (read from its name) is hostile too.
+    mig = {"profile": EVIL, "gpu_instance_id": 1, "compute_instance_id": 0,
+           "memory_total": 40 << 30, "memory_used": 1 << 30}  # fmt: skip
+    return web.json_response({"gpus": [gpu, {**gpu, "index": 1, "mig": [mig]}]})
 
 
 async def query(_: web.Request) -> web.Response:
@@ -136,9 +141,14 @@ async def test_the_dashboard_draws_hostile_names_visibly_and_stays_up(url: str) 
     """Regression: a GPU named with an escape sequence ended the dashboard (MarkupError: its
     ``[2J`` read as a tag); control characters went to the terminal as they were."""
     nvml = NvmlReader(FakeNvml(SimGpuSource(f"{url}/sim/gpu")))
-    app = GpuwatchApp(DashboardOptions(urls=[f"{url}/metrics"], interval_s=0.2, nvml=nvml))
+    app = GpuwatchApp(
+        live_session(DashboardOptions(urls=[f"{url}/metrics"], interval_s=0.2, nvml=nvml))
+    )
     async with app.run_test(size=(200, 50)) as pilot:
         await eventually(lambda: drawn(app).count("PWNED") >= 2, 20, pause=pilot.pause)
+        assert controls(drawn(app)) == []
+        await pilot.press("g")  # the GPU screen: names, UUIDs, the MIG device's row
+        await eventually(lambda: drawn(app).count("PWNED") >= 5, 20, pause=pilot.pause)
         assert controls(drawn(app)) == []
 
 
@@ -146,6 +156,6 @@ async def test_the_fleet_screen_draws_hostile_labels_visibly(url: str) -> None:
     """Regression: the fleet table's dialect column was drawn raw."""
     app = FleetApp(FleetOptions(url, PrometheusSource(url), interval_s=0.2))
     async with app.run_test(size=(240, 40)) as pilot:
-        await eventually(lambda: len(app.state.rows) == 1, 20, pause=pilot.pause)
+        await eventually(lambda: len(app.fleet.state.rows) == 1, 20, pause=pilot.pause)
         await eventually(lambda: drawn(app).count("PWNED") >= 4, 20, pause=pilot.pause)
         assert controls(drawn(app)) == []

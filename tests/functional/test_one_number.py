@@ -26,7 +26,7 @@ from gpuwatch.monitor.figures import all_figures, engine_figures, ttft_breakdown
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
-from gpuwatch.tui.app import ttft_lines
+from gpuwatch.tui.screens.dashboard import ttft_lines
 from gpuwatch.tui.widgets.engines import engine_segments
 from gpuwatch.tui.widgets.users import breakdown_segments, tail_row
 from gpuwatch.watch import Watch, WatchOptions, frame, row
@@ -78,7 +78,7 @@ async def test_every_place_prints_one_user_ttft_p99(watched: Monitor) -> None:
         return bool(
             users is not None
             and users.worst_lane is not None
-            and (users.tails[users.worst_lane]["ttft"].get("count") or 0) >= 20
+            and users.tails[users.worst_lane].ttft.count >= 20
             and found is not None
             and found[1].history.quantile("ttft", 0.99) is not None
             and m.gate is not None
@@ -90,7 +90,7 @@ async def test_every_place_prints_one_user_ttft_p99(watched: Monitor) -> None:
     users = users_now(m)
     assert users is not None and users.worst_lane is not None
     lane = users.worst_lane
-    exact = users.tails[lane]["ttft"]["p99"]
+    exact = users.tails[lane].ttft.p99
     found = gate_view(m)
     assert found is not None
     ep, view = found

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from gpuwatch.adminapi import LimitsPatch
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.gate.config import GateConfig
@@ -62,7 +63,7 @@ async def _run_for_real(tmp: Path, rate: float, limits: dict[str, Any] | None) -
     try:
         if limits is not None:
             async with GateClient(gate.url, None, Guard(), actor="test") as client:
-                await client.patch({"lanes": {"chat": limits}})
+                await client.patch(LimitsPatch(lanes={"chat": limits}))
         spec = LoadSpec(
             url=gate.url, rate=rate * TIME_SCALE, duration_s=RUN_SIM_S / TIME_SCALE, seed=11,
             burstiness=DEFAULT_BURSTINESS, prompt_tokens=Dist.parse(DEFAULT_PROMPT, "p"),
@@ -227,7 +228,7 @@ async def test_apply_sends_if_match_so_a_change_in_between_is_never_overwritten(
         shown.append(lines)
         # Another operator changes the limits while this one reads the prompt (on the loop the
         # gate runs on; the plan's apply runs in a thread of its own, as the CLI's would).
-        change = other.patch({"lanes": {"chat": {"max_queue": 5}}})
+        change = other.patch(LimitsPatch(lanes={"chat": {"max_queue": 5}}))
         asyncio.run_coroutine_threadsafe(change, loop).result(10)
         return True
 
@@ -243,7 +244,7 @@ async def test_apply_sends_if_match_so_a_change_in_between_is_never_overwritten(
             raise AssertionError("the plan's PATCH was not refused")
         assert conflict.actor == "someone@else" and conflict.version == 2
         limits = await other.limits()
-        assert limits["version"] == 2 and limits["lanes"]["chat"]["max_queue"] == 5
+        assert limits.version == 2 and limits.lanes["chat"].max_queue == 5
         assert shown == [["chat.max_inflight 16 -> 40", "chat.max_queue 64 -> 9",
                           "chat.max_output_tokens null -> null (unchanged)"]]  # fmt: skip
     finally:

@@ -69,11 +69,11 @@ async def test_p_shows_the_plan_and_apply_changes_the_gate_after_confirmation(
         await pilot.click("#apply")
         after = await wait_version(pilot, client, 2)
         await settled(pilot, app)
-    chat = after["lanes"]["chat"]
-    assert (chat["max_inflight"], chat["max_queue"]) == (40, 9)
+    chat = after.lanes["chat"]
+    assert (chat.max_inflight, chat.max_queue) == (40, 9)
     [entry] = await client.audit(10)
-    assert entry["actor"] == default_actor()  # the operator, not "plan": they pressed Apply
-    assert any("from the plan of" in e.text for e in app.monitor.events)
+    assert entry.actor == default_actor()  # the operator, not "plan": they pressed Apply
+    assert any("from the plan of" in e.text for e in app.session.monitor.events)
 
 
 async def test_cancel_and_read_only_send_nothing(stack, state: Path) -> None:
@@ -91,7 +91,8 @@ async def test_cancel_and_read_only_send_nothing(stack, state: Path) -> None:
     app = make_app(sim.url, served.url, read_only=True)
     async with app.run_test(size=(160, 48)) as pilot:
         await eventually(
-            pause=pilot.pause, condition=lambda: app.monitor.gate and app.monitor.gate.limits
+            pause=pilot.pause,
+            condition=lambda: app.session.monitor.gate and app.session.monitor.gate.limits,
         )
         await pilot.press("P")
         await eventually(pause=pilot.pause, condition=lambda: isinstance(app.screen, PlanScreen))
@@ -99,7 +100,7 @@ async def test_cancel_and_read_only_send_nothing(stack, state: Path) -> None:
         await settled(pilot, app)
         assert not isinstance(app.screen, ConfirmationModal)
         assert any("read-only" in str(n.message) for n in app._notifications)
-    assert (await client.limits())["version"] == 1
+    assert (await client.limits()).version == 1
     assert await client.audit(10) == []
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
+from gpuwatch.adminapi import AuditEntry
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.gate.server import start_gate
@@ -60,9 +60,9 @@ async def test_a_recorded_audit_keeps_the_person_s_change_beside_the_controller_
                                headers={"X-Gpuwatch-Actor": "alice"}) as r:  # fmt: skip
                 assert r.status == 200, await r.text()
 
-            async def controller_lines() -> list[dict[str, Any]]:
+            async def controller_lines() -> list[AuditEntry]:
                 entries = await gate.audit(50)
-                mine = [e for e in entries if e["actor"] == "adaptive" and e["version"] == 2]
+                mine = [e for e in entries if e.actor == "adaptive" and e.version == 2]
                 return entries if len(mine) >= 2 else []
 
             entries = await eventually(controller_lines, timeout=30, message="no cut after v2")
@@ -75,6 +75,6 @@ async def test_a_recorded_audit_keeps_the_person_s_change_beside_the_controller_
         db.close()
         await served.close()
         await sim.close()
-    alice = [e for e in recorded if e["actor"] == "alice"]
-    assert len(alice) == 1 and alice[0]["version"] == 2, recorded
-    assert alice[0]["change"] == {"lanes": {"chat": {"max_queue": 1000, "policy": "adaptive"}}}
+    alice = [e for e in recorded if e.actor == "alice"]
+    assert len(alice) == 1 and alice[0].version == 2, recorded
+    assert alice[0].change.lanes == {"chat": {"max_queue": 1000, "policy": "adaptive"}}

@@ -366,7 +366,7 @@ def test_hostile_recordings_are_bounded_and_one_line(tmp_path: Path) -> None:
     db.execute("INSERT INTO audit (version, wall, entry) VALUES (1, 1700000000.5, ?)", (deep,))
     db.execute("INSERT INTO audit (version, wall, entry) VALUES (2, 1700000000.6, ?)",
                (json.dumps({"version": 2, "time": 1700000000.6, "actor": "alice"}),))  # fmt: skip
-    assert [e["actor"] for e in store.audit_entries(db)] == ["alice"]
+    assert [e.actor for e in store.audit_entries(db)] == ["alice"]
     db.close()
     out = tmp_path / "out.db"
     proc = gw("replay", str(audit), "--export", str(out))

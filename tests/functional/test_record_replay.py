@@ -17,11 +17,12 @@ from gpuwatch.load import LoadRun
 from gpuwatch.load.spec import Dist, LoadSpec
 from gpuwatch.record.player import Player
 from gpuwatch.record.recorder import Recorder
+from gpuwatch.session.node import REPLAY_READ_ONLY, DashboardOptions, live_session, replay_session
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
-from gpuwatch.tui.replay import REPLAY_READ_ONLY, ReplayApp
+from gpuwatch.tui.app import GpuwatchApp, Shell
+from gpuwatch.tui.replay import ReplayApp, ReplayDashboard
 from gpuwatch.tui.widgets.chart import Chart
 from gpuwatch.tui.widgets.header import HeaderBar
 from gpuwatch.tui.widgets.panel import Panel
@@ -51,17 +52,17 @@ def options(sim_url: str, gate_url: str) -> DashboardOptions:
     )  # fmt: skip
 
 
-def screen(app: GpuwatchApp) -> dict[str, Any]:
+def screen(app: Shell) -> dict[str, Any]:
     """The panels' markup, the charts' points and the header's badge, painted at the monitor's
     present clock (held still while painting, so every part reads the same instant)."""
-    m = app.monitor
+    dash = app.dashboard()
+    assert dash is not None
+    m = dash.session.monitor
     mono, wall = m.clock(), m.wall()
     clocks = m.clock, m.wall
     m.clock, m.wall = (lambda: mono), (lambda: wall)
     try:
-        app._painted_version = -1  # everything, the charts too, drawn now
-        app.paint(force_charts=True)
-        dash = app.screen
+        dash.repaint(force_charts=True)  # everything, the charts too, drawn now
         out: dict[str, Any] = {sel: dash.query_one(sel, Panel).markup for sel in PANELS}
         for sel in CHARTS:
             out[sel] = [
@@ -85,14 +86,15 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
                  prompt_tokens=Dist("uniform", 256, 1024), output_tokens=Dist("fixed", 48))
     )  # fmt: skip
     recorder = Recorder(path)
+    session = live_session(options(sim_url, gate_url))
     app = GpuwatchApp(
-        options(sim_url, gate_url),
+        session,
         background=[load.run, lambda: recorder.run(gate_url, "tok")],
     )
-    recorder.attach(app.monitor, host="node1")
+    recorder.attach(session.monitor, host="node1")
     live: list[dict[str, Any]] = []
     async with app.run_test(size=(160, 48)) as pilot:
-        m = app.monitor
+        m = session.monitor
 
         def engine_busy() -> bool:
             views = m.serving_engines()
@@ -111,15 +113,15 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
         live.append(screen(app))
 
         # 3: after a limit change from the keys: the gate's answer, its event, the new limits.
-        before = m.gate.limits["lanes"]["chat"]["max_inflight"] if m.gate and m.gate.limits else 0
+        before = m.gate.limits.lanes["chat"].max_inflight if m.gate and m.gate.limits else 0
         await pilot.press("plus")
 
         def changed() -> bool:
             limits = m.gate.limits if m.gate else None
             return bool(
                 limits
-                and limits["lanes"]["chat"]["max_inflight"] == before + 1
-                and not app.steering.pending_lines()
+                and limits.lanes["chat"].max_inflight == before + 1
+                and not session.steering.pending_lines()
                 and any("max_inflight" in e.text for e in m.events)
             )
 
@@ -133,13 +135,14 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
     assert recorder.rows_written > 0 and recorder.stopped is None
 
     player = Player(path)
-    replay = ReplayApp(player, options(sim_url, gate_url))
+    replay = ReplayApp(replay_session(player, options(sim_url, gate_url)))
     async with replay.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
+        cursor = replay.screen
+        assert isinstance(cursor, ReplayDashboard) and cursor.session.replay is player
         for shown in live:
             mono, wall = shown["at"]
-            player.seek_mono(mono)
-            replay.monitor = player.monitor
+            player.seek_mono(mono)  # the session reads the player's monitor, rebuilt or not
             again = screen(replay)
             # The monitor's clock exactly; the wall clock is the recorded offset from it.
             assert again["at"][0] == mono and again["at"][1] == pytest.approx(wall, abs=1e-3)
@@ -158,7 +161,7 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
 
         # The cursor keys move through time, and the screen with them.
         player.seek(player.start)
-        replay.go(player.start)
+        cursor.go(player.start)
         await pilot.press("right")
         assert player.now == pytest.approx(player.start + 0.25, abs=1e-6)
         await pilot.press("right_curly_bracket")  # the next event
@@ -171,9 +174,9 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
         assert player.now < player.end
         at = player.now
         await pilot.press("greater_than_sign")
-        assert replay.speed == 30
+        assert cursor.speed == 30
         await pilot.press(*["less_than_sign"] * 5)
-        assert replay.speed == 1  # 1x at the slowest: the short recording does not end at once
+        assert cursor.speed == 1  # 1x at the slowest: the short recording does not end at once
         # Play from the start, so that a slow machine cannot reach the end (which stops play
         # by itself) before the second space.
         await pilot.press("left_square_bracket")
@@ -182,7 +185,7 @@ async def test_replayed_screens_equal_the_live_ones(stack, tmp_path: Path) -> No
         await pilot.press("space")
         await eventually(lambda: player.now > at, 30, pause=pilot.pause)
         await pilot.press("space")
-        assert not replay.playing
+        assert not cursor.playing
         await pilot.press("colon")
         await pilot.press(*"+1s", "enter")
         await eventually(

@@ -142,7 +142,7 @@ def test_config_file_is_used_and_bad_config_exits_2(server, tmp_path: Path) -> N
     assert proc.returncode == 2
     assert (
         proc.stderr.decode().strip()
-        == f"gpuwatch: config error: {cfg}: unknown key 'scrape.timeout'"
+        == f"gpuwatch snapshot: config error: {cfg}: unknown key 'scrape.timeout'"
     )
 
 

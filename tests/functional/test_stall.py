@@ -21,10 +21,11 @@ import pytest
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES, LaneLimits
 from gpuwatch.gate.server import Gate, start_gate
+from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.app import GpuwatchApp
 from tests.functional.test_tui import text
 from tests.helpers import eventually
 
@@ -236,7 +237,9 @@ async def test_watch_snapshot_and_the_dashboard_say_stalled_with_how_long(
             assert engine["stalled_for_s"] >= 1.5 and engine["running"] == 1
 
             app = GpuwatchApp(
-                DashboardOptions(urls=[metrics], interval_s=0.2, slo={"stall_after_s": AFTER_S})
+                live_session(
+                    DashboardOptions(urls=[metrics], interval_s=0.2, slo={"stall_after_s": AFTER_S})
+                )
             )
             async with app.run_test(size=(160, 48)) as pilot:
                 await eventually(

@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from gpuwatch.adminapi import Limits, LimitsPatch, LimitValue
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.control.steering import Steering
@@ -25,20 +25,20 @@ TOKEN = "s3cret"
 class RecordingView:
     """A SteeringView that remembers what it was told and answers modals as set."""
 
-    current: dict[str, Any] | None = None
+    current: Limits | None = None
     confirm_answer: bool = True
-    form_answer: dict[str, Any] | None = None
+    form_answer: dict[str, LimitValue] | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)
     events: list[tuple[str, str]] = field(default_factory=list)
     asked: list[list[str]] = field(default_factory=list)
 
-    def limits(self) -> dict[str, Any] | None:
+    def limits(self) -> Limits | None:
         return self.current
 
     def gate_reason(self) -> str | None:
         return None
 
-    def show_limits(self, limits: dict[str, Any]) -> None:
+    def show_limits(self, limits: Limits) -> None:
         self.current = limits
 
     def event(self, level: str, text: str) -> None:
@@ -51,7 +51,7 @@ class RecordingView:
         self.asked.append(details)
         return self.confirm_answer
 
-    async def edit_form(self, lane: str, limits: dict[str, Any]) -> dict[str, Any] | None:
+    async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         return self.form_answer
 
     def changed(self) -> None:
@@ -91,10 +91,10 @@ async def test_keys_within_the_window_are_one_patch(rig: Rig) -> None:
     assert s.pending_lines() == ["chat.max_inflight 16 -> 21"]
     await eventually(lambda: s.idle, 30)  # the coalescing timer fired and the change landed
     limits = await rig.other.limits()
-    assert limits["version"] == 2 and limits["lanes"]["chat"]["max_inflight"] == 21
+    assert limits.version == 2 and limits.lanes["chat"].max_inflight == 21
     assert rig.view.current == limits
     audit = await rig.other.audit(5)
-    assert len(audit) == 1 and audit[0]["actor"] == "me@here"
+    assert len(audit) == 1 and audit[0].actor == "me@here"
 
 
 async def test_keys_during_our_own_change_build_on_it(rig: Rig) -> None:
@@ -104,22 +104,24 @@ async def test_keys_during_our_own_change_build_on_it(rig: Rig) -> None:
     s.queue(8)
     await s.settle()
     limits = await rig.other.limits()
-    assert limits["version"] == 3
-    assert limits["lanes"]["chat"]["max_inflight"] == 17
-    assert limits["lanes"]["chat"]["max_queue"] == 72
+    assert limits.version == 3
+    assert limits.lanes["chat"].max_inflight == 17
+    assert limits.lanes["chat"].max_queue == 72
     assert not [n for n in rig.view.notes if n[0] != "information"]
 
 
 async def test_someone_elses_change_is_never_overwritten(rig: Rig) -> None:
-    await rig.other.patch({"lanes": {"chat": {"max_inflight": 5}}}, if_match=1)
+    await rig.other.patch(
+        LimitsPatch.from_json({"lanes": {"chat": {"max_inflight": 5}}}), if_match=1
+    )
     rig.steering.inflight(1)  # made on version 1, which is now old
     await rig.steering.settle()
     limits = await rig.other.limits()
-    assert limits["version"] == 2 and limits["lanes"]["chat"]["max_inflight"] == 5
+    assert limits.version == 2 and limits.lanes["chat"].max_inflight == 5
     assert ("warning", "limits changed by alice@box: refreshed, nothing overwritten") in (
         rig.view.notes
     )
-    assert rig.view.current is not None and rig.view.current["version"] == 2  # refreshed
+    assert rig.view.current is not None and rig.view.current.version == 2  # refreshed
 
 
 async def test_a_cut_by_more_than_half_waits_for_the_operator(rig: Rig) -> None:
@@ -129,13 +131,13 @@ async def test_a_cut_by_more_than_half_waits_for_the_operator(rig: Rig) -> None:
     s.scale_inflight(0.5)  # 16 -> 4
     await s.settle()
     assert rig.view.asked and "chat.max_inflight 16 -> 4" in rig.view.asked[0]
-    assert (await rig.other.limits())["version"] == 1
+    assert (await rig.other.limits()).version == 1
     assert rig.view.events[-1] == ("info", "change cancelled: chat.max_inflight 16 -> 4")
     rig.view.confirm_answer = True
     s.pause()
     await s.settle()
     limits = await rig.other.limits()
-    assert limits["paused"] is True and len(rig.view.asked) == 2
+    assert limits.paused is True and len(rig.view.asked) == 2
 
 
 async def test_undo_puts_back_what_the_last_change_changed(rig: Rig) -> None:
@@ -143,11 +145,11 @@ async def test_undo_puts_back_what_the_last_change_changed(rig: Rig) -> None:
     s.output(True)
     s.output(True)
     await s.settle()
-    assert (await rig.other.limits())["lanes"]["chat"]["max_output_tokens"] == 2048
+    assert (await rig.other.limits()).lanes["chat"].max_output_tokens == 2048
     s.undo()
     await s.settle()
     limits = await rig.other.limits()
-    assert limits["lanes"]["chat"]["max_output_tokens"] is None and limits["version"] == 3
+    assert limits.lanes["chat"].max_output_tokens is None and limits.version == 3
     assert rig.view.events[-1][1].startswith("undone v3")
     s.undo()
     assert ("information", "nothing to undo from this screen") in rig.view.notes
@@ -158,9 +160,9 @@ async def test_the_form_sends_one_change(rig: Rig) -> None:
     rig.steering.edit()
     await rig.steering.settle()
     limits = await rig.other.limits()
-    assert limits["version"] == 2
-    assert limits["lanes"]["chat"]["max_inflight"] == 12
-    assert limits["lanes"]["chat"]["max_queue"] == 40
+    assert limits.version == 2
+    assert limits.lanes["chat"].max_inflight == 12
+    assert limits.lanes["chat"].max_queue == 40
 
 
 async def test_lane_selection_picks_what_the_keys_change(rig: Rig) -> None:
@@ -181,12 +183,12 @@ async def test_read_only_refuses_in_the_guard_and_nothing_is_sent(rig: Rig) -> N
     s.pause()
     s.undo()
     await s.settle()
-    assert (await rig.other.limits())["version"] == 1
+    assert (await rig.other.limits()).version == 1
     assert all(sev == "warning" and "refused: read-only" in text for sev, text in rig.view.notes)
     # The path behind the keys holds the same guard: it refuses too.
     with pytest.raises(ReadOnlyError):
-        await rig.ours.patch({"paused": True}, if_match=1)
-    assert (await rig.other.limits())["version"] == 1
+        await rig.ours.patch(LimitsPatch.from_json({"paused": True}), if_match=1)
+    assert (await rig.other.limits()).version == 1
 
 
 async def test_without_a_gate_the_keys_say_why() -> None:
@@ -207,9 +209,9 @@ async def test_undo_right_after_a_key_undoes_that_key(rig: Rig) -> None:
     s.undo()
     await s.settle()
     limits = await rig.other.limits()
-    chat = limits["lanes"]["chat"]
-    assert limits["version"] == 4  # the key (v3), then its undo (v4)
-    assert (chat["max_inflight"], chat["max_output_tokens"]) == (16, 4096)
+    chat = limits.lanes["chat"]
+    assert limits.version == 4  # the key (v3), then its undo (v4)
+    assert (chat.max_inflight, chat.max_output_tokens) == (16, 4096)
 
 
 async def test_an_undo_that_did_not_go_through_stays_undoable(rig: Rig) -> None:
@@ -217,15 +219,17 @@ async def test_an_undo_that_did_not_go_through_stays_undoable(rig: Rig) -> None:
     s = rig.steering
     s.inflight(1)
     await s.settle()  # v2, ours
-    await rig.other.patch({"lanes": {"embed": {"max_queue": 100}}}, if_match=2)  # v3, not ours
+    await rig.other.patch(
+        LimitsPatch.from_json({"lanes": {"embed": {"max_queue": 100}}}), if_match=2
+    )  # v3, not ours
     s.undo()  # made on v2 (the screen has not seen v3): 409
     await s.settle()
-    assert (await rig.other.limits())["version"] == 3
+    assert (await rig.other.limits()).version == 3
     assert len(s.history) == 1
     s.undo()  # now on the refreshed v3
     await s.settle()
     limits = await rig.other.limits()
-    assert limits["version"] == 4 and limits["lanes"]["chat"]["max_inflight"] == 16
+    assert limits.version == 4 and limits.lanes["chat"].max_inflight == 16
 
 
 async def test_the_form_after_a_key_builds_on_it(rig: Rig) -> None:
@@ -237,9 +241,9 @@ async def test_the_form_after_a_key_builds_on_it(rig: Rig) -> None:
     s.edit()
     await s.settle()
     limits = await rig.other.limits()
-    assert limits["version"] == 3
-    assert limits["lanes"]["chat"]["max_inflight"] == 17
-    assert limits["lanes"]["chat"]["max_queue"] == 40
+    assert limits.version == 3
+    assert limits.lanes["chat"].max_inflight == 17
+    assert limits.lanes["chat"].max_queue == 40
     assert not [n for n in rig.view.notes if n[0] != "information"]
 
 

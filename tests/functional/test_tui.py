@@ -17,10 +17,11 @@ from textual.content import Content
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
+from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
 from gpuwatch.sources.nvml import FakeNvml, NvmlReader, SimGpuSource
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
 from gpuwatch.tui.widgets.panel import Panel
@@ -81,7 +82,7 @@ class Load:
 
 async def test_panels_show_what_the_sources_return(stack) -> None:
     node, sim, gate, served = stack
-    app = GpuwatchApp(options(sim.url, served.url))
+    app = GpuwatchApp(live_session(options(sim.url, served.url)))
     load = Load(served.url, 6)
     async with app.run_test(size=(160, 48)) as pilot:
         await eventually(pause=pilot.pause, condition=lambda: "run 6" in text(app, "#engines"))
@@ -98,7 +99,7 @@ async def test_panels_show_what_the_sources_return(stack) -> None:
         )
         # The KV gauge shows tokens: vLLM's cache_config_info gives the pool size.
         assert "/125.3k tok" in text(app, "#engines")
-        snap = next(iter(app.monitor.endpoints[f"{sim.url}/metrics"].engines.values())).snap
+        snap = next(iter(app.session.monitor.endpoints[f"{sim.url}/metrics"].engines.values())).snap
         assert snap.running == 6 and snap.kv_tokens_total == PROFILE.kv_tokens
         await eventually(
             pause=pilot.pause,
@@ -111,25 +112,28 @@ async def test_dead_endpoint_goes_down_and_back_up(tmp_path: Path) -> None:
     node, sim = await start_sim(PROFILE, time_scale=2.0, seed=3)
     port = int(sim.url.rsplit(":", 1)[1])
     url = f"{sim.url}/metrics"
-    app = GpuwatchApp(DashboardOptions(urls=[url], interval_s=0.2))
+    app = GpuwatchApp(live_session(DashboardOptions(urls=[url], interval_s=0.2)))
     async with app.run_test(size=(120, 40)) as pilot:
         await eventually(
-            pause=pilot.pause, condition=lambda: app.monitor.endpoints[url].status.state == "UP"
+            pause=pilot.pause,
+            condition=lambda: app.session.monitor.endpoints[url].status.state == "UP",
         )
         await sim.close()
         await eventually(
-            pause=pilot.pause, condition=lambda: app.monitor.endpoints[url].status.state == "DOWN"
+            pause=pilot.pause,
+            condition=lambda: app.session.monitor.endpoints[url].status.state == "DOWN",
         )
         await eventually(pause=pilot.pause, condition=lambda: "DOWN" in text(app, "#engines"))
         assert "connection refused" in text(app, "#engines")
-        assert any(f"{url} DOWN: connection refused" in e.text for e in app.monitor.events)
+        assert any(f"{url} DOWN: connection refused" in e.text for e in app.session.monitor.events)
         _, sim2 = await start_sim(PROFILE, port=port, time_scale=2.0, seed=3)
         try:
             await eventually(
-                pause=pilot.pause, condition=lambda: app.monitor.endpoints[url].status.state == "UP"
+                pause=pilot.pause,
+                condition=lambda: app.session.monitor.endpoints[url].status.state == "UP",
             )
             await eventually(pause=pilot.pause, condition=lambda: "UP" in text(app, "#engines"))
-            assert any(f"{url} UP again" in e.text for e in app.monitor.events)
+            assert any(f"{url} UP again" in e.text for e in app.session.monitor.events)
             await eventually(
                 pause=pilot.pause, condition=lambda: "UP again" in text(app, "#events")
             )
@@ -139,7 +143,7 @@ async def test_dead_endpoint_goes_down_and_back_up(tmp_path: Path) -> None:
 
 async def test_theme_switching_cycles_every_theme(stack) -> None:
     node, sim, gate, served = stack
-    app = GpuwatchApp(options(sim.url, served.url))
+    app = GpuwatchApp(live_session(options(sim.url, served.url)))
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         assert app.theme == "gpuwatch-dark"
@@ -154,7 +158,7 @@ async def test_theme_switching_cycles_every_theme(stack) -> None:
 
 async def test_80x24_renders_everything_that_matters(stack) -> None:
     node, sim, gate, served = stack
-    app = GpuwatchApp(options(sim.url, served.url))
+    app = GpuwatchApp(live_session(options(sim.url, served.url)))
     async with app.run_test(size=(80, 24)) as pilot:
         await eventually(
             pause=pilot.pause,
@@ -181,9 +185,9 @@ async def test_80x24_renders_everything_that_matters(stack) -> None:
 
 async def test_help_gpu_screen_freeze_and_window(stack) -> None:
     node, sim, gate, served = stack
-    app = GpuwatchApp(options(sim.url, served.url))
+    app = GpuwatchApp(live_session(options(sim.url, served.url)))
     async with app.run_test(size=(160, 48)) as pilot:
-        await eventually(pause=pilot.pause, condition=lambda: app.monitor.gpus is not None)
+        await eventually(pause=pilot.pause, condition=lambda: app.session.monitor.gpus is not None)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         help_text = screen_text(app)
@@ -196,45 +200,50 @@ async def test_help_gpu_screen_freeze_and_window(stack) -> None:
         assert procs.row_count == 1 and str(os.getpid()) in screen_text(app)
         await pilot.press("escape")
         await pilot.press("w")
-        assert app.window == (300, "5m")
+        dash = app.dashboard()
+        assert dash is not None and dash.chart_window == (300, "5m")
         await pilot.press("space")
-        assert app.frozen and "FROZEN" in text(app, "#header")
+        assert dash.frozen and "FROZEN" in text(app, "#header")
         before = text(app, "#engines")
-        version = app.monitor.version
+        version = app.session.monitor.version
         await eventually(
-            pause=pilot.pause, condition=lambda: app.monitor.version > version + 3
+            pause=pilot.pause, condition=lambda: app.session.monitor.version > version + 3
         )  # sources keep polling
         assert text(app, "#engines") == before  # the display does not move
         await pilot.press("space")
-        assert not app.frozen
+        assert not dash.frozen
 
 
 async def test_badge_changes_with_hysteresis(stack) -> None:
     node, sim, gate, served = stack
-    app = GpuwatchApp(options(sim.url, served.url, slo={"ttft_p99_s": 1000.0}))
-    app.monitor.health.hold_s = 1.0
+    app = GpuwatchApp(live_session(options(sim.url, served.url, slo={"ttft_p99_s": 1000.0})))
+    app.session.monitor.health.hold_s = 1.0
     load = Load(served.url, 4)
     async with app.run_test(size=(160, 48)) as pilot:
         await eventually(
-            pause=pilot.pause, condition=lambda: app.monitor.verdict.level == "OK"
+            pause=pilot.pause, condition=lambda: app.session.monitor.verdict.level == "OK"
         )  # data, and well inside
-        app.monitor.health.slo["ttft_p99_s"] = 0.001  # now far outside: the badge must wait
+        app.session.monitor.health.slo["ttft_p99_s"] = 0.001  # now far outside: the badge must wait
         await eventually(
             pause=pilot.pause,
-            condition=lambda: app.monitor.health.pending(app.monitor.clock()) is not None,
+            condition=lambda: (
+                app.session.monitor.health.pending(app.session.monitor.clock()) is not None
+            ),
         )
-        assert app.monitor.verdict.level == "OK"  # the new level has not held long enough
+        assert app.session.monitor.verdict.level == "OK"  # the new level has not held long enough
         await eventually(
-            pause=pilot.pause, condition=lambda: app.monitor.verdict.level == "OVERLOADED"
+            pause=pilot.pause, condition=lambda: app.session.monitor.verdict.level == "OVERLOADED"
         )
         await eventually(pause=pilot.pause, condition=lambda: "OVERLOADED" in text(app, "#header"))
         assert "p99 TTFT" in text(app, "#header")
-        assert any(e.text.startswith("SLO OVERLOADED: p99 TTFT") for e in app.monitor.events)
+        assert any(
+            e.text.startswith("SLO OVERLOADED: p99 TTFT") for e in app.session.monitor.events
+        )
     await load.close()
 
 
 async def test_probe_finds_local_endpoints_and_hint_shows_when_none() -> None:
-    from gpuwatch.cli.dashboard import PROBE_PORTS, probe_local
+    from gpuwatch.cli.sources import PROBE_PORTS, probe_local
 
     # The ports operators' servers use by default (the README's table), in probing order.
     assert PROBE_PORTS == (8000, 30000, 8080, 3000, 9000)
@@ -247,13 +256,13 @@ async def test_probe_finds_local_endpoints_and_hint_shows_when_none() -> None:
         await sim.close()
     assert await probe_local() == []
     hint = "no serving endpoint answered on localhost ports 8000, 30000, 8080, 3000, 9000"
-    app = GpuwatchApp(DashboardOptions(urls=[], hint=hint))
+    app = GpuwatchApp(live_session(DashboardOptions(urls=[], hint=hint)))
     async with app.run_test(size=(120, 36)) as pilot:
         await eventually(pause=pilot.pause, condition=lambda: hint in text(app, "#engines"))
 
 
 async def test_command_palette_offers_every_action() -> None:
-    app = GpuwatchApp(DashboardOptions(urls=[]))
+    app = GpuwatchApp(live_session(DashboardOptions(urls=[])))
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
         titles = {c.title.lower() for c in app.get_system_commands(app.screen)}
@@ -267,7 +276,7 @@ async def test_writes_to_stderr_and_logging_work_while_the_dashboard_runs(
 ) -> None:
     """Textual routes stderr through ``App._flush(stderr=...)`` while it runs; a class of ours
     that shadowed that name made every warning raise TypeError (aiohttp logs in the demo)."""
-    app = GpuwatchApp(DashboardOptions(urls=[]))
+    app = GpuwatchApp(live_session(DashboardOptions(urls=[])))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         print("a line on stderr", file=sys.stderr, flush=True)
@@ -282,10 +291,11 @@ async def test_audit_trail_shows_foreign_actors_escaped() -> None:
     """An actor saved by an older gate may hold bidi overrides: one escaped line on screen."""
     from textual.widgets import DataTable
 
+    from gpuwatch.adminapi import AuditEntry, LimitsPatch
     from gpuwatch.tui.screens.audit import AuditScreen
 
-    entry = {"time": 0, "version": 2, "actor": "mallory\u202e@box\nx", "change": {"paused": True}}
-    app = GpuwatchApp(DashboardOptions(urls=[]))
+    entry = AuditEntry(0, "mallory\u202e@box\nx", 2, LimitsPatch(paused=True))
+    app = GpuwatchApp(live_session(DashboardOptions(urls=[])))
     async with app.run_test(size=(120, 30)) as pilot:
         await app.push_screen(AuditScreen([entry]))
         await pilot.pause()
@@ -299,18 +309,20 @@ async def test_a_repaint_while_panels_come_or_go_is_skipped() -> None:
     removed at exit (or not yet composed), and NoMatches ended the app with a traceback."""
     from gpuwatch.tui.widgets.header import HeaderBar
 
-    app = GpuwatchApp(DashboardOptions(urls=[]))
+    app = GpuwatchApp(live_session(DashboardOptions(urls=[])))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await app.screen.query_one(HeaderBar).remove()
-        app.repaint()  # must not raise
+        dash = app.dashboard()
+        assert dash is not None
+        dash.repaint()  # must not raise
         await pilot.pause()
         assert app.is_running
 
 
 async def test_help_lists_the_bracket_keys_as_keys() -> None:
     """Regression: the key "[" opened a markup tag; every line after it lost its layout."""
-    app = GpuwatchApp(DashboardOptions(urls=[], admin_url="http://127.0.0.1:9"))
+    app = GpuwatchApp(live_session(DashboardOptions(urls=[], admin_url="http://127.0.0.1:9")))
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("question_mark")
         await pilot.pause()

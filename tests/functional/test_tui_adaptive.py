@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gpuwatch.adminapi import LimitsPatch
 from gpuwatch.load import LoadRun, LoadSpec
 from gpuwatch.load.spec import Dist
 from gpuwatch.tui.screens.confirm import ConfirmationModal
@@ -38,8 +39,8 @@ async def test_a_switches_adaptive_on_asks_first_and_u_undoes(stack) -> None:  #
         assert "between 1 and 16" in details
         await pilot.click("#apply")
         limits = await wait_version(pilot, client, 2)
-        chat = limits["lanes"]["chat"]
-        assert chat["policy"] == "adaptive" and chat["target_ttft_p99_s"] == 2.0
+        chat = limits.lanes["chat"]
+        assert chat.policy == "adaptive" and chat.target_ttft_p99_s == 2.0
         await eventually(
             pause=pilot.pause, condition=lambda: "in [1..16]" in text(app, "#adaptive")
         )
@@ -48,7 +49,7 @@ async def test_a_switches_adaptive_on_asks_first_and_u_undoes(stack) -> None:  #
 
         await pilot.press("plus")  # on an adaptive lane: the upper bound
         limits = await wait_version(pilot, client, 3)
-        assert limits["lanes"]["chat"]["max_inflight"] == 17
+        assert limits.lanes["chat"].max_inflight == 17
         await eventually(
             pause=pilot.pause, condition=lambda: "in [1..17]" in text(app, "#adaptive")
         )
@@ -57,13 +58,13 @@ async def test_a_switches_adaptive_on_asks_first_and_u_undoes(stack) -> None:  #
         await settled(pilot, app)
         await pilot.press("u")  # undoing A puts the configured limits back, as any undo
         limits = await wait_version(pilot, client, 5)
-        assert limits["lanes"]["chat"]["policy"] == "static"
-        assert limits["lanes"]["chat"]["max_inflight"] == 16
+        assert limits.lanes["chat"].policy == "static"
+        assert limits.lanes["chat"].max_inflight == 16
         await eventually(
             pause=pilot.pause, condition=lambda: not app.screen.query_one("#adaptive").display
         )
     entries = await client.audit(10)
-    assert len(entries) == 4 and all(e["actor"] != "adaptive" for e in entries)
+    assert len(entries) == 4 and all(e.actor != "adaptive" for e in entries)
 
 
 async def test_the_panel_shows_the_controllers_cut_and_why(stack) -> None:  # type: ignore[no-untyped-def]
@@ -77,8 +78,8 @@ async def test_the_panel_shows_the_controllers_cut_and_why(stack) -> None:  # ty
         # Switched on with the lane full: the controller starts from the 16 in flight.
         await eventually(lambda: gate.lanes["chat"].inflight == 16, timeout=20)
         await client.patch(
-            {"lanes": {"chat": {"policy": "adaptive", "target_ttft_p99_s": 0.001,
-                                "min_inflight": 2}}}
+            LimitsPatch(lanes={"chat": {"policy": "adaptive", "target_ttft_p99_s": 0.001,
+                                        "min_inflight": 2}})
         )  # fmt: skip
         async with app.run_test(size=(160, 48)) as pilot:
             await ready(pilot, app)
@@ -100,7 +101,7 @@ async def test_the_panel_shows_the_controllers_cut_and_why(stack) -> None:  # ty
         load.stop()
         await task
     audit = await client.audit(20)
-    assert any(e["actor"] == "adaptive" and e["reason"].startswith("-25%") for e in audit)
+    assert any(e.actor == "adaptive" and (e.reason or "").startswith("-25%") for e in audit)
 
 
 async def test_read_only_refuses_a_and_sends_nothing(stack) -> None:  # type: ignore[no-untyped-def]
@@ -108,9 +109,10 @@ async def test_read_only_refuses_a_and_sends_nothing(stack) -> None:  # type: ig
     app = make_app(sim.url, served.url, read_only=True)
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         await ready(pilot, app)
-        assert app.check_action("adaptive", ()) is None  # greyed out
-        app.action_adaptive()  # straight through the action: the guard refuses
+        dash = app.dashboard()
+        assert dash is not None and dash.check_action("adaptive", ()) is None  # greyed out
+        dash.action_adaptive()  # straight through the action: the guard refuses
         await settled(pilot, app)
         assert not isinstance(app.screen, ConfirmationModal)
-    assert (await client.limits())["version"] == 1
+    assert (await client.limits()).version == 1
     assert await client.audit(10) == []

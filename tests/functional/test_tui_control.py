@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from textual.widgets import Button
 
+from gpuwatch.adminapi import Limits, LimitsPatch
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.gate.config import GateConfig
@@ -17,9 +18,10 @@ from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
 from gpuwatch.load import LoadRun, LoadSpec
 from gpuwatch.load.spec import Dist
+from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
@@ -45,12 +47,14 @@ async def stack(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def make_app(sim_url: str, gate_url: str, token: str = TOKEN, **kw: Any) -> GpuwatchApp:
     return GpuwatchApp(
-        DashboardOptions(
-            urls=[f"{sim_url}/metrics"],
-            interval_s=0.25,
-            admin_url=gate_url,
-            admin_token=token,
-            **kw,
+        live_session(
+            DashboardOptions(
+                urls=[f"{sim_url}/metrics"],
+                interval_s=0.25,
+                admin_url=gate_url,
+                admin_token=token,
+                **kw,
+            )
         )
     )
 
@@ -58,13 +62,17 @@ def make_app(sim_url: str, gate_url: str, token: str = TOKEN, **kw: Any) -> Gpuw
 def pressed_together(app: GpuwatchApp) -> None:
     """Keys a test presses together must land in one window even on a loaded machine: the
     coalescing is what is tested, not how fast the machine delivers keys."""
-    app.steering.coalesce_s = 2.0
+    app.session.steering.coalesce_s = 2.0
 
 
 async def ready(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-def]
     await eventually(
         pause=pilot.pause,
-        condition=lambda: app.monitor.gate and app.monitor.gate.limits and app.steering.client,
+        condition=lambda: (
+            app.session.monitor.gate
+            and app.session.monitor.gate.limits
+            and app.session.steering.client
+        ),
     )
 
 
@@ -75,7 +83,7 @@ async def settled(pilot, app: GpuwatchApp) -> None:  # type: ignore[no-untyped-d
     await eventually(
         pause=pilot.pause,
         condition=lambda: (
-            app.steering.idle
+            app.session.steering.idle
             and not any(w.group == "control" and not w.is_finished for w in app.workers)
         ),
     )
@@ -94,10 +102,10 @@ async def confirm_shown(pilot, app: GpuwatchApp) -> ConfirmationModal:  # type: 
     return app.screen  # type: ignore[return-value]
 
 
-async def wait_version(pilot, client: GateClient, version: int) -> dict:  # type: ignore[no-untyped-def]
-    async def reached() -> dict | None:
+async def wait_version(pilot, client: GateClient, version: int) -> Limits:  # type: ignore[no-untyped-def]
+    async def reached() -> Limits | None:
         limits = await client.limits()
-        return limits if limits["version"] >= version else None
+        return limits if limits.version >= version else None
 
     # A wide deadline: a condition, so it costs nothing when the change comes at once.
     return await eventually(reached, 30, pause=pilot.pause, message=f"version {version} never came")
@@ -108,7 +116,7 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
     app = make_app(sim.url, served.url)
     async with app.run_test(size=(160, 48)) as pilot:
         await ready(pilot, app)
-        assert app.steering.selected_lane == "chat"
+        assert app.session.steering.selected_lane == "chat"
         steps = [  # key, expected chat limits after it
             ("plus", {"max_inflight": 17}),
             ("minus", {"max_inflight": 16}),
@@ -131,23 +139,25 @@ async def test_each_key_changes_the_gates_limits(stack) -> None:
             version += 1
             limits = await wait_version(pilot, client, version)
             for k, v in expected.items():
-                assert limits["lanes"]["chat"][k] == v, (key, k, limits["lanes"]["chat"][k])
+                assert limits.lanes["chat"].value(k) == v, (key, k, limits.lanes["chat"].value(k))
         # Lane selection: 2 picks embed, tab goes on to image.
         await pilot.press("2", "plus")
         limits = await wait_version(pilot, client, version + 1)
         assert (
-            limits["lanes"]["embed"]["max_inflight"] == 33 and app.steering.selected_lane == "embed"
+            limits.lanes["embed"].max_inflight == 33
+            and app.session.steering.selected_lane == "embed"
         )
         await pilot.press("tab")
-        assert app.steering.selected_lane == "image"
+        assert app.session.steering.selected_lane == "image"
         # The panel shows what the server answered.
         await eventually(
-            pause=pilot.pause, condition=lambda: app.monitor.gate.limits["version"] == version + 1
+            pause=pilot.pause,
+            condition=lambda: app.session.monitor.gate.limits.version == version + 1,
         )
         assert "33/32" not in text(app, "#admission") and "0/33" in text(app, "#admission")
         assert "tokens 0/256k" in text(app, "#admission")  # chat's budget, as the gate has it
         entries = await client.audit(50)
-        assert len(entries) == len(steps) + 1 and all("@" in e["actor"] for e in entries)
+        assert len(entries) == len(steps) + 1 and all("@" in e.actor for e in entries)
 
 
 async def test_key_presses_in_quick_succession_are_one_patch(stack) -> None:
@@ -159,13 +169,10 @@ async def test_key_presses_in_quick_succession_are_one_patch(stack) -> None:
         await pilot.press("plus", "plus", "plus", "plus", "plus", "right_square_bracket")
         limits = await wait_version(pilot, client, 2)
         await settled(pilot, app)
-        assert (await client.limits())["version"] == 2  # one PATCH, not six
-        assert (
-            limits["lanes"]["chat"]["max_inflight"] == 21
-            and limits["lanes"]["chat"]["max_queue"] == 72
-        )
+        assert (await client.limits()).version == 2  # one PATCH, not six
+        assert limits.lanes["chat"].max_inflight == 21 and limits.lanes["chat"].max_queue == 72
         [entry] = await client.audit(10)
-        assert entry["change"] == {"lanes": {"chat": {"max_inflight": 21, "max_queue": 72}}}
+        assert entry.change.to_json() == {"lanes": {"chat": {"max_inflight": 21, "max_queue": 72}}}
 
 
 async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
@@ -183,18 +190,18 @@ async def test_pause_asks_first_and_cancel_changes_nothing(stack) -> None:
         )
         await settled(pilot, app)
         limits = await client.limits()
-        assert limits["version"] == 1 and limits["paused"] is False
-        assert any("change cancelled" in e.text for e in app.monitor.events)
+        assert limits.version == 1 and limits.paused is False
+        assert any("change cancelled" in e.text for e in app.session.monitor.events)
         # Now apply it.
         await pilot.press("p")
         await confirm_shown(pilot, app)
         await pilot.click("#apply")
         limits = await wait_version(pilot, client, 2)
-        assert limits["paused"] is True
+        assert limits.paused is True
         await eventually(pause=pilot.pause, condition=lambda: "PAUSED" in text(app, "#admission"))
         await pilot.press("p")  # resuming does not ask
         limits = await wait_version(pilot, client, 3)
-        assert limits["paused"] is False
+        assert limits.paused is False
 
 
 async def test_cutting_a_lane_by_more_than_half_asks_first(stack) -> None:
@@ -211,7 +218,7 @@ async def test_cutting_a_lane_by_more_than_half_asks_first(stack) -> None:
         assert "chat.max_inflight 8 -> 2" in details and served.url in details
         await pilot.press("escape")
         await settled(pilot, app)
-        assert (await client.limits())["lanes"]["chat"]["max_inflight"] == 8
+        assert (await client.limits()).lanes["chat"].max_inflight == 8
 
 
 async def test_read_only_refuses_and_sends_nothing(stack) -> None:
@@ -219,20 +226,27 @@ async def test_read_only_refuses_and_sends_nothing(stack) -> None:
     app = make_app(sim.url, served.url, read_only=True)
     async with app.run_test(size=(160, 48)) as pilot:
         await ready(pilot, app)
+        dash = app.dashboard()
+        assert dash is not None
         for action in ("inflight", "queue", "output", "pause", "edit", "undo"):
-            assert app.check_action(action, ()) is None  # greyed out in the footer
+            assert dash.check_action(action, ()) is None  # greyed out in the footer
         await pilot.press("plus", "p", "e", "u", "o")
         await settled(pilot, app)
         assert "RO" in text(app, "#header")
         # Even straight through the action, the guard refuses in its one place.
-        app.action_inflight(1)
+        dash.action_inflight(1)
         await settled(pilot, app)
         # And the path behind the keys holds the app's one guard: the gate client refuses
         # too (it once built a permissive guard of its own and changed the gate).
-        assert app.steering.client is not None and app.steering.client.guard is app.guard
+        assert (
+            app.session.steering.client is not None
+            and app.session.steering.client.guard is app.session.guard
+        )
         with pytest.raises(ReadOnlyError):
-            await app.steering.client.patch({"paused": True}, if_match=1)
-    assert (await client.limits())["version"] == 1
+            await app.session.steering.client.patch(
+                LimitsPatch.from_json({"paused": True}), if_match=1
+            )
+    assert (await client.limits()).version == 1
     assert await client.audit(10) == []
 
 
@@ -243,23 +257,23 @@ async def test_concurrent_change_gives_409_and_refreshes(stack) -> None:
         await ready(pilot, app)
         # The key's change is made on version 1 and held until someone else's change is in:
         # the 409 is what is tested, not which of two clients a loaded machine runs first.
-        app.steering.coalesce_s = 60.0
+        app.session.steering.coalesce_s = 60.0
         await pilot.press("plus")
-        assert app.steering.pending_lines()  # made, not sent
-        await client.patch({"lanes": {"chat": {"max_inflight": 40}}})  # someone else, first
-        app.steering.flush()  # what the coalescing timer does when it fires
+        assert app.session.steering.pending_lines()  # made, not sent
+        await client.patch(
+            LimitsPatch.from_json({"lanes": {"chat": {"max_inflight": 40}}})
+        )  # someone else, first
+        app.session.steering.flush()  # what the coalescing timer does when it fires
         await eventually(
             pause=pilot.pause,
             condition=lambda: any(
-                "limits changed by tester@elsewhere" in e.text for e in app.monitor.events
+                "limits changed by tester@elsewhere" in e.text for e in app.session.monitor.events
             ),
         )
         limits = await client.limits()
-        assert (
-            limits["version"] == 2 and limits["lanes"]["chat"]["max_inflight"] == 40
-        )  # not overwritten
+        assert limits.version == 2 and limits.lanes["chat"].max_inflight == 40  # not overwritten
         await eventually(
-            pause=pilot.pause, condition=lambda: app.monitor.gate.limits["version"] == 2
+            pause=pilot.pause, condition=lambda: app.session.monitor.gate.limits.version == 2
         )
         await eventually(pause=pilot.pause, condition=lambda: "40" in text(app, "#admission"))
 
@@ -273,14 +287,14 @@ async def test_undo_restores(stack) -> None:
         await pilot.press("plus", "plus", "o")
         limits = await wait_version(pilot, client, 2)
         assert (
-            limits["lanes"]["chat"]["max_inflight"],
-            limits["lanes"]["chat"]["max_output_tokens"],
+            limits.lanes["chat"].max_inflight,
+            limits.lanes["chat"].max_output_tokens,
         ) == (18, 4096)
         await pilot.press("u")
         limits = await wait_version(pilot, client, 3)
         assert (
-            limits["lanes"]["chat"]["max_inflight"],
-            limits["lanes"]["chat"]["max_output_tokens"],
+            limits.lanes["chat"].max_inflight,
+            limits.lanes["chat"].max_output_tokens,
         ) == (16, None)
         entries = await client.audit(10)
         assert len(entries) == 2  # the undo is a change of its own, audited
@@ -341,13 +355,13 @@ async def test_edit_form_validates_and_applies_one_patch(stack) -> None:
         await pilot.pause()
         await pilot.click("#apply")
         limits = await wait_version(pilot, client, 2)
-        chat = limits["lanes"]["chat"]
-        assert chat["max_inflight"] == 12 and chat["max_output_tokens"] == 700
-        assert chat["max_queue_wait_s"] == 1.5
-        assert chat["upstream_first_byte_timeout_s"] == 120.0
-        assert chat["upstream_idle_timeout_s"] is None
+        chat = limits.lanes["chat"]
+        assert chat.max_inflight == 12 and chat.max_output_tokens == 700
+        assert chat.max_queue_wait_s == 1.5
+        assert chat.upstream_first_byte_timeout_s == 120.0
+        assert chat.upstream_idle_timeout_s is None
         [entry] = await client.audit(10)
-        assert entry["change"] == {
+        assert entry.change.to_json() == {
             "lanes": {
                 "chat": {
                     "max_inflight": 12,
@@ -367,18 +381,20 @@ async def test_wrong_token_shows_the_401_reason(stack) -> None:
     app = make_app(sim.url, served.url, token="wrong")
     async with app.run_test(size=(160, 48)) as pilot:
         await eventually(pause=pilot.pause, condition=lambda: "401" in text(app, "#admission"))
-        assert any("HTTP 401" in e.text for e in app.monitor.events)
+        assert any("HTTP 401" in e.text for e in app.session.monitor.events)
         await pilot.press("plus")
         await settled(pilot, app)
-    assert (await client.limits())["version"] == 1
+    assert (await client.limits()).version == 1
 
 
 async def test_lowering_max_inflight_under_load_lowers_running_within_two_polls(stack) -> None:
     node, sim, gate, served, client = stack
-    await client.patch({"lanes": {"chat": {"max_inflight": 8}}})
+    await client.patch(LimitsPatch.from_json({"lanes": {"chat": {"max_inflight": 8}}}))
     app = GpuwatchApp(
-        DashboardOptions(
-            urls=[f"{sim.url}/metrics"], interval_s=0.5, admin_url=served.url, admin_token=TOKEN
+        live_session(
+            DashboardOptions(
+                urls=[f"{sim.url}/metrics"], interval_s=0.5, admin_url=served.url, admin_token=TOKEN
+            )
         )
     )
     # Requests of ~0.4 s wall at 30/s: the gate's limit, not the load, decides what runs.
@@ -397,7 +413,7 @@ async def test_lowering_max_inflight_under_load_lowers_running_within_two_polls(
         # The engine drains as its running requests end (~0.4 s each, longer on a loaded
         # machine); the gate admitting no more than 4 meanwhile is what lowers it.
         await eventually(lambda: len(engine.running) <= 4, 30, pause=pilot.pause)
-        applied = app.monitor.clock()
+        applied = app.session.monitor.clock()
         # Seen on the dashboard's own engine panel within two polls of the engine: counted
         # in polls, so a slow machine's late polls do not count against it.
         await eventually(
@@ -405,7 +421,7 @@ async def test_lowering_max_inflight_under_load_lowers_running_within_two_polls(
             condition=lambda: re.search(r"run [0-4]\b", text(app, "#engines")),
             timeout=30,
         )
-        (view,) = app.monitor.serving_engines()
+        (view,) = app.session.monitor.serving_engines()
         running = view.history.series["running"]
         polls = [p for p in running.points() if p.t > applied]
         assert len(polls) <= 2, f"it took {len(polls)} polls"

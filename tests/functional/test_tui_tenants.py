@@ -10,10 +10,12 @@ from pathlib import Path
 import aiohttp
 from textual.widgets import Select
 
+from gpuwatch.adminapi import TenantLimits
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.session.node import DashboardOptions, live_session
+from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.screens.edit import EditLimits
 from tests.functional.gatekit import rig
 from tests.functional.test_gate_fairness import CONFIG
@@ -35,7 +37,9 @@ async def test_tenants_shown_and_steered_from_the_keyboard(tmp_path: Path) -> No
         tasks = [asyncio.create_task(send) for send in sends]  # type: ignore[arg-type]
         await eventually(lambda: r.upstream.active == 3)
         app = GpuwatchApp(
-            DashboardOptions(urls=[f"{r.url}/metrics"], interval_s=0.25, admin_url=r.url)
+            live_session(
+                DashboardOptions(urls=[f"{r.url}/metrics"], interval_s=0.25, admin_url=r.url)
+            )
         )
         async with app.run_test(size=(160, 48)) as pilot:
             panel = await eventually(
@@ -46,24 +50,24 @@ async def test_tenants_shown_and_steered_from_the_keyboard(tmp_path: Path) -> No
             assert "acme 2" in panel and "bob 1" in panel
             assert "critical 1" in panel and "sheddable 1" in panel and "standard 1" in panel
             await pilot.press("n")
-            assert app.steering.selected_tenant == "acme"
+            assert app.session.steering.selected_tenant == "acme"
             await pilot.press("x")
             client = GateClient(r.url, None, Guard())
             try:
                 limits = await wait_version(pilot, client, 2)  # the pause
-                assert limits["tenants"] == {"acme": {"paused": True, "max_inflight": None}}
+                assert limits.tenants == {"acme": TenantLimits(paused=True, max_inflight=None)}
                 await pilot.press("c")
                 limits = await wait_version(pilot, client, 3)
-                assert limits["tenants"]["acme"] == {"paused": True, "max_inflight": 32}
+                assert limits.tenants["acme"] == TenantLimits(paused=True, max_inflight=32)
                 await pilot.press("u")
                 limits = await wait_version(pilot, client, 4)
-                assert limits["tenants"]["acme"] == {"paused": True, "max_inflight": None}
+                assert limits.tenants["acme"] == TenantLimits(paused=True, max_inflight=None)
                 await eventually(
                     lambda: "paused" in text(app, "#admission").split("tenants")[1],
                     pause=pilot.pause,
                 )
                 audit = await client.audit(3)
-                assert [e["version"] for e in audit] == [4, 3, 2]
+                assert [e.version for e in audit] == [4, 3, 2]
             finally:
                 await client.close()
         for _ in tasks:
@@ -75,11 +79,17 @@ async def test_tenants_shown_and_steered_from_the_keyboard(tmp_path: Path) -> No
 async def test_edit_form_sets_the_image_lanes_caps(tmp_path: Path) -> None:
     async with rig(tmp_path, CONFIG) as r:
         app = GpuwatchApp(
-            DashboardOptions(urls=[f"{r.url}/metrics"], interval_s=0.25, admin_url=r.url)
+            live_session(
+                DashboardOptions(urls=[f"{r.url}/metrics"], interval_s=0.25, admin_url=r.url)
+            )
         )
         async with app.run_test(size=(80, 24)) as pilot:
             await eventually(
-                lambda: app.monitor.gate and app.monitor.gate.limits and app.steering.client,
+                lambda: (
+                    app.session.monitor.gate
+                    and app.session.monitor.gate.limits
+                    and app.session.steering.client
+                ),
                 pause=pilot.pause,
             )
             await pilot.press("3")  # image
@@ -107,8 +117,8 @@ async def test_edit_form_sets_the_image_lanes_caps(tmp_path: Path) -> None:
                 limits = await wait_version(pilot, client, 2)
             finally:
                 await client.close()
-        image = limits["lanes"]["image"]
-        assert (image["max_steps"], image["max_pixels"], image["media_policy"]) == (
+        image = limits.lanes["image"]
+        assert (image.max_steps, image.max_pixels, image.media_policy) == (
             30,
             1048576,
             "reject",

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
@@ -17,6 +18,7 @@ from gpuwatch.load import LoadRun, LoadSpec
 from gpuwatch.load.spec import Dist
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
+from tests.conftest import fixture_text
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 
@@ -109,3 +111,28 @@ async def test_table_and_exit_status_when_a_source_is_dead(node: tuple[str, str]
 async def test_bad_arguments_exit_2() -> None:
     code, _, err = await watch("--count", "0")
     assert code == 2 and "--count" in err
+
+
+async def test_the_first_line_waits_for_a_source_slower_than_the_interval() -> None:
+    """Regression: the first line was printed on the interval alone, so `watch --count 1`
+    against an endpoint slower than the interval (a busy machine) said WAITING and exited 1."""
+    page = fixture_text("vllm-1.prom")
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)  # the scenario: a scrape takes 10 intervals
+        return web.Response(text=page)
+
+    app = web.Application()
+    app.router.add_get("/metrics", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    try:
+        code, out, err = await watch(
+            "--metrics", f"http://127.0.0.1:{port}/metrics", "--interval", "0.05", "--count", "1"
+        )
+    finally:
+        await runner.cleanup()
+    assert code == 0, out + err
+    assert "WAITING" not in out and " UP" in out, out

@@ -1,5 +1,5 @@
-"""Driving a real terminal: gpuwatch started in a tmux pane of 160x48, its screen read back,
-keys sent (the tests that look at what an operator sees over SSH)."""
+"""Driving a real terminal: gpuwatch started in a tmux pane (160x48 unless told), its screen
+read back, keys sent (the tests that look at what an operator sees over SSH)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,19 @@ def capture(session: str) -> str:
     ).stdout
 
 
-def start(session: str, pidfile: Path, args: str) -> None:
-    """``gpuwatch ARGS`` in a new 160x48 session, its pid written to ``pidfile``. The pane can
-    start at tmux's default size and be resized a moment later: the program starts once the
-    terminal is the size asked for, so it lays out for 160x48 from its first frame."""
+def start(session: str, pidfile: Path, args: str, size: tuple[int, int] = (160, 48)) -> None:
+    """``gpuwatch ARGS`` in a new session of ``size`` (columns, rows), its pid written to
+    ``pidfile``. The pane can start at tmux's default size and be resized a moment later: the
+    program starts once the terminal is the size asked for, so it lays out for that size from
+    its first frame."""
+    cols, rows = size
     cmd = (
-        f'echo $$ > {pidfile}; until [ "$(tput cols)x$(tput lines)" = 160x48 ]; do sleep 0.05;'
-        f" done; exec {sys.executable} -m gpuwatch {args}"
+        f'echo $$ > {pidfile}; until [ "$(tput cols)x$(tput lines)" = {cols}x{rows} ]; do'
+        f" sleep 0.05; done; exec {sys.executable} -m gpuwatch {args}"
     )
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", cmd], check=True
+        ["tmux", "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows), cmd],
+        check=True,
     )
 
 

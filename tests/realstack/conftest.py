@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import eventually_sync
+from tests.helpers import eventually_sync, stop_process
 from tests.realstack.tinymodel import write_tiny_llama
 
 
@@ -57,12 +57,7 @@ def running_llama_server(
         )
         yield url, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,7 @@ async def test_adaptive_settles_at_its_floor_and_requests_complete(
     def settled() -> bool:
         status = gate.adaptive.status("chat")
         assert status is not None
-        last = [n for _, n in status["history"][-4:]]
+        last = [n for _, n in status.history[-4:]]
         return len(last) == 4 and set(last) == {1}  # at the floor for 4 rounds
 
     try:

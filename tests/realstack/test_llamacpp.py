@@ -20,8 +20,9 @@ from gpuwatch.gate.server import Gate, start_gate
 from gpuwatch.httpclient import async_client
 from gpuwatch.load import LoadRun, LoadSpec, build_report
 from gpuwatch.load.spec import Dist
+from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.sources.scrape import scrape
-from gpuwatch.tui.app import DashboardOptions, GpuwatchApp
+from gpuwatch.tui.app import GpuwatchApp
 from tests.functional.test_tui import text
 from tests.helpers import eventually
 
@@ -202,7 +203,9 @@ async def test_load_through_the_gate_completes_with_a_full_report(
 
 
 async def test_dashboard_pointed_at_llama_server(llama_server: str) -> None:
-    app = GpuwatchApp(DashboardOptions(urls=[f"{llama_server}/metrics"], interval_s=0.25))
+    app = GpuwatchApp(
+        live_session(DashboardOptions(urls=[f"{llama_server}/metrics"], interval_s=0.25))
+    )
     async with aiohttp.ClientSession(timeout=LONG) as s, app.run_test(size=(160, 48)) as pilot:
         tasks = [asyncio.create_task(complete(s, llama_server, 3000)) for _ in range(3)]
 

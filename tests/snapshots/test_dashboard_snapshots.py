@@ -27,7 +27,7 @@ def utc(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
 async def _paint(pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.pause()
-    pilot.app.paint()
+    scenario.paint(pilot.app)
     await pilot.pause()
 
 
@@ -59,13 +59,13 @@ def test_classes_and_tenants(snap_compare, size: tuple[int, int]) -> None:  # ty
     chat = sc.monitor.gate.lanes["chat"]
     # The status is the gate's own: refusals by class add up to the lane's, batch is shed.
     by_class: Counter[str] = Counter()
-    for data in chat["classes"].values():
-        by_class.update(data["rejected_total"])
-    assert by_class == Counter(chat["rejected_total"]) and by_class["evicted"] > 0
+    for data in chat.classes.values():
+        by_class.update(data.rejected_total)
+    assert by_class == Counter(chat.rejected_total) and by_class["evicted"] > 0
     # Batch is shed first; the rest of the evictions take places from the tenant holding the
     # most of the full queue (the noisy one), never from a class above the arrival's.
-    assert chat["classes"]["sheddable"]["rejected_total"]["evicted"] > 0
-    assert {t["tenant"] for t in chat["tenants"]} <= {"noisy", *(f"t0{k}" for k in range(1, 7))}
+    assert chat.classes["sheddable"].rejected_total["evicted"] > 0
+    assert {t.tenant for t in chat.tenants} <= {"noisy", *(f"t0{k}" for k in range(1, 7))}
     assert snap_compare(scenario.app_for(sc), terminal_size=size, run_before=_paint)
 
 
@@ -93,4 +93,23 @@ def test_ansi_theme(snap_compare) -> None:  # type: ignore[no-untyped-def]
     assert os.environ["TZ"] == "UTC"
     assert snap_compare(
         scenario.app_for(scenario.build(seconds=60)), terminal_size=(120, 36), run_before=run_before
+    )
+
+
+def _demo_like(spike_at: float | None) -> scenario.Scenario:
+    """``gpuwatch demo``'s node: chat from its tenants and classes, embeddings, an image burst
+    through the image lane, and the gate's own /metrics scraped as an engine beside vLLM."""
+    demo = demo_load(scenario.GATE_URL, 1.5, 0.5)
+    return scenario.build(
+        seconds=150, spike_at=spike_at, tenancy=demo.tenancy, classes=demo.classes,
+        gate_page=True, images_at=100,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("spike_at", [None, 110.0], ids=["calm", "spike"])
+def test_demo_at_80x24_shows_every_lane(snap_compare, spike_at: float | None) -> None:  # type: ignore[no-untyped-def]
+    """The demo at 80x24: the gate's engine line on one line, the engine's in two, so the four
+    lanes (and chat's classes and tenants) are all on screen; legends with short labels."""
+    assert snap_compare(
+        scenario.app_for(_demo_like(spike_at)), terminal_size=(80, 24), run_before=_paint
     )

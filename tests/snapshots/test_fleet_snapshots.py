@@ -22,7 +22,7 @@ async def _mark_two(pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.pause()
     screen = pilot.app.screen
     assert isinstance(screen, FleetScreen)
-    screen.marked.update(r.key for r in pilot.app.state.view()[:2])
+    screen.marked.update(r.key for r in pilot.app.fleet.state.view()[:2])
     screen.paint()
     await pilot.pause()
 

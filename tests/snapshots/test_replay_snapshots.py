@@ -20,4 +20,5 @@ def test_replay_at_the_tightening(snap_compare, size: tuple[int, int], tmp_path:
     try:
         assert snap_compare(app, terminal_size=size)
     finally:
-        app.player.close()
+        assert app.session.replay is not None
+        app.session.replay.close()

@@ -88,7 +88,7 @@ def test_every_slo_key_is_a_signal_the_badge_knows() -> None:
 def test_slo_on_the_command_line_is_checked_like_the_file(arg: str, message: str) -> None:
     """Regression: a NaN threshold hid every other signal (the badge read OK), and 99 meant as
     99% made every miss an overload."""
-    from gpuwatch.cli.dashboard import parse_slo_args
+    from gpuwatch.cli.sources import parse_slo_args
 
     with pytest.raises(ValueError, match=message):
         parse_slo_args([arg])

@@ -81,7 +81,9 @@ def test_tenant_limits_are_validated_bounded_and_audited_as_changes() -> None:
 
     base = Limits(1, False, {})
     after = apply_patch(base, {"tenants": {"acme": {"max_inflight": 2}}})
-    assert changed(base, after) == {"tenants": {"acme": {"paused": False, "max_inflight": 2}}}
+    assert changed(base, after).to_json() == {
+        "tenants": {"acme": {"paused": False, "max_inflight": 2}}
+    }
     assert from_json(after.to_json(), {}).tenants == after.tenants  # survives a restart
     cleared = apply_patch(after, {"tenants": {"acme": {"max_inflight": None}}})
     assert cleared.tenants == {}  # back at the defaults: no entry

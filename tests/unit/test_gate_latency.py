@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from gpuwatch.adminapi import Goodput, Tail
 from gpuwatch.gate.latency import (
     ALPHA,
     KEEP_S,
@@ -43,9 +44,9 @@ def test_a_record_appended_late_does_not_hide_the_window() -> None:
     late = lane.start(arrived=930.0)
     late.ttft_s, late.e2e_s = 0.2, 80.0
     summary = lane.summary(60)
-    assert summary["requests"] == 10 and summary["ttft"]["count"] == 10
-    assert lane.goodput(60, 1.0, None)["ended"] == 10
-    assert lane.summary(300)["requests"] == 11
+    assert summary.requests == 10 and summary.ttft.count == 10
+    assert lane.goodput(60, 1.0, None).ended == 10
+    assert lane.summary(300).requests == 11
 
 
 def test_the_itl_sketch_is_within_its_relative_accuracy() -> None:
@@ -58,11 +59,11 @@ def test_the_itl_sketch_is_within_its_relative_accuracy() -> None:
         sketch.add(gaps[i : i + 500])
     summary = sketch.summary(120)
     ordered = sorted(gaps)
-    assert summary["count"] == 20000 and summary["max"] == ordered[-1]
+    assert summary.count == 20000 and summary.max == ordered[-1]
     for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
         exact = sample_quantile(ordered, q)
         # Rank by the nearest sample, value within ALPHA (plus the one-rank difference).
-        assert summary[name] == pytest.approx(exact, rel=ALPHA + 0.005)
+        assert getattr(summary, name) == pytest.approx(exact, rel=ALPHA + 0.005)
 
 
 def test_answers_are_reused_for_a_second_and_the_cache_stays_small() -> None:
@@ -79,7 +80,7 @@ def test_answers_are_reused_for_a_second_and_the_cache_stays_small() -> None:
     clock.t += 2
     lane.goodput(60, 1.0, None)
     assert lane.cached_answers == 1
-    assert lane.summary(60)["requests"] == 2
+    assert lane.summary(60).requests == 2
 
 
 async def test_a_report_is_one_computation_however_many_ask() -> None:
@@ -94,10 +95,10 @@ async def test_a_report_is_one_computation_however_many_ask() -> None:
     staying = asyncio.create_task(lane.report(None, None))
     leaving.cancel()
     answer = await staying
-    assert answer["latency"]["1m"]["ttft"]["count"] == 1000
+    assert answer.latency["1m"].ttft.count == 1000
     assert await lane.report(None, None) is answer  # reused within the second
     other = await lane.report(0.5, None)  # another SLO: its own computation
-    assert other["goodput"]["1m"]["good"] == 501 and lane.cached_answers == 2
+    assert other.goodput["1m"].good == 501 and lane.cached_answers == 2
 
 
 def test_a_view_does_not_change_with_the_record() -> None:
@@ -108,8 +109,8 @@ def test_a_view_does_not_change_with_the_record() -> None:
     view = lane.view()
     lane.start().e2e_s = 0.2
     lane.itl.add([0.02])
-    assert view.summary(60)["requests"] == 1 and view.summary(60)["itl"]["count"] == 1
-    assert lane.view().summary(60)["itl"]["count"] == 2
+    assert view.summary(60).requests == 1 and view.summary(60).itl.count == 1
+    assert lane.view().summary(60).itl.count == 2
 
 
 def record(arrived: float, outcome: str = "ok", **fields: float | None) -> Record:
@@ -134,54 +135,44 @@ def test_a_window_s_summary_and_goodput_whole() -> None:
     ]
     view = LatencyView(records, [(990, {_bucket(0.01): 3}, 0.012)], now=1000.0)
     summary = view.summary(60)
-    assert summary["requests"] == 9
-    assert summary["ttft"]["count"] == 5 and summary["ttft"]["max"] == 0.6
-    assert summary["queue_wait"] == exact_summary([0.5, 1.5, 0.25])
-    assert summary["e2e"] == exact_summary([1.0, 2.0, 2.0, 2.0, 3.0])
-    assert summary["itl"]["count"] == 3 and summary["itl"]["max"] == 0.012
-    assert view.goodput(60, 0.5, 0.1) == {
-        "ended": 8,
-        "good": 2,
-        "slow": 3,
-        "refused": 1,
-        "failed": 2,
-        "ratio": 2 / 8,
-    }
+    assert summary.requests == 9
+    assert summary.ttft.count == 5 and summary.ttft.max == 0.6
+    assert summary.queue_wait == exact_summary([0.5, 1.5, 0.25])
+    assert summary.e2e == exact_summary([1.0, 2.0, 2.0, 2.0, 3.0])
+    assert summary.itl.count == 3 and summary.itl.max == 0.012
+    assert view.goodput(60, 0.5, 0.1) == Goodput(
+        ended=8, good=2, slow=3, refused=1, failed=2, ratio=2 / 8
+    )
     # Without an SLO every ended ok request is good; an ITL bound alone judges only gaps.
-    assert view.goodput(60, None, None)["good"] == 5
-    assert view.goodput(60, None, 0.1)["slow"] == 1
-    assert view.goodput(1, None, None) == {
-        "ended": 0,
-        "good": 0,
-        "slow": 0,
-        "refused": 0,
-        "failed": 0,
-        "ratio": None,
-    }
+    assert view.goodput(60, None, None).good == 5
+    assert view.goodput(60, None, 0.1).slow == 1
+    assert view.goodput(1, None, None) == Goodput(
+        ended=0, good=0, slow=0, refused=0, failed=0, ratio=None
+    )
     report = view.report(0.5, 0.1)
-    assert set(report["latency"]) == set(report["goodput"]) == {"1m", "5m"}
-    assert report["goodput"]["1m"] == view.goodput(60, 0.5, 0.1)
-    assert report["latency"]["5m"] == view.summary(300)
+    assert set(report.latency) == set(report.goodput) == {"1m", "5m"}
+    assert report.goodput["1m"] == view.goodput(60, 0.5, 0.1)
+    assert report.latency["5m"] == view.summary(300)
 
 
 def test_an_empty_summary_says_none_not_zero() -> None:
-    empty = {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    empty = Tail(count=0, p50=None, p90=None, p99=None, max=None)
     assert exact_summary([]) == empty
     assert itl_summary([], 0.0) == empty
     three = exact_summary([3.0, 1.0, 2.0])
-    assert three == {**three, "count": 3, "p50": 2.0, "max": 3.0}
-    assert three["p90"] == sample_quantile([1.0, 2.0, 3.0], 0.9)
+    assert (three.count, three.p50, three.max) == (3, 2.0, 3.0)
+    assert three.p90 == sample_quantile([1.0, 2.0, 3.0], 0.9)
 
 
 def test_the_itl_quantiles_by_rank_never_above_the_largest_gap() -> None:
     seconds = [(10, {_bucket(0.01): 90, _bucket(0.1): 9, _bucket(1.0): 1}, 0.9)]
     out = itl_summary(seconds, 0.0)
-    assert out["count"] == 100 and out["max"] == 0.9
-    assert out["p50"] == pytest.approx(0.01, rel=ALPHA)
-    assert out["p90"] == pytest.approx(0.01, rel=ALPHA)  # the 90th of 100 is the last 0.01
-    assert out["p99"] == pytest.approx(0.1, rel=ALPHA)
+    assert out.count == 100 and out.max == 0.9
+    assert out.p50 == pytest.approx(0.01, rel=ALPHA)
+    assert out.p90 == pytest.approx(0.01, rel=ALPHA)  # the 90th of 100 is the last 0.01
+    assert out.p99 == pytest.approx(0.1, rel=ALPHA)
     # The top bucket's value may exceed the largest gap seen in it: the gap bounds it.
-    assert itl_summary([(10, {_bucket(1.0): 1}, 0.99)], 0.0)["p99"] == 0.99
+    assert itl_summary([(10, {_bucket(1.0): 1}, 0.99)], 0.0).p99 == 0.99
     # Two seconds' counts merge; a second wholly before ``since`` is left out (not stopped at).
     seconds = [
         (8, {_bucket(0.5): 5}, 0.5),
@@ -190,9 +181,9 @@ def test_the_itl_quantiles_by_rank_never_above_the_largest_gap() -> None:
     ]
     # A second counts while any of it is after ``since``: [9, 10) is, for 9.0 as for 9.5.
     assert itl_summary(seconds, 9.0) == itl_summary(seconds, 9.5)
-    assert itl_summary(seconds, 9.0)["count"] == 2 and itl_summary(seconds, 9.0)["max"] == 0.011
-    assert itl_summary(seconds, 10.0)["count"] == 1
-    assert itl_summary(seconds, 8.5)["count"] == 7 and itl_summary(seconds, 8.5)["max"] == 0.5
+    assert itl_summary(seconds, 9.0).count == 2 and itl_summary(seconds, 9.0).max == 0.011
+    assert itl_summary(seconds, 10.0).count == 1
+    assert itl_summary(seconds, 8.5).count == 7 and itl_summary(seconds, 8.5).max == 0.5
 
 
 def test_the_itl_sketch_keeps_one_entry_a_second_for_the_longest_window() -> None:
@@ -226,10 +217,10 @@ def test_each_question_has_its_own_cached_answer_for_just_under_a_second() -> No
     lane = LaneLatency(clock)
     r = lane.start()
     r.ttft_s, r.e2e_s, r.max_itl_s = 0.4, 1.0, 0.2
-    assert lane.goodput(60, 0.5, None)["good"] == 1
-    assert lane.goodput(60, 0.3, None)["good"] == 0  # another TTFT bound: not the cached one
-    assert lane.goodput(60, None, 0.1)["good"] == 0  # an ITL bound
-    assert lane.goodput(300, 0.5, 0.1)["slow"] == 1
+    assert lane.goodput(60, 0.5, None).good == 1
+    assert lane.goodput(60, 0.3, None).good == 0  # another TTFT bound: not the cached one
+    assert lane.goodput(60, None, 0.1).good == 0  # an ITL bound
+    assert lane.goodput(300, 0.5, 0.1).slow == 1
     first = lane.summary(60)
     assert lane.summary(300) is not first
     clock.t += 0.999
@@ -244,22 +235,22 @@ async def test_a_report_answers_its_own_question() -> None:
     r = lane.start()
     r.ttft_s, r.e2e_s, r.max_itl_s = 0.1, 1.0, 0.2
     strict = await lane.report(0.5, 0.1)
-    assert strict["goodput"]["1m"]["slow"] == 1
+    assert strict.goodput["1m"].slow == 1
     loose = await lane.report(0.5, None)
-    assert loose["goodput"]["1m"]["good"] == 1
+    assert loose.goodput["1m"].good == 1
     assert await lane.report(0.5, 0.1) is strict and lane.cached_answers == 2
 
 
 def test_a_quantile_s_rank_falls_in_the_bucket_that_reaches_it() -> None:
     out = itl_summary([(10, {_bucket(0.01): 49, _bucket(0.1): 51}, 0.1)], 0.0)
-    assert out["p50"] == pytest.approx(0.1, rel=ALPHA)  # the 50th gap is the first of 0.1
+    assert out.p50 == pytest.approx(0.1, rel=ALPHA)  # the 50th gap is the first of 0.1
     out = itl_summary([(10, {_bucket(0.01): 50, _bucket(0.1): 50}, 0.1)], 0.0)
-    assert out["p50"] == pytest.approx(0.01, rel=ALPHA)
+    assert out.p50 == pytest.approx(0.01, rel=ALPHA)
 
 
 def test_every_refusal_is_counted() -> None:
     view = LatencyView([record(1.0, "refused", e2e_s=0.1) for _ in range(3)], [], now=2.0)
-    assert view.goodput(60, None, None)["refused"] == 3
+    assert view.goodput(60, None, None).refused == 3
 
 
 async def test_questions_asked_at_once_each_get_their_own_answer() -> None:
@@ -269,8 +260,8 @@ async def test_questions_asked_at_once_each_get_their_own_answer() -> None:
     strict = asyncio.create_task(lane.report(0.3, None))
     await asyncio.sleep(0)  # its computation is under way
     loose = await lane.report(0.5, None)  # waits for it, then asks its own
-    assert loose["goodput"]["1m"]["good"] == 1
-    assert (await strict)["goodput"]["1m"]["good"] == 0
+    assert loose.goodput["1m"].good == 1
+    assert (await strict).goodput["1m"].good == 0
 
 
 async def test_a_computation_cancelled_with_the_loop_is_dropped_quietly() -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from gpuwatch.adminapi import LimitsPatch
 from gpuwatch.config import ConfigError
 from gpuwatch.control.guard import Guard, ReadOnlyError, confirmation_reason
 from gpuwatch.gate.admission import AdmissionLane, Refused
@@ -29,7 +31,10 @@ def test_patch_is_applied_whole_with_version_plus_one() -> None:
     )
     assert after.version == 2 and after.paused
     assert after.lanes["chat"] == LaneLimits(max_inflight=4)
-    assert changed(BASE, after) == {"paused": True, "lanes": {"chat": {"max_inflight": 4}}}
+    assert changed(BASE, after).to_json() == {
+        "paused": True,
+        "lanes": {"chat": {"max_inflight": 4}},
+    }
 
 
 def test_patch_with_one_bad_field_changes_nothing() -> None:
@@ -92,14 +97,14 @@ def test_guard_read_only_and_confirmation_policy() -> None:
     with pytest.raises(ReadOnlyError, match="refused: read-only"):
         Guard(read_only=True).check("set chat.max_inflight")
     Guard().check("anything")
-    before = BASE.to_json()
-    assert confirmation_reason(before, {"paused": True}).startswith("pause admission")
-    assert confirmation_reason(before, {"lanes": {"chat": {"max_inflight": 7}}}) is not None
+    before = BASE
+    assert confirmation_reason(before, LimitsPatch(True)).startswith("pause admission")
+    assert confirmation_reason(before, LimitsPatch(lanes={"chat": {"max_inflight": 7}})) is not None
     assert (
-        confirmation_reason(before, {"lanes": {"chat": {"max_inflight": 8}}}) is None
+        confirmation_reason(before, LimitsPatch(lanes={"chat": {"max_inflight": 8}})) is None
     )  # exactly half
-    assert confirmation_reason(before, {"lanes": {"chat": {"max_inflight": 20}}}) is None
-    assert confirmation_reason({**before, "paused": True}, {"paused": True}) is None
+    assert confirmation_reason(before, LimitsPatch(lanes={"chat": {"max_inflight": 20}})) is None
+    assert confirmation_reason(replace(before, paused=True), LimitsPatch(True)) is None
 
 
 def test_gate_config_merges_over_defaults(tmp_path: Path) -> None:

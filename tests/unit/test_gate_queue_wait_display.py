@@ -4,15 +4,16 @@ budget's column (``test_gate_token_budget_display``)."""
 
 from __future__ import annotations
 
+from gpuwatch.adminapi import LaneStatus
 from gpuwatch.tui.screens.edit import FIELDS, VALIDATORS, parse_field
 from gpuwatch.tui.widgets.admission import SHORT, _wait
 
 
 def test_the_panel_shows_the_oldest_wait_over_the_budget() -> None:
     live = {"oldest_queued_s": 0.42, "queue_wait": {"budget_s": 1.5, "source": "slo"}}
-    assert _wait(live) == "0.4/1.5s"
-    assert _wait({"queue_wait": {"budget_s": None}}) == "-"
-    assert _wait({}) == "-"  # an older gate's status has no queue_wait
+    assert _wait(LaneStatus.from_json(live, "lane")) == "0.4/1.5s"
+    assert _wait(LaneStatus.from_json({"queue_wait": {"budget_s": None}}, "lane")) == "-"
+    assert _wait(LaneStatus.from_json({}, "lane")) == "-"  # an older gate's has no queue_wait
     assert SHORT["queue_deadline"] == "deadline"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.adminapi import LaneLimits, LaneStatus, Limits
 from gpuwatch.cli.limits import print_limits
 from gpuwatch.tui.screens.edit import FIELDS, VALIDATORS, parse_field
 from gpuwatch.tui.widgets.admission import REASONS, SHORT, _budget, _tokens
@@ -20,9 +21,12 @@ def test_tokens_at_a_glance(value: int, shown: str) -> None:
 
 
 def test_the_panel_shows_used_over_budget() -> None:
-    assert _budget({"max_inflight_tokens": 96_000}, {"inflight_tokens": 41_000}) == "41k/96k"
-    assert _budget({"max_inflight_tokens": None}, {"inflight_tokens": 0}) == "-"
-    assert _budget({"max_inflight_tokens": 4000}, {}) == "0/4k"  # an older gate's status
+    def budget(limits: dict[str, object], live: dict[str, object]) -> str:
+        return _budget(LaneLimits.from_json(limits), LaneStatus.from_json(live, "lane"))
+
+    assert budget({"max_inflight_tokens": 96_000}, {"inflight_tokens": 41_000}) == "41k/96k"
+    assert budget({"max_inflight_tokens": None}, {"inflight_tokens": 0}) == "-"
+    assert budget({"max_inflight_tokens": 4000}, {}) == "0/4k"  # an older gate's status
 
 
 def test_every_refusal_reason_has_a_short_name() -> None:
@@ -43,11 +47,11 @@ def test_the_cli_table_has_the_column(capsys: pytest.CaptureFixture[str]) -> Non
         "max_inflight": 8, "max_queue": 4, "queue_timeout_s": 30.0, "max_prompt_tokens": None,
         "max_output_tokens": 1024, "output_tokens_policy": "clamp",
     }  # fmt: skip
-    print_limits(
+    print_limits(Limits.from_json(
         {"version": 2, "paused": False,
          "lanes": {"chat": {**lane, "max_inflight_tokens": 96000, "max_queue_wait_s": 1.5},
                    "old": lane}}
-    )  # fmt: skip
+    ))  # fmt: skip
     out = capsys.readouterr().out.splitlines()
     assert "tokens" in out[1]
     assert "96000" in out[2] and out[3].split()[-2] == "-"

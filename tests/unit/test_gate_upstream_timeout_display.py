@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.adminapi import Limits
 from gpuwatch.cli.limits import print_limits
 from gpuwatch.gate.config import load_gate_config
 from gpuwatch.gate.limits import UPSTREAM_TIMEOUTS, LaneLimits
@@ -35,7 +36,9 @@ def test_the_cli_table_has_the_columns(capsys: pytest.CaptureFixture[str]) -> No
         "max_output_tokens": 1024, "output_tokens_policy": "clamp",
     }  # fmt: skip
     timeouts = {"upstream_first_byte_timeout_s": 300.0, "upstream_idle_timeout_s": None}
-    print_limits({"version": 2, "paused": False, "lanes": {"chat": {**lane, **timeouts}}})
+    print_limits(
+        Limits.from_json({"version": 2, "paused": False, "lanes": {"chat": {**lane, **timeouts}}})
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[5:7] == ["ttfb", "idle"]
     assert out[2].split()[5:7] == ["300", "-"]

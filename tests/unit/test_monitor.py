@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from gpuwatch.adminapi import GateStatus, Limits
 from gpuwatch.model import EngineSnapshot, GpuReading, GpuSample, ScrapeResult
 from gpuwatch.monitor.health import Verdict
 from gpuwatch.monitor.state import Monitor
@@ -148,6 +151,23 @@ def test_ttft_taken_apart_says_which_part_grew() -> None:
     assert grew is not None and grew.name == "engine queue" and (grew.grew_s or 0) > 1.0
 
 
+def apply_gate(
+    m: Monitor,
+    limits: dict[str, Any] | None,
+    status: dict[str, Any] | None,
+    error: str | None = None,
+    *,
+    current: bool = False,
+) -> None:
+    """The gate's answer as the client reads it off the wire."""
+    m.apply_gate(
+        None if limits is None else Limits.from_json(limits),
+        None if status is None else GateStatus.from_json(status),
+        error,
+        current=current,
+    )
+
+
 def _status(good: int, slow: int, refused: int, ttft_p99: float) -> dict:
     tails = {
         "requests": good + slow + refused,
@@ -170,14 +190,14 @@ def test_with_a_gate_the_badge_judges_what_users_get() -> None:
     limits = {"version": 1, "paused": False, "lanes": {"chat": {}}}
     # The engine is fine: the gate refuses 6% and 3% were slow, so users are not.
     m.apply_scrape(ScrapeResult(URL, [EngineSnapshot(URL, "vllm", "m", kv_cache_usage=0.3)]))
-    m.apply_gate(limits, _status(good=91, slow=3, refused=6, ttft_p99=0.9))
+    apply_gate(m, limits, _status(good=91, slow=3, refused=6, ttft_p99=0.9))
     v = m.evaluate()
     assert v == Verdict("OVERLOADED", "goodput 1m 91.0% < 99.0%: 6% refused, 3% slow")
     # Capacity restored: every request served in time.
-    m.apply_gate(limits, _status(good=100, slow=0, refused=0, ttft_p99=0.9))
+    apply_gate(m, limits, _status(good=100, slow=0, refused=0, ttft_p99=0.9))
     assert m.evaluate().level == "OK"
     # The users' exact p99 TTFT (queue wait included) is judged too.
-    m.apply_gate(limits, _status(good=100, slow=0, refused=0, ttft_p99=2.5))
+    apply_gate(m, limits, _status(good=100, slow=0, refused=0, ttft_p99=2.5))
     v = m.evaluate()
     assert v.level == "OVERLOADED"
     assert v.reason == "p99 TTFT 1m 2.50s > 2.00s: users at the gate, queue wait included"
@@ -189,19 +209,19 @@ def test_limits_that_went_back_are_believed_when_the_gate_says_so_twice() -> Non
     clock = Clock()
     m = Monitor([], clock=clock, wall=clock, admin_url="http://127.0.0.1:9000")
     assert m.gate is not None
-    m.apply_gate({"version": 7, "paused": False, "lanes": {}}, None)
-    m.apply_gate({"version": 6, "paused": False, "lanes": {}}, None)  # a poll that raced a PATCH
-    assert m.gate.limits["version"] == 7
-    m.apply_gate({"version": 1, "paused": True, "lanes": {}}, None)
-    assert m.gate.limits["version"] == 7  # once: maybe a race
-    m.apply_gate({"version": 1, "paused": True, "lanes": {}}, None)
-    assert m.gate.limits["version"] == 1 and "went back from v7 to v1" in m.events[-1].text
-    m.apply_gate({"version": 9, "paused": False, "lanes": {}}, None)
-    m.apply_gate({"version": 2, "paused": False, "lanes": {}}, None, current=True)  # a 409's
-    assert m.gate.limits["version"] == 2
-    m.apply_gate(None, None, "connection refused")
-    m.apply_gate({"version": 1, "paused": False, "lanes": {}}, None)  # back after being DOWN
-    assert m.gate.limits["version"] == 1
+    apply_gate(m, {"version": 7, "paused": False, "lanes": {}}, None)
+    apply_gate(m, {"version": 6, "paused": False, "lanes": {}}, None)  # a poll that raced a PATCH
+    assert m.gate.limits.version == 7
+    apply_gate(m, {"version": 1, "paused": True, "lanes": {}}, None)
+    assert m.gate.limits.version == 7  # once: maybe a race
+    apply_gate(m, {"version": 1, "paused": True, "lanes": {}}, None)
+    assert m.gate.limits.version == 1 and "went back from v7 to v1" in m.events[-1].text
+    apply_gate(m, {"version": 9, "paused": False, "lanes": {}}, None)
+    apply_gate(m, {"version": 2, "paused": False, "lanes": {}}, None, current=True)  # a 409's
+    assert m.gate.limits.version == 2
+    apply_gate(m, None, None, "connection refused")
+    apply_gate(m, {"version": 1, "paused": False, "lanes": {}}, None)  # back after being DOWN
+    assert m.gate.limits.version == 1
 
 
 def test_a_move_of_the_adaptive_controller_is_one_event() -> None:
@@ -213,12 +233,12 @@ def test_a_move_of_the_adaptive_controller_is_one_event() -> None:
         return {"lanes": {"chat": lane}}
 
     cut = {"time": 5.0, "direction": "down", "from": 16, "to": 12, "reason": "-25%: p99 TTFT 3.0s > 2.0s"}  # fmt: skip
-    m.apply_gate(None, status(cut))  # the first poll: a decision from before, no event
+    apply_gate(m, None, status(cut))  # the first poll: a decision from before, no event
     before = len(m.events)
-    m.apply_gate(None, status(cut))  # the same decision polled again: nothing new
+    apply_gate(m, None, status(cut))  # the same decision polled again: nothing new
     assert len(m.events) == before
     up = {"time": 9.0, "direction": "up", "from": 12, "to": 13, "reason": "+1: p99 TTFT 0.5s <= 2.0s, 3 queued"}  # fmt: skip
-    m.apply_gate(None, status(up))
+    apply_gate(m, None, status(up))
     assert len(m.events) == before + 1
     assert (
         m.events[-1].text
@@ -240,7 +260,7 @@ def test_lanes_answering_in_one_piece_are_shown_but_not_judged_by_the_ttft_slo()
     for tails in image["latency"].values():
         tails["itl"] = {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
     status["lanes"]["image"] = image
-    m.apply_gate(limits, status)
+    apply_gate(m, limits, status)
     assert m.evaluate().level == "OK"
     assert m.gate is not None
     users = m.gate.users()
@@ -248,5 +268,5 @@ def test_lanes_answering_in_one_piece_are_shown_but_not_judged_by_the_ttft_slo()
     assert users.worst_lane == "chat" and users.totals["ended"] == 100
     # Without a streaming lane (a gate of embeddings only), every lane is judged as before.
     del status["lanes"]["chat"]
-    m.apply_gate(limits, status)
+    apply_gate(m, limits, status)
     assert m.evaluate().level == "OVERLOADED"

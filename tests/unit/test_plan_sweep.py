@@ -401,7 +401,7 @@ def test_max_output_tokens_only_when_the_tail_drives_kv() -> None:
     flat = Traffic(output_tokens=Dist("fixed", 256))
     no_tail = recommend(6.0, _at_knee(kv_peak=0.95), TARGET, flat, kv_tokens=125_000)
     assert no_tail.max_output_tokens is None
-    assert no_tail.patch() == {"lanes": {"chat": no_tail.limits()}}
+    assert no_tail.patch().to_json() == {"lanes": {"chat": no_tail.limits()}}
 
 
 # -- the whole sweep, saved, and its pictures ---------------------------------------------------

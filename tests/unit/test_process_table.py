@@ -49,7 +49,7 @@ def test_a_pid_taken_over_by_another_process_is_read_afresh() -> None:
         # As if the process kept had started at another time: the pid is someone else's now.
         kept = table._procs[child.pid]
         kept._ident = (child.pid, 1.0)
-        table._names[child.pid] = ("old-server", "nobody", "old-server --port 1")
+        table._names[child.pid] = ("old-server", "nobody", "old-server --port 1", None)
         again = table.describe(child.pid)
         assert (again.name, again.cmdline) == (first.name, first.cmdline)
         assert again.cpu_percent is None  # a new process: its CPU counter starts again

@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.adminapi import GateStatus, LaneLimits, LaneStatus, Limits
 from gpuwatch.cli.record import age, size
 from gpuwatch.model import (
+    ContainerInfo,
     EngineSnapshot,
     GpuReading,
     GpuSample,
     HostSample,
+    MigInstance,
     ProcessInfo,
     ScrapeResult,
 )
@@ -84,8 +87,15 @@ def test_gpus_host_gate_and_events_survive_the_codec() -> None:
     gpus = GpuReading([GpuSample(0, "H100", memory_used_bytes=5, throttle_reasons=["power"],
                                  processes=[ProcessInfo(42, "vllm", cmdline="vllm serve m")])])  # fmt: skip
     host = HostSample(12.5, [10.0, 15.0], 1.0, 0.5, 0.25, 100, 50, 0, 0)
-    gate = ({"version": 3, "lanes": {}}, {"lanes": {"chat": {"queued": 1}}}, None, True)
+    gate = (Limits(3, False), GateStatus(0, False, {"chat": LaneStatus(queued=1)}), None, True)
     event = Event(1e9, "warn", "SLO TIGHT: TTFT")
+    # A MIG GPU with a process in a pod's container, and one not visible from here.
+    in_pod = ContainerInfo("ab" * 32, "containerd", "server", "1-2-3", "llm-0")
+    mig = GpuReading([GpuSample(1, "H100", mig_mode=True, mig=[MigInstance(1, 0, "3g.40gb")],
+                                processes=[ProcessInfo(7, container=in_pod, gpu_instance_id=1),
+                                           ProcessInfo(8, visible=False)])])  # fmt: skip
+    data = codec.pack(codec.encode_payload("gpus", mig))
+    assert codec.decode_payload("gpus", codec.unpack(data)) == mig
     for kind, value in (("gpus", gpus), ("host", host), ("gate", gate), ("event", event)):
         data = codec.pack(codec.encode_payload(kind, value))
         assert codec.decode_payload(kind, codec.unpack(data)) == value, kind
@@ -269,10 +279,10 @@ def test_a_cold_jump_knows_the_limits_and_events_recorded_long_before(
     clock = [0.0]
     m = Monitor([], clock=lambda: clock[0], wall=lambda: 1e6 + clock[0], admin_url="http://g")
     recorder = Recorder(path).attach(m)
-    limits = {"version": 7, "paused": False, "lanes": {"chat": {"max_inflight": 8}}}
+    limits = Limits(7, False, {"chat": LaneLimits(max_inflight=8)})
     for i in range(100):
         clock[0] = float(i)
-        m.apply_gate(limits, {"lanes": {}})
+        m.apply_gate(limits, GateStatus(7, False))
         if i == 10:
             m.event("info", "long before the jump")
     recorder.close()

@@ -30,3 +30,28 @@ def test_non_finite_values_from_any_source_become_null_with_a_warning() -> None:
         {"source": "host", "warning": "host.cpu_per_core[1] is inf: shown as null"},
         {"source": "http://x/metrics", "warning": "engines[0].running is -inf: shown as null"},
     ]
+
+
+def test_containers_hidden_processes_and_mig_devices_in_the_document() -> None:
+    from gpuwatch.model import ContainerInfo, MigInstance, ProcessInfo
+
+    pod = ContainerInfo("ab" * 32, None, "server", "1f6a8e2c-3b4d-4e5f-8a9b-0c1d2e3f4a5b", "llm-0")
+    gpu = GpuSample(
+        0,
+        mig_mode=True,
+        mig=[MigInstance(1, 0, "3g.40gb", "MIG-1", 40, 30)],
+        processes=[ProcessInfo(7, container=pod, gpu_instance_id=1, compute_instance_id=0),
+                   ProcessInfo(4711, visible=False, used_memory_bytes=3)],
+    )  # fmt: skip
+    host = HostSample(1.0, [1.0], 0.5, 0.5, 0.5, 1, 1, 0, 0)
+    snap = Snapshot(dt.datetime.now(dt.timezone.utc), GpuReading([gpu]), host, None, [])
+    [g] = json.loads(dumps_json(snap))["gpus"]
+    assert g["mig_mode"] is True
+    assert g["mig"] == [{"gpu_instance_id": 1, "compute_instance_id": 0, "profile": "3g.40gb",
+                         "uuid": "MIG-1", "memory_total_bytes": 40, "memory_used_bytes": 30,
+                         "utilization_gpu": None, "error": None}]  # fmt: skip
+    mine, hidden = g["processes"]
+    assert mine["container"] == {"id": "ab" * 32, "runtime": None, "name": "server",
+                                 "pod_uid": pod.pod_uid, "pod_name": "llm-0"}  # fmt: skip
+    assert (mine["visible"], mine["gpu_instance_id"], mine["compute_instance_id"]) == (True, 1, 0)
+    assert (hidden["visible"], hidden["container"], hidden["used_memory_bytes"]) == (False, None, 3)

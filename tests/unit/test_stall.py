@@ -239,13 +239,13 @@ async def test_the_gate_reads_the_page_first_and_the_streams_when_it_is_silent(
         watch.on_page(engine_page(tokens))
         # ...while the engine's counters move: its own page says it works.
         assert watch.tick() is None and lanes["chat"].shed is None
-    assert watch.status()["signal"] == "metrics"
+    assert watch.status().signal == "metrics"
     # The page stops answering (a stopped process): the silent stream decides.
     clock.t = 5
     watch.on_page(ScrapeResult(URL, error="timed out after 3 s"))
     entry = watch.tick()
-    assert entry is not None and watch.status()["now"]["signal"] == "streams"
-    assert entry["change"] == {"lanes": {"chat": {"shed": "upstream_stalled"}}}
+    assert entry is not None and watch.status().now.signal == "streams"
+    assert entry.change.to_json() == {"lanes": {"chat": {"shed": "upstream_stalled"}}}
     assert lanes["chat"].shed is not None and lanes["embed"].shed is None
     with pytest.raises(Refused) as refused:
         lanes["chat"].enter(0, Who(), 0.0, asyncio.get_running_loop())
@@ -254,8 +254,8 @@ async def test_the_gate_reads_the_page_first_and_the_streams_when_it_is_silent(
     tally.chunk()
     clock.t = 6
     entry = watch.tick()
-    assert entry is not None and entry["reason"].startswith("upstream moving again after")
-    assert lanes["chat"].shed is None and watch.status()["last"]["signal"] == "streams"
+    assert entry is not None and entry.reason.startswith("upstream moving again after")
+    assert lanes["chat"].shed is None and watch.status().last.signal == "streams"
 
 
 async def test_a_stall_refuses_the_queue_at_once() -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
+from gpuwatch.adminapi import LaneLimits, Limits, LimitsPatch, TenantLimits
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard
 from gpuwatch.control.steering import (
@@ -20,14 +21,16 @@ from gpuwatch.control.steering import (
 )
 from tests.functional.test_steering import RecordingView
 
-LIMITS = {
-    "version": 3,
-    "paused": False,
-    "lanes": {
-        "chat": {"max_inflight": 16, "max_queue": 64, "max_output_tokens": None},
-        "embed": {"max_inflight": 32, "max_queue": 256, "max_output_tokens": None},
-    },
-}
+LIMITS = Limits.from_json(
+    {
+        "version": 3,
+        "paused": False,
+        "lanes": {
+            "chat": {"max_inflight": 16, "max_queue": 64, "max_output_tokens": None},
+            "embed": {"max_inflight": 32, "max_queue": 256, "max_output_tokens": None},
+        },
+    }
+)
 
 
 @pytest.mark.parametrize(
@@ -72,17 +75,20 @@ def test_keys_fold_into_one_patch_with_only_what_changed() -> None:
         ("chat", "max_queue", lambda v: v + 8),  # back where it was: not in the patch
         ("", "paused", lambda v: not v),
     ]
-    assert patch_from(LIMITS, ops) == {"paused": True, "lanes": {"chat": {"max_inflight": 18}}}
+    assert patch_from(LIMITS, ops).to_json() == {
+        "paused": True,
+        "lanes": {"chat": {"max_inflight": 18}},
+    }
 
 
 def test_describe_and_revert() -> None:
-    patch = {"paused": True, "lanes": {"chat": {"max_inflight": 8, "max_output_tokens": 512}}}
+    patch = LimitsPatch(True, {"chat": {"max_inflight": 8, "max_output_tokens": 512}})
     assert describe(LIMITS, patch) == [
         "paused false -> true",
         "chat.max_inflight 16 -> 8",
         "chat.max_output_tokens none -> 512",
     ]
-    assert revert_of(LIMITS, patch) == {
+    assert revert_of(LIMITS, patch).to_json() == {
         "paused": False,
         "lanes": {"chat": {"max_inflight": 16, "max_output_tokens": None}},
     }
@@ -97,47 +103,44 @@ def test_the_budget_keys_step_over_their_own_steps() -> None:
 
 
 def test_a_patch_for_a_key_an_older_gate_lacks() -> None:
-    base = {"paused": False, "lanes": {"chat": {"max_inflight": 4}}}
+    base = Limits.from_json({"version": 1, "lanes": {"chat": {"max_inflight": 4}}})
     ops = [("chat", "max_inflight_tokens", lambda v: step_output(v, True, BUDGET_STEPS))]
     patch = patch_from(base, ops)
-    assert patch == {"lanes": {"chat": {"max_inflight_tokens": 512_000}}}
+    assert patch.to_json() == {"lanes": {"chat": {"max_inflight_tokens": 512_000}}}
     assert describe(base, patch) == ["chat.max_inflight_tokens none -> 512000"]
-    assert revert_of(base, patch) == {"lanes": {"chat": {"max_inflight_tokens": None}}}
+    assert revert_of(base, patch).to_json() == {"lanes": {"chat": {"max_inflight_tokens": None}}}
 
 
 def test_on_an_adaptive_lane_the_floor_follows_the_ceiling_down() -> None:
-    base = {
-        "version": 1,
-        "paused": False,
-        "lanes": {"chat": {"max_inflight": 6, "min_inflight": 4, "policy": "adaptive"}},
-    }
+    adaptive = LaneLimits(max_inflight=6, min_inflight=4, policy="adaptive")
+    base = Limits(1, False, {"chat": adaptive})
     down = [("chat", "max_inflight", lambda v: v - 3)]
-    assert patch_from(base, down) == {"lanes": {"chat": {"max_inflight": 3, "min_inflight": 3}}}
+    assert patch_from(base, down).lanes == {"chat": {"max_inflight": 3, "min_inflight": 3}}
     up = [("chat", "max_inflight", lambda v: v + 3)]
-    assert patch_from(base, up) == {"lanes": {"chat": {"max_inflight": 9}}}  # floor stays
-    static = {"version": 1, "paused": False, "lanes": {"chat": {"max_inflight": 6, "min_inflight": 4}}}  # fmt: skip
-    assert patch_from(static, down) == {"lanes": {"chat": {"max_inflight": 3}}}  # not judged
+    assert patch_from(base, up).lanes == {"chat": {"max_inflight": 9}}  # floor stays
+    static = Limits(1, False, {"chat": LaneLimits(max_inflight=6, min_inflight=4)})
+    assert patch_from(static, down).lanes == {"chat": {"max_inflight": 3}}  # not judged
 
 
 def test_a_tenant_change_and_its_revert_describe_the_tenant_s_limits() -> None:
-    before = {**LIMITS, "tenants": {"alice": {"paused": True, "max_inflight": 4}}}
-    patch = {
-        "tenants": {
+    before = replace(LIMITS, tenants={"alice": TenantLimits(paused=True, max_inflight=4)})
+    patch = LimitsPatch(
+        tenants={
             "alice": {"paused": False, "max_inflight": None},
             "bob": {"paused": False, "max_inflight": 2},
         }
-    }
+    )
     assert describe(before, patch) == [
         "tenant alice paused, max_inflight 4 -> no limits",
         "tenant bob no limits -> max_inflight 2",
     ]
-    assert revert_of(before, patch) == {
-        "tenants": {"alice": {"paused": True, "max_inflight": 4}, "bob": None}
-    }
-    assert describe(LIMITS, {"tenants": {"carol": {"paused": True}}}) == [
+    assert revert_of(before, patch) == LimitsPatch(
+        tenants={"alice": {"paused": True, "max_inflight": 4}, "bob": None}
+    )
+    assert describe(LIMITS, LimitsPatch(tenants={"carol": {"paused": True}})) == [
         "tenant carol no limits -> paused"
     ]
-    assert revert_of(LIMITS, {"paused": True}) == {"paused": False}  # nothing else
+    assert revert_of(LIMITS, LimitsPatch(paused=True)) == LimitsPatch(paused=False)  # nothing else
 
 
 @pytest.mark.parametrize(
@@ -150,7 +153,7 @@ def test_values_are_shown_short(value: object, shown: str) -> None:
 async def test_each_key_s_change_before_it_is_sent() -> None:
     """What the keys amount to (the pending lines), without a gate: nothing is sent until the
     window closes, and close() drops it."""
-    view = RecordingView(current=copy.deepcopy(LIMITS))
+    view = RecordingView(current=LIMITS)
     client = GateClient("http://127.0.0.1:9", "t", Guard())
     s = Steering(Guard(), view, "http://127.0.0.1:9", coalesce_s=60.0)
     s.client = client
@@ -171,7 +174,8 @@ async def test_each_key_s_change_before_it_is_sent() -> None:
         assert after(lambda: s.queue(8)) == ["chat.max_queue 64 -> 72"]
         assert after(s.pause) == ["paused false -> true"]
         assert after(lambda: s.budget(True)) == ["chat.max_inflight_tokens none -> 512000"]
-        view.current["lanes"]["chat"]["max_inflight"] = 0
+        chat = replace(LIMITS.lanes["chat"], max_inflight=0)
+        view.current = replace(LIMITS, lanes={**LIMITS.lanes, "chat": chat})
         assert after(lambda: s.scale_inflight(2.0)) == ["chat.max_inflight 0 -> 1"]  # from 0
         assert after(lambda: s.scale_inflight(0.5)) == []  # 0 halved stays 0
         assert after(lambda: s.scale_inflight(1.0)) == []

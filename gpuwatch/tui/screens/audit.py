@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,6 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from gpuwatch.adminapi import AuditEntry
 from gpuwatch.fmt import clip
 
 
@@ -22,7 +22,7 @@ class AuditScreen(Screen[None]):
     AuditScreen DataTable { height: 1fr; }
     """
 
-    def __init__(self, entries: list[dict[str, Any]] | None, error: str | None = None) -> None:
+    def __init__(self, entries: list[AuditEntry] | None, error: str | None = None) -> None:
         super().__init__()
         self.entries = entries or []
         self.error = error
@@ -39,10 +39,10 @@ class AuditScreen(Screen[None]):
         table = self.query_one(DataTable)
         table.add_columns("time", "version", "actor", "change")
         for e in self.entries:
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("time", 0)))
-            change = json.dumps(e.get("change"), separators=(", ", ": "))
-            if e.get("reason"):  # the adaptive controller says why it moved the limit
-                change += f"  {e['reason']}"
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
+            change = json.dumps(e.change.to_json(), separators=(", ", ": "))
+            if e.reason:  # the adaptive controller says why it moved the limit
+                change += f"  {e.reason}"
             # Actors come from clients (an older gate saved anything): one escaped line each.
-            actor = Text(clip(e.get("actor", ""), 80))
-            table.add_row(when, str(e.get("version", "")), actor, Text(clip(change, 400)))
+            actor = Text(clip(e.actor, 80))
+            table.add_row(when, str(e.version), actor, Text(clip(change, 400)))

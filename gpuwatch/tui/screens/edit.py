@@ -3,8 +3,6 @@ PATCH with what changed."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -12,7 +10,15 @@ from textual.screen import ModalScreen
 from textual.validation import Function, Integer, Number, ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Select, Static
 
-from gpuwatch.gate.limits import ADMISSION_POLICIES, MEDIA_CAPS, POLICIES, UPSTREAM_TIMEOUTS
+from gpuwatch.adminapi import (
+    ADMISSION_POLICIES,
+    MEDIA_CAPS,
+    POLICIES,
+    UPSTREAM_TIMEOUTS,
+    LaneLimits,
+    Limits,
+    LimitValue,
+)
 from gpuwatch.tui.markup import escape
 
 FIELDS = (
@@ -46,8 +52,8 @@ MEDIA_LANES = {
 }
 
 
-def fields_for(name: str, lane: dict[str, Any]) -> tuple[tuple[str, str, str], ...]:
-    media = [k for k in MEDIA_CAPS if k in MEDIA_LANES.get(name, ()) or lane.get(k) is not None]
+def fields_for(name: str, lane: LaneLimits) -> tuple[tuple[str, str, str], ...]:
+    media = [k for k in MEDIA_CAPS if k in MEDIA_LANES.get(name, ()) or lane.value(k) is not None]
     return FIELDS + tuple((k, *MEDIA_FIELDS[k]) for k in media)
 
 
@@ -88,7 +94,7 @@ VALIDATORS: dict[str, list[Validator]] = {
 }
 
 
-def parse_field(key: str, text: str) -> Any:
+def parse_field(key: str, text: str) -> LimitValue:
     text = text.strip()
     if key in ("max_prompt_tokens", "max_output_tokens", "max_inflight_tokens", *MEDIA_CAPS) and (
         text == ""
@@ -112,7 +118,7 @@ def parse_field(key: str, text: str) -> Any:
     return int(text)
 
 
-class EditLimits(ModalScreen[dict[str, Any] | None]):
+class EditLimits(ModalScreen[dict[str, LimitValue] | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel")]
     DEFAULT_CSS = """
     EditLimits { align: center middle; }
@@ -128,19 +134,19 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
     EditLimits Button { margin-left: 2; }
     """
 
-    def __init__(self, gate: str, lane: str, limits: dict[str, Any]) -> None:
+    def __init__(self, gate: str, lane: str, limits: Limits) -> None:
         super().__init__()
         self.gate, self.lane, self.limits = gate, lane, limits
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            version = self.limits.get("version", "?")
+            version = self.limits.version
             yield Static(
                 f"[b]lane {escape(self.lane)}[/] on {escape(self.gate)}  [dim]v{version}[/]"
             )
-            lane = self.limits["lanes"][self.lane]
+            lane = self.limits.lanes[self.lane]
             for key, label, hint in fields_for(self.lane, lane):
-                value = lane.get(key)
+                value = lane.value(key)
                 with Horizontal(classes="row"):
                     yield Label(label)
                     yield Input(
@@ -158,7 +164,7 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
                 yield Label("output cap policy")
                 yield Select(
                     [(p, p) for p in POLICIES],
-                    value=lane["output_tokens_policy"],
+                    value=lane.output_tokens_policy,
                     allow_blank=False,
                     id="output_tokens_policy",
                 )
@@ -166,7 +172,7 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
                 yield Label("admission")
                 yield Select(
                     [(p, p) for p in ADMISSION_POLICIES],
-                    value=lane.get("policy", "static"),
+                    value=lane.policy,
                     allow_blank=False,
                     id="policy",
                 )
@@ -175,7 +181,7 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
                     yield Label("image/embed policy")
                     yield Select(
                         [(p, p) for p in POLICIES],
-                        value=lane.get("media_policy", "clamp"),
+                        value=lane.media_policy,
                         allow_blank=False,
                         id="media_policy",
                     )
@@ -192,10 +198,10 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
         )
         self.query_one(f"#{key}-error", Static).update(message)
 
-    def changes(self) -> dict[str, Any] | None:
+    def changes(self) -> dict[str, LimitValue] | None:
         """What differs from the lane's current limits, or None when a field is invalid."""
-        lane = self.limits["lanes"][self.lane]
-        out: dict[str, Any] = {}
+        lane = self.limits.lanes[self.lane]
+        out: dict[str, LimitValue] = {}
         valid = True
         for key, _, _ in fields_for(self.lane, lane):
             field = self.query_one(f"#{key}", Input)
@@ -205,17 +211,18 @@ class EditLimits(ModalScreen[dict[str, Any] | None]):
                 valid = False
                 continue
             value = parse_field(key, field.value)
-            if value != lane.get(key):
+            if value != lane.value(key):
                 out[key] = value
-        policy = self.query_one("#output_tokens_policy", Select).value
-        if policy != lane["output_tokens_policy"]:
+        # The selects hold one of their options (no blank): a policy's name.
+        policy = str(self.query_one("#output_tokens_policy", Select).value)
+        if policy != lane.output_tokens_policy:
             out["output_tokens_policy"] = policy
-        admission = self.query_one("#policy", Select).value
-        if admission != lane.get("policy", "static"):
+        admission = str(self.query_one("#policy", Select).value)
+        if admission != lane.policy:
             out["policy"] = admission
         for media in self.query("#media_policy").results(Select):
-            if media.value != lane.get("media_policy", "clamp"):
-                out["media_policy"] = media.value
+            if str(media.value) != lane.media_policy:
+                out["media_policy"] = str(media.value)
         return out if valid else None
 
     def on_input_submitted(self) -> None:

@@ -3,17 +3,19 @@
 k9s-like: ``s`` sorts by the next column (``S`` flips the order), ``/`` filters, ``m`` groups
 by model, ``enter`` drills into a node, ``space`` marks a row; with rows marked, the limit keys
 and the edit form change every marked node's gate at once, after one confirmation that lists
-every node's ``old -> new``.
+every node's ``old -> new``. It reads the ``FleetSession`` it is given; what only the app can
+do (open a node, read the fleet again) it asks with a message (``Drill``, ``Moved``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input
@@ -24,17 +26,16 @@ from gpuwatch.control.steering import COALESCE_S, QUEUE_STEP, Op
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.monitor.fleet import COLUMNS, SORT_KEYS
 from gpuwatch.monitor.state import EventLevel
-from gpuwatch.sources.promql import WINDOW
+from gpuwatch.session.fleet import FleetSession
+from gpuwatch.sources.promql import WINDOW, FleetRow
 from gpuwatch.tui.markup import escape
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
 from gpuwatch.tui.screens.results import ResultsScreen
+from gpuwatch.tui.timecursor import TimeCursor
 from gpuwatch.tui.widgets.events import EventsPanel
 from gpuwatch.tui.widgets.fleet import FleetTable, RowKey
 from gpuwatch.tui.widgets.panel import Panel
-
-if TYPE_CHECKING:
-    from gpuwatch.tui.fleet_app import FleetApp
 
 SORT_NAMES = {"health": "health", "instance": "instance", "model": "model"} | {
     c.key: c.header for c in COLUMNS
@@ -71,8 +72,21 @@ class FleetScreen(Screen[None]):
     FleetScreen.-short #fleet-events { height: 4; }
     """
 
-    def __init__(self) -> None:
+    class Drill(Message):
+        """Open ``row``'s node dashboard."""
+
+        def __init__(self, row: FleetRow) -> None:
+            super().__init__()
+            self.row = row
+
+    class Moved(Message):
+        """The time cursor moved: read the fleet there."""
+
+    def __init__(self, fleet: FleetSession, time_cursor: TimeCursor | None = None) -> None:
         super().__init__()
+        self.fleet = fleet
+        # In the past (--at): where the fleet is read (shared with the app, which reads there).
+        self.time_cursor = time_cursor
         self.sort = "health"
         self.reverse = False
         self.filter_text = ""
@@ -84,10 +98,6 @@ class FleetScreen(Screen[None]):
         self.coalesce_s = COALESCE_S  # a test widens it: what it tests is coalescing, not speed
         self._pending_what: list[str] = []
         self._flush_timer: Timer | None = None
-
-    @property
-    def fleet(self) -> FleetApp:
-        return cast("FleetApp", self.app)
 
     def compose(self) -> ComposeResult:
         yield Panel(id="fleet-title")
@@ -129,16 +139,17 @@ class FleetScreen(Screen[None]):
         if self.marked:
             extra.append(f"[b]{len(self.marked)} marked[/], lane [b]{escape(self.lane)}[/]")
         title = (
-            f"[b]gpuwatch fleet[/] · {escape(self.fleet.fleet_options.prometheus)}  "
+            f"[b]gpuwatch fleet[/] · {escape(self.fleet.options.prometheus)}  "
             f"{len(state.rows)} engines  {summary}  sort [b]{escape(SORT_NAMES[self.sort])}[/] "
             f"({order})  windows {WINDOW}"
         )
-        if self.fleet.fleet_options.read_only:
+        if self.fleet.options.read_only:
             title += "  [b $warn]READ-ONLY[/]"
-        if self.fleet.cursor is not None:  # the past: the replay's RO and clock
-            clock = time.strftime("%H:%M:%S", time.localtime(self.fleet.cursor.at))
+        if self.time_cursor is not None:  # the past: the replay's RO and clock
+            at = time.localtime(self.time_cursor.at)
+            clock = time.strftime("%H:%M:%S", at)
             title += f"  [b reverse $warn] RO [/] [b reverse $accent] REPLAY {clock} [/]"
-            title += f" [dim]{self.fleet.at_label()[:10]}[/]"
+            title += f" [dim]{time.strftime('%Y-%m-%d', at)}[/]"
         self.query_one("#fleet-title", Panel).show(title)
         status = []
         reading = state.reading
@@ -161,7 +172,7 @@ class FleetScreen(Screen[None]):
         key = self._cursor()
         row = next((r for r in self.fleet.state.rows if r.key == key), None)
         if row is not None:
-            self.fleet.open_node(row)
+            self.post_message(self.Drill(row))
 
     def action_mark(self) -> None:
         key = self._cursor()
@@ -230,7 +241,7 @@ class FleetScreen(Screen[None]):
         seen: dict[str, GateAddress] = {}
         for row in self.fleet.state.rows:
             if row.key in keys and row.gate and row.gate not in seen:
-                seen[row.gate] = address_of(row.gate, row.node, self.fleet.fleet_options.gates)
+                seen[row.gate] = address_of(row.gate, row.node, self.fleet.options.gates)
         return list(seen.values())
 
     def action_inflight(self, delta: int) -> None:
@@ -313,9 +324,7 @@ class FleetScreen(Screen[None]):
 
     async def _edit_ops(self, read: list[Planned]) -> list[Op] | None:
         """The edit form on the first readable gate's lane; its values go to every gate."""
-        base = next(
-            (p for p in read if p.problem is None and self.lane in p.before.get("lanes", {})), None
-        )
+        base = next((p for p in read if p.problem is None and self.lane in p.before.lanes), None)
         if base is None:
             self.notify(f"no marked gate answered with a lane {self.lane}", severity="warning")
             return None

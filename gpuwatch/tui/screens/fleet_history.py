@@ -16,8 +16,10 @@ from textual.binding import Binding
 from textual.widgets import Footer
 
 from gpuwatch.monitor.badgechanges import MAX_STEPS, STEP_S, Badges, badges_of, find_change
+from gpuwatch.session.fleet import FleetSession
 from gpuwatch.tui.screens.fleet import FleetScreen
-from gpuwatch.tui.timecursor import GOTO_HINT
+from gpuwatch.tui.screens.goto import GoToTime
+from gpuwatch.tui.timecursor import GOTO_HINT, TimeCursor
 from gpuwatch.tui.widgets.replaybar import ReplayBar
 
 PLAY_TICK_S = 0.25
@@ -41,8 +43,8 @@ class FleetHistoryScreen(FleetScreen):
         Binding("greater_than_sign", "speed(1)", "faster", key_display=">"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, fleet: FleetSession, time_cursor: TimeCursor) -> None:
+        super().__init__(fleet, time_cursor)
         self._played_at = time.monotonic()
 
     def compose(self) -> ComposeResult:
@@ -54,7 +56,7 @@ class FleetHistoryScreen(FleetScreen):
 
     def paint(self) -> None:
         super().paint()
-        cursor = self.fleet.cursor
+        cursor = self.time_cursor
         if cursor is None:
             return
         for bar in self.query(ReplayBar):
@@ -73,40 +75,40 @@ class FleetHistoryScreen(FleetScreen):
     def _advance(self) -> None:
         now = time.monotonic()
         elapsed, self._played_at = now - self._played_at, now
-        cursor = self.fleet.cursor
+        cursor = self.time_cursor
         if cursor is not None and cursor.advance(elapsed):
-            self.fleet.moved()
+            self.post_message(self.Moved())
 
     def action_play(self) -> None:
-        if self.fleet.cursor is not None:
-            self.fleet.cursor.toggle()
+        if self.time_cursor is not None:
+            self.time_cursor.toggle()
             self._played_at = time.monotonic()
             self.paint()
 
     def action_step(self, direction: int) -> None:
-        if self.fleet.cursor is not None:
-            self.fleet.cursor.step(direction)
-            self.fleet.moved()
+        if self.time_cursor is not None:
+            self.time_cursor.step(direction)
+            self.post_message(self.Moved())
 
     def action_jump(self, seconds: float) -> None:
-        if self.fleet.cursor is not None:
-            self.fleet.cursor.jump(seconds)
-            self.fleet.moved()
+        if self.time_cursor is not None:
+            self.time_cursor.jump(seconds)
+            self.post_message(self.Moved())
 
     def action_change(self, direction: int) -> None:
-        if self.fleet.cursor is not None:
+        if self.time_cursor is not None:
             self.notify("looking for a badge change (15 s steps, then to the second)", timeout=2)
             self.run_worker(self._seek_change(direction), group="seek", exclusive=True)
 
     async def _seek_change(self, direction: int) -> None:
-        app, cursor = self.fleet, self.fleet.cursor
+        fleet, cursor = self.fleet, self.time_cursor
         assert cursor is not None
 
         async def read(at: float) -> Badges:
-            reading = await app.source.read_fleet(at)
+            reading = await fleet.source.read_fleet(at)
             if reading.error:
                 raise LookupError(reading.error)
-            return badges_of(reading, app.state.slo)
+            return badges_of(reading, fleet.state.slo)
 
         try:
             # Back as far as the steps go (Prometheus' retention answers); forward up to now.
@@ -120,18 +122,16 @@ class FleetHistoryScreen(FleetScreen):
             self.notify(f"no badge change within {span} {where} the cursor")
             return
         cursor.move(found)
-        app.moved()
+        self.post_message(self.Moved())
 
     def action_speed(self, direction: int) -> None:
-        if self.fleet.cursor is not None:
-            self.fleet.cursor.faster(direction)
+        if self.time_cursor is not None:
+            self.time_cursor.faster(direction)
             self.paint()
 
     def action_goto(self) -> None:
-        from gpuwatch.tui.replay import GoToTime
-
         def chosen(text: str | None) -> None:
-            cursor = self.fleet.cursor
+            cursor = self.time_cursor
             if not text or cursor is None:
                 return
             try:
@@ -139,6 +139,6 @@ class FleetHistoryScreen(FleetScreen):
             except ValueError as exc:
                 self.notify(str(exc), severity="warning")
                 return
-            self.fleet.moved()
+            self.post_message(self.Moved())
 
         self.app.push_screen(GoToTime(GOTO_HINT), chosen)

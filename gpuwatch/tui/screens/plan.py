@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Static
 
+from gpuwatch.adminapi import Limits
 from gpuwatch.plan.planner import Plan
 from gpuwatch.plan.report import HEADERS, check_text, probe_rows, spread_text
 from gpuwatch.tui.markup import escape
@@ -37,7 +38,7 @@ class PlanScreen(Screen[bool]):
     def __init__(
         self,
         plan: Plan | None,
-        in_force: dict[str, Any] | None,
+        in_force: Limits | None,
         gate_url: str,
         hint: str | None = None,
     ) -> None:
@@ -90,9 +91,9 @@ class PlanScreen(Screen[bool]):
         if rec is not None:
             table = self.query_one("#limits", DataTable)
             table.add_columns(f"lane {rec.lane}", "now", "plan", "why")
-            lane = ((self.in_force or {}).get("lanes") or {}).get(rec.lane, {})
+            lane = self.in_force.lanes.get(rec.lane) if self.in_force else None
             for key, value in rec.limits().items():
-                now = _show(lane.get(key)) if lane else "?"
+                now = _show(lane.value(key)) if lane else "?"
                 table.add_row(key, now, _show(value), rec.reasons.get(key, ""))
             self.query_one("#back", Button).focus()
         if plan.probes:

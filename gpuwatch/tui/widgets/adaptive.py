@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpuwatch.adminapi import AdaptiveStatus
 from gpuwatch.fmt import clip
 from gpuwatch.monitor.state import GateView
 from gpuwatch.tui.markup import escape
@@ -42,32 +43,32 @@ def _ago(when: float | None, now: float) -> str:
 
 
 def lane_lines(
-    name: str, a: dict[str, Any], selected: bool, now: float, width: int = 72
+    name: str, a: AdaptiveStatus, selected: bool, now: float, width: int = 72
 ) -> list[str]:
-    eff, low, high = a["effective_max_inflight"], a["min_inflight"], a["max_inflight"]
+    eff, low, high = a.effective_max_inflight, a.min_inflight, a.max_inflight
     label = f"[reverse]{name:<8}[/reverse]" if selected else f"{name:<8}"
     color = "$warn" if eff <= low else "$foreground"
     tokens = ""
-    if a.get("effective_max_inflight_tokens") is not None:
-        tokens = f"  tokens {a['effective_max_inflight_tokens']:,}/{a['max_inflight_tokens']:,}"
-    spark = sparkline([n for _, n in a.get("history", [])], low, high)
+    if a.effective_max_inflight_tokens is not None:
+        top = "?" if a.max_inflight_tokens is None else f"{a.max_inflight_tokens:,}"
+        tokens = f"  tokens {a.effective_max_inflight_tokens:,}/{top}"
+    spark = sparkline([n for _, n in a.history], low, high)
     head = [
         f" {label} [{color}]{eff:>4}[/] in {escape(f'[{low}..{high}]')}{tokens}",
-        f"target p99 TTFT {_seconds(a.get('target_ttft_p99_s'))}",
+        f"target p99 TTFT {_seconds(a.target_ttft_p99_s)}",
         f"[$queue]{spark}[/]",
     ]
-    last = a.get("last_decision")
+    last = a.last_decision
     if last:
-        tone = "$bad" if last["direction"] == "down" else "$ok"
+        tone = "$bad" if last.direction == "down" else "$ok"
         why = [
-            f"[{tone}]{escape(clip(str(last['reason']), 90))}[/]",
-            f"[dim]{last['from']}->{last['to']} {_ago(last.get('time'), now)}[/]",
+            f"[{tone}]{escape(clip(last.reason, 90))}[/]",
+            f"[dim]{last.from_}->{last.to} {_ago(last.time, now)}[/]",
         ]
     else:
         why = ["[dim]no change yet[/]"]
-    note = a.get("note")
-    if note:
-        why.append(f"[dim]({escape(clip(str(note), 60))})[/]")
+    if a.note:
+        why.append(f"[dim]({escape(clip(a.note, 60))})[/]")
     return flow(head, width, indent="") + flow(why, width, indent="    ")
 
 
@@ -83,9 +84,9 @@ class AdaptivePanel(Panel):
     ) -> None:
         """``now``: wall-clock time (the monitor's), for how long ago the last decision was."""
         lanes = {
-            name: live["adaptive"]
+            name: live.adaptive
             for name, live in (gate.lanes.items() if gate is not None else ())
-            if isinstance(live, dict) and isinstance(live.get("adaptive"), dict)
+            if live.adaptive is not None
         }
         if not lanes:
             self.display = False

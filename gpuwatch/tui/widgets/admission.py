@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from gpuwatch.gate.limits import REASONS
+from gpuwatch.adminapi import REASONS, LaneLimits, LaneStatus
 from gpuwatch.monitor.state import GateView
 from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.panel import Panel
@@ -40,21 +38,21 @@ def _tokens(value: float) -> str:
     return f"{value:.0f}"
 
 
-def _budget(lane: dict[str, Any], live: dict[str, Any]) -> str:
+def _budget(lane: LaneLimits, live: LaneStatus) -> str:
     """``41k/96k`` for a lane with a token budget, ``-`` without."""
-    budget = lane.get("max_inflight_tokens")
+    budget = lane.max_inflight_tokens
     if budget is None:
         return "-"
-    return f"{_tokens(live.get('inflight_tokens', 0))}/{_tokens(budget)}"
+    return f"{_tokens(live.inflight_tokens)}/{_tokens(budget)}"
 
 
-def _wait(live: dict[str, Any]) -> str:
+def _wait(live: LaneStatus) -> str:
     """``0.4/1.5s``: the oldest request's wait so far over the queue-wait budget in force,
     ``-`` for a lane without a budget."""
-    budget = (live.get("queue_wait") or {}).get("budget_s")
+    budget = live.queue_wait.budget_s if live.queue_wait else None
     if budget is None:
         return "-"
-    return f"{live.get('oldest_queued_s', 0.0):.1f}/{budget:.1f}s"
+    return f"{live.oldest_queued_s:.1f}/{budget:.1f}s"
 
 
 class AdmissionPanel(Panel):
@@ -77,9 +75,9 @@ class AdmissionPanel(Panel):
             self.show(f"[b]admission[/] {escape(gate.url)} [$warn]{escape(reason)}[/]")
             return
         limits = gate.limits
-        paused = " [b $bad]PAUSED (draining)[/]" if limits["paused"] else ""
+        paused = " [b $bad]PAUSED (draining)[/]" if limits.paused else ""
         # The gate sheds these lanes while the upstream is stalled (gate/stallwatch.py).
-        shed = [name for name, live in gate.lanes.items() if live.get("shed")]
+        shed = [name for name, live in gate.lanes.items() if live.shed]
         if shed:
             paused += f" [b $bad]UPSTREAM STALLED: shedding {escape(', '.join(shed))}[/]"
         state = (
@@ -88,35 +86,33 @@ class AdmissionPanel(Panel):
             else f" [$bad]{gate.status.state}: {escape(gate.status.reason or '')}[/]"
         )
         # The token column only when some lane has a budget: `tokens 41k/96k`.
-        budgets = any(
-            lane.get("max_inflight_tokens") is not None for lane in limits["lanes"].values()
-        )
+        budgets = any(lane.max_inflight_tokens is not None for lane in limits.lanes.values())
         tokens_head = " " * 16 if budgets else ""
         # The queue-wait column only when some lane has a budget (deadline.py).
         waits = any(
-            (live.get("queue_wait") or {}).get("budget_s") is not None
+            live.queue_wait is not None and live.queue_wait.budget_s is not None
             for live in gate.lanes.values()
         )
         wait_head = f"  {'wait/max':>10}" if waits else ""
         out = [
-            f"[b]admission[/] {escape(gate.url)} v{limits['version']}{paused}{state}",
+            f"[b]admission[/] {escape(gate.url)} v{limits.version}{paused}{state}",
             f"[dim] {'lane':<9}{'in-flight':>9}  {'queued':>9}{wait_head}  {'out cap':>7}"
             f"{tokens_head}  refused/s {gate.refusal_window}[/]",
         ]
-        for name, lane in limits["lanes"].items():
-            live = gate.lanes.get(name, {})
-            inflight, queued = live.get("inflight", 0), live.get("queued", 0)
+        for name, lane in limits.lanes.items():
+            live = gate.lanes.get(name) or LaneStatus()
+            inflight, queued = live.inflight, live.queued
             # An adaptive lane admits up to its effective limit (the adaptive panel says why);
             # a static one shows the limits the gate answered with, at once.
-            limit = lane["max_inflight"]
-            if lane.get("policy") == "adaptive":
-                limit = live.get("effective_max_inflight", limit)
+            limit = lane.max_inflight
+            if lane.policy == "adaptive" and live.effective_max_inflight is not None:
+                limit = live.effective_max_inflight
             full = inflight >= limit
             inflight_color = "$warn" if full else "$foreground"
             queue_color = (
-                "$bad" if queued >= lane["max_queue"] > 0 else "$queue" if queued else "$foreground"
+                "$bad" if queued >= lane.max_queue > 0 else "$queue" if queued else "$foreground"
             )
-            cap = lane["max_output_tokens"] if lane["max_output_tokens"] is not None else "none"
+            cap = lane.max_output_tokens if lane.max_output_tokens is not None else "none"
             refusals = [(SHORT[r], gate.refusal_rate(name, r)) for r in REASONS]
             shown = (
                 " ".join(f"[$bad]{label} {rate:.1f}[/]" for label, rate in refusals if rate > 0.05)
@@ -124,7 +120,7 @@ class AdmissionPanel(Panel):
             )
             label = f"[reverse]{name:<8}[/reverse]" if name == selected else f"{name:<8}"
             flight = f"{inflight}/{limit}"
-            waiting = f"{queued}/{lane['max_queue']}"
+            waiting = f"{queued}/{lane.max_queue}"
             tokens = f"  {'tokens ' + _budget(lane, live):<14}" if budgets else ""
             wait = f"  {_wait(live):>10}" if waits else ""
             out.append(

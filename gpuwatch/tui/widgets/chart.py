@@ -155,6 +155,57 @@ class ColumnCache:
         return tuple(zip(bits, owner, strict=True))
 
 
+# Shorter names for a chart's lines, taken when the full ones do not fit on the legend's line.
+SHORT_LABELS = {"running": "run", "waiting": "wait", "gate queue": "at gate"}
+# A legend takes a second line only where the plot keeps this many rows (a tall chart).
+WRAP_MIN_ROWS = 6
+
+Legend = list[list[tuple[str, str | None]]]  # lines of (text, colour name; None: the title's)
+
+
+def legend(title: str, lines: Sequence[Line], values: Sequence[str], width: int,
+           height: int) -> Legend:  # fmt: skip
+    """The chart's title and each line's label and latest value, in ``width`` cells, never a
+    word cut: on one line if it fits (two spaces apart, else one); else over more lines where
+    the chart is tall; else with shorter labels (``SHORT_LABELS``), on one line or, when the
+    plot still keeps a row, more; else the entries that fit whole on one line."""
+    full = [(line.label, line.color, value) for line, value in zip(lines, values, strict=True)]
+    short = [(SHORT_LABELS.get(label, label), color, value) for label, color, value in full]
+    for entries, min_rows in ((full, WRAP_MIN_ROWS), (short, 1)):
+        for gap in ("  ", " "):
+            one = _packed(title, entries, width, gap, wrap=False)
+            if one is not None:
+                return one
+        wrapped = _packed(title, entries, width, "  ", wrap=True)
+        if wrapped is not None and height - len(wrapped) >= min_rows:
+            return wrapped
+    # At the least: the first entries that fit whole on one line (with none, the title alone).
+    for count in range(len(short), -1, -1):
+        one = _packed(title, short[:count], width, " ", wrap=False)
+        if one is not None:
+            return one
+    return [[(title, None)]]
+
+
+def _packed(title: str, entries: list[tuple[str, str, str]], width: int, gap: str,
+            wrap: bool) -> Legend | None:  # fmt: skip
+    """The title and entries on one line (None if they do not fit), or wrapped over lines
+    (None if an entry is wider than a line)."""
+    out: Legend = [[(title, None)]]
+    used = len(title)
+    for label, color, value in entries:
+        size = len(label) + 1 + len(value)
+        if used + len(gap) + size > width:
+            if not wrap or size > width:
+                return None
+            out.append([])
+            used = 0
+        lead = [(gap, "")] if out[-1] else []
+        out[-1] += [*lead, (label, color), (f" {value}", "")]
+        used += len(gap) * len(lead) + size
+    return out
+
+
 class Chart(Widget):
     DEFAULT_CSS = """
     Chart { height: 1fr; min-height: 4; }
@@ -251,20 +302,18 @@ class Chart(Widget):
         styles = self._styles()
         base = styles[""]
         values = [self.fmt(line.points[-1].v) if line.points else "-" for line in self.lines]
-        wide = len(self.title) + sum(3 + len(ln.label) + len(v)
-                                     for ln, v in zip(self.lines, values, strict=True))  # fmt: skip
-        gap = "  " if wide <= width else " "  # one space apart rather than a value cut off
-        head = [Segment(self.title, styles["bold"])]
-        for line, value in zip(self.lines, values, strict=True):
-            head += [
-                Segment(gap, base),
-                Segment(line.label, styles[line.color]),
-                Segment(" " + value, base),
+        rows_of_legend = legend(self.title, self.lines, values, width, height)
+        strips = []
+        for row in rows_of_legend:
+            segments = [
+                Segment(text, styles["bold"] if color is None else styles[color])
+                for text, color in row
             ]
-        strips = [Strip(head).crop(0, width).extend_cell_length(width, base)]
-        # Title, plot rows, then the time axis when there is room for a plot of two rows.
-        with_axis = height >= 4
-        rows, cols = height - 1 - with_axis, width - _LABEL_W
+            strips.append(Strip(segments).crop(0, width).extend_cell_length(width, base))
+        # Legend, plot rows, then the time axis while the plot keeps two rows beside it.
+        below = height - len(strips)
+        with_axis = below >= 3
+        rows, cols = below - with_axis, width - _LABEL_W
         start, end = self.window
         # Rounded: ``end - start`` of a window slid by a float clock wobbles in its last bits.
         span = round(end - start, 6)

@@ -4,12 +4,14 @@ token rates, TTFT and ITL."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuwatch.fmt import NA, duration, num, pct, seconds
 from gpuwatch.monitor.figures import EngineFigures, engine_figures
 from gpuwatch.monitor.state import Endpoint, UsersView, short_url
 from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.bars import gauge, level_color
-from gpuwatch.tui.widgets.panel import Panel, flow, usable_width
+from gpuwatch.tui.widgets.panel import Panel, flow, usable_width, wrapped
 
 STATE_COLOR = {"UP": "$ok", "DOWN": "$bad", "STALE": "$warn", "WAITING": "$foreground"}
 
@@ -76,6 +78,25 @@ def engine_segments(f: EngineFigures, ttft_slo: float | None) -> list[str]:
     ]
 
 
+def essential_segments(f: EngineFigures, ttft_slo: float | None) -> list[str]:
+    """An engine's line when room is short: what it holds, what waits, its KV, its p99."""
+    if f.dialect == "gate":
+        return [
+            f"in-flight [b]{num(f.running)}[/]",
+            f"queued [$queue][b]{num(f.waiting)}[/][/]",
+            f"user TTFT p99 [{_p99_color(f.ttft_p99, ttft_slo)}][b]{seconds(f.ttft_p99)}[/][/]"
+            f" [dim]{f.window}[/]",
+        ]
+    waiting_color = "$queue" if (f.waiting or 0) > 0 else "$foreground"
+    return [
+        f"run [b]{num(f.running)}[/]",
+        f"wait [{waiting_color}][b]{num(f.waiting)}[/][/]",
+        kv_text(f),
+        f"TTFT p99 [{_p99_color(f.ttft_p99, ttft_slo)}][b]{seconds(f.ttft_p99)}[/][/]"
+        f" [dim]{f.window}[/]",
+    ]
+
+
 def stall_badge(f: EngineFigures) -> str:
     """`` STALLED 23s`` on a stalled engine's line (gpuwatch/stall.py), else nothing."""
     if f.stalled_s is None:
@@ -83,8 +104,31 @@ def stall_badge(f: EngineFigures) -> str:
     return f" [b reverse $bad] STALLED {duration(f.stalled_s)} [/]"
 
 
+# How much of each engine is shown, most first. Room short (column.py: the admission lanes stay
+# in view below), the gate's own line goes to one line first (its admission panel is right
+# below), then each engine to its essentials under its name, then to one line with its name.
+FULL, GATE_ONE_LINE, ESSENTIALS, ONE_LINE = range(4)
+
+
 class EnginePanel(Panel):
     DEFAULT_CSS = "EnginePanel { height: auto; }"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.level = FULL  # how much it shows now (for tests)
+        # render_engines' arguments, to draw again at another room
+        self._shown_for: (
+            tuple[list[Endpoint], float | None, str | None, UsersView | None, float | None] | None
+        ) = None
+
+    def redraw(self) -> None:
+        if self._shown_for is not None:
+            self.render_engines(*self._shown_for)
+
+    def takes(self, lines: int | None) -> int:
+        if self._shown_for is None or not self._shown_for[0]:
+            return len(self._rows)
+        return wrapped(self._fit(lines)[1], usable_width(self) + 2)
 
     def render_engines(
         self,
@@ -96,11 +140,37 @@ class EnginePanel(Panel):
     ) -> None:
         """``users``: the gate's exact view, which the gate's own line shows when it has it;
         ``now``: the instant shown (the monitor's clock), up to which a stall is counted."""
+        self._shown_for = (endpoints, ttft_slo, hint, users, now)
         if not endpoints:
             self.show(f"[$warn]{escape(hint or 'no endpoints')}[/]")
             return
-        out: list[str] = []
+        self.level, out = self._fit(self.room)
+        if self.room is not None:
+            out = out[: max(1, self.room)]  # one line an engine is still too many: the first
+            self.wants(self.takes(None))
+        self.show("\n".join(out))
+
+    def _fit(self, room: int | None) -> tuple[int, list[str]]:
+        """The most detailed level whose text fits ``room`` lines (else the fewest), and it."""
+        assert self._shown_for is not None
+        endpoints, ttft_slo, _, users, now = self._shown_for
         width = usable_width(self)
+        for level in (FULL, GATE_ONE_LINE, ESSENTIALS, ONE_LINE):
+            out = self._text_at(endpoints, ttft_slo, users, now, width, level)
+            if room is None or wrapped(out, width + 2) <= room:
+                break
+        return level, out
+
+    def _text_at(
+        self,
+        endpoints: list[Endpoint],
+        ttft_slo: float | None,
+        users: UsersView | None,
+        now: float | None,
+        width: int,
+        level: int,
+    ) -> list[str]:
+        out: list[str] = []
         for ep in endpoints:
             color = STATE_COLOR.get(ep.status.state, "$foreground")
             reason = f" [dim]{escape(ep.status.reason)}[/]" if ep.status.reason else ""
@@ -113,10 +183,26 @@ class EnginePanel(Panel):
             for view in ep.engines.values():
                 model = escape((view.snap.model or "").rsplit("/", 1)[-1])
                 figures = engine_figures(ep, view, users, now)
-                out.append(
+                state = f" [{color}]{ep.status.state}[/]{reason}{stall_badge(figures)}"
+                gate = view.snap.dialect == "gate"
+                if level >= ONE_LINE or (gate and level >= GATE_ONE_LINE):
+                    # No URL: the gate's is on the admission panel's first line, and an
+                    # engine's model names it.
+                    name = f"[{color}]●[/] [b]{view.snap.dialect}[/]" + (
+                        f" {model}" if model else ""
+                    )
+                    segments = [name + state, *essential_segments(figures, ttft_slo)]
+                    out.extend(flow(segments, width, indent=""))
+                    continue
+                head = (
                     f"[{color}]●[/] [b]{view.snap.dialect}[/] {model} "
-                    f"[dim]@ {escape(short_url(ep.url))}[/]"
-                    f" [{color}]{ep.status.state}[/]{reason}{stall_badge(figures)}"
+                    f"[dim]@ {escape(short_url(ep.url))}[/]{state}"
                 )
-                out.extend(flow(engine_segments(figures, ttft_slo), width))
-        self.show("\n".join(out))
+                segments = (
+                    essential_segments(figures, ttft_slo)
+                    if level >= ESSENTIALS
+                    else engine_segments(figures, ttft_slo)
+                )
+                out.append(head)
+                out.extend(flow(segments, width))
+        return out

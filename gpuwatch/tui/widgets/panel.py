@@ -18,8 +18,10 @@ from functools import lru_cache
 from itertools import zip_longest
 from typing import TYPE_CHECKING, Any
 
+from textual import events
 from textual.content import Content
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.strip import Strip
 from textual.visual import Visual
 from textual.widgets import Static
@@ -35,6 +37,9 @@ HOLD_S = 30.0
 
 
 class Panel(Static):
+    class Resized(Message):
+        """The panel took another size on screen (its column may lay its panels out anew)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # No panel holds links, and Textual's pass that styles them copies every strip drawn
@@ -51,6 +56,8 @@ class Panel(Static):
         self.layouts = 0  # updates that asked for a layout pass (tests and bench/tui.py)
         self.repainted = 0  # screen lines marked for a repaint (tests and bench/tui.py)
         self._tallest = (0, 0, 0.0)  # (width, lines, when it last took that many)
+        self.room: int | None = None  # lines it may take at most (column.py), None: any
+        self._wants = 0  # the lines its text would take in full, told to its column
         self.clock = time.monotonic
 
     @property
@@ -103,7 +110,8 @@ class Panel(Static):
         width, height = lines
         held_width, held_height, since = self._tallest
         if width == held_width and height < held_height and now - since < HOLD_S:
-            return (width, held_height)
+            # Never held past its room: blank lines there would push the kept panel down.
+            return (width, max(height, min(held_height, self.room or held_height)))
         self._tallest = (width, height, now)
         return lines
 
@@ -147,6 +155,27 @@ class Panel(Static):
             self._strips = strips + [self._blank] * self._held
         return strips
 
+    def on_resize(self, _event: events.Resize) -> None:
+        self.post_message(self.Resized())
+
+    def give_way(self, lines: int | None) -> None:
+        """Take at most ``lines`` lines from now on (column.py), drawn again at once."""
+        if lines == self.room:
+            return
+        self.room = lines
+        self._shown = None  # shown anew even if the text is the same: a held height may go
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Draw the panel's last data again (a panel that fits its text to a room)."""
+
+    def wants(self, lines: int) -> None:
+        """The lines its text would take in full now. A change is told to its column as a
+        resize is: it may share its lines anew though no panel changed size (column.py)."""
+        if lines != self._wants:
+            self._wants = lines
+            self.post_message(self.Resized())
+
     # Textual's side: the panel is measured and drawn from the strips above.
 
     def render(self) -> Content:
@@ -183,6 +212,11 @@ def usable_width(widget: Static) -> int:
 def cells(markup: str) -> int:
     """Cells a markup string takes on screen (cached: panels repeat their segments)."""
     return content_of(markup).cell_length
+
+
+def wrapped(lines: list[str], width: int) -> int:
+    """Screen lines that markup lines take in ``width`` cells (a longer line wraps)."""
+    return sum(max(1, -(-cells(line) // max(1, width))) for line in lines)
 
 
 def flow(segments: list[str], width: int, indent: str = "  ", gap: str = "  ") -> list[str]:

@@ -6,6 +6,7 @@ It fills the left column under the admission panel; at 80x24 the first lines are
 
 from __future__ import annotations
 
+from gpuwatch.adminapi import LatencyWindow
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.monitor.figures import TtftBreakdown
 from gpuwatch.monitor.health import SIGNALS, badness
@@ -56,15 +57,11 @@ def goodput_line(users: UsersView, target: float | None) -> str:
     )
 
 
-def tail_row(lane: str, t: dict[str, object]) -> str:
-    def p(kind: str, name: str) -> str:
-        part = t.get(kind)
-        return seconds(part.get(name)) if isinstance(part, dict) else seconds(None)
-
+def tail_row(lane: str, t: LatencyWindow) -> str:
     return (
-        f" {escape(lane):<8}{t.get('requests', 0)!s:>6} {p('ttft', 'p50'):>9}"
-        f"{p('ttft', 'p99'):>7}{p('ttft', 'max'):>7}{p('queue_wait', 'p99'):>10}"
-        f"{p('itl', 'p99'):>8}{p('e2e', 'p99'):>8}"
+        f" {escape(lane):<8}{t.requests!s:>6} {seconds(t.ttft.p50):>9}"
+        f"{seconds(t.ttft.p99):>7}{seconds(t.ttft.max):>7}{seconds(t.queue_wait.p99):>10}"
+        f"{seconds(t.itl.p99):>8}{seconds(t.e2e.p99):>8}"
     )
 
 
@@ -77,9 +74,11 @@ class UsersPanel(Panel):
         users: UsersView | None,
         slo: dict[str, float | None],
         compact: bool = False,
+        budget: list[str] | None = None,
     ) -> None:
-        """``compact`` (a small terminal): goodput and the TTFT line only, no lane table."""
-        if breakdown is None and users is None:
+        """``compact`` (a small terminal): goodput and the TTFT line only, no lane table.
+        ``budget``: the SLO's error budget and burn rates (gpuwatch/alerts/node.py)."""
+        if breakdown is None and users is None and not budget:
             self.display = False
             return
         self.display = True
@@ -87,6 +86,9 @@ class UsersPanel(Panel):
         lines: list[str] = []
         if users is not None:
             lines.append(goodput_line(users, slo.get("goodput_min")))
+        if budget and not compact:
+            segments = [f"[b]error budget[/] {escape(budget[0])}", *map(escape, budget[1:])]
+            lines.extend(flow(segments, width, ""))
         if breakdown is not None:
             segments = breakdown_segments(breakdown, slo.get("ttft_p99_s"))
             lines.extend(flow(segments[:2] if compact else segments, width, ""))

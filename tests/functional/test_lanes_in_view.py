@@ -1,0 +1,141 @@
+"""The admission lanes stay in view (tui/widgets/column.py): at every terminal size the panels
+above them give way, the gate's engine line first, and no lane row is below the fold of the
+left column; where there is room nothing is compacted. Data from scripts.scenario: the demo's
+node (chat, embeddings, an image burst) with its gate scraped as an engine too."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+from textual.pilot import Pilot
+from textual.widget import Widget
+
+from gpuwatch.demo import demo_load
+from gpuwatch.monitor.state import Monitor
+from gpuwatch.tui.app import GpuwatchApp
+from gpuwatch.tui.markup import content
+from gpuwatch.tui.screens.dashboard import Dashboard
+from gpuwatch.tui.widgets.admission import AdmissionPanel
+from gpuwatch.tui.widgets.engines import FULL, GATE_ONE_LINE, EnginePanel
+from gpuwatch.tui.widgets.gpus import GpuPanel
+from gpuwatch.tui.widgets.panel import HOLD_S
+from scripts import scenario
+
+
+def demo_like(spike: bool, gpus: int = 1) -> scenario.Scenario:
+    demo = demo_load(scenario.GATE_URL, 1.5, 0.5)
+    return scenario.build(
+        seconds=150, spike_at=110 if spike else None, tenancy=demo.tenancy,
+        classes=demo.classes, gate_page=True, images_at=100, gpus=gpus,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def calm() -> scenario.Scenario:
+    return demo_like(spike=False)
+
+
+@pytest.fixture(scope="module")
+def spike() -> scenario.Scenario:
+    return demo_like(spike=True)
+
+
+@pytest.fixture(scope="module")
+def eight_gpus() -> scenario.Scenario:
+    return demo_like(spike=True, gpus=8)
+
+
+def lanes_in_view(app: GpuwatchApp) -> list[str]:
+    """The lane rows of the admission panel that the left column shows; fails the test when
+    the panel runs past the column's visible rows."""
+    column = app.screen.query_one("#left", Widget)
+    panel = app.screen.query_one(AdmissionPanel)
+    top = panel.region.y - column.region.y  # where the panel starts inside the column
+    visible = column.region.height - top
+    assert column.scroll_y == 0
+    assert panel.region.height <= visible, (
+        f"admission needs {panel.region.height} rows, {visible} shown:\n{panel.markup}"
+    )
+    gate = app.session.monitor.gate
+    assert gate is not None and gate.limits is not None
+    lanes = list(gate.limits.lanes)
+    # Every lane has its row in the panel's text, which the panel shows whole.
+    rows = content(panel.markup).plain.splitlines()
+    return [lane for lane in lanes if any(row.startswith(f" {lane} ") for row in rows)]
+
+
+def dashboard(app: GpuwatchApp) -> Dashboard:
+    screen = app.screen
+    assert isinstance(screen, Dashboard)
+    return screen
+
+
+async def _painted(app: GpuwatchApp, pilot: Pilot[None]) -> None:
+    await pilot.pause()
+    dashboard(app).paint()
+    for _ in range(3):  # the column fits on the panels' resizes: each a message round
+        await pilot.pause()
+
+
+@pytest.mark.parametrize(
+    ("state", "size"),
+    [
+        ("calm", (80, 24)),
+        *(("spike", size) for size in [(80, 24), (100, 24), (160, 24), (120, 36), (160, 48)]),
+        ("eight_gpus", (80, 24)),
+        ("eight_gpus", (120, 36)),
+    ],
+)
+async def test_every_lane_row_is_in_view_at_every_size(
+    size: tuple[int, int], state: str, request: pytest.FixtureRequest
+) -> None:
+    sc: scenario.Scenario = request.getfixturevalue(state)
+    app = scenario.app_for(sc)
+    async with app.run_test(size=size) as pilot:
+        await _painted(app, pilot)
+        assert lanes_in_view(app) == ["chat", "embed", "image", "default"]
+        engines = app.screen.query_one(EnginePanel)
+        if size == (160, 48):  # room for all: nothing gives way
+            assert engines.level == FULL
+        gpus = content(app.screen.query_one(GpuPanel).markup).plain
+        if state == "eight_gpus":
+            # The engines gave way first, down to their fewest lines; then the GPUs, to one.
+            assert gpus.startswith("8 GPUs VRAM") and "\n" not in gpus
+        elif size == (120, 36):
+            assert "util" in gpus and "power" in gpus  # one GPU, in full: the engines gave way
+        if size == (80, 24):
+            # The gate's line went to one line before the engine's lines did.
+            assert engines.level >= GATE_ONE_LINE
+            shown = content(engines.markup).plain
+            assert "● gate UP  in-flight" in shown and "● vllm" in shown
+
+
+async def test_a_lane_added_at_the_gate_pushes_the_engines_not_the_lanes(
+    calm: scenario.Scenario,
+) -> None:
+    app = scenario.app_for(calm)
+    monitor: Monitor = app.session.monitor
+
+    async def gate_with(more: tuple[str, ...]) -> int | None:
+        limits, status = scenario.gate_state(8, 64, 256, 0, {})
+        limits = replace(limits, lanes={**limits.lanes, **{n: limits.lanes["embed"] for n in more}})
+        status = replace(status, lanes={**status.lanes, **{n: status.lanes["embed"] for n in more}})
+        monitor.apply_gate(limits, status)
+        dashboard(app).repaint()
+        await _painted(app, pilot)
+        assert lanes_in_view(app) == ["chat", "embed", "image", "default", *more]
+        return app.screen.query_one(EnginePanel).room
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _painted(app, pilot)
+        # A panel that shrinks keeps its height for HOLD_S: here that time has always passed.
+        admission = app.screen.query_one(AdmissionPanel)
+        ticks = itertools.count(0.0, HOLD_S + 1)
+        admission.clock = lambda: next(ticks)
+        four = await gate_with(())
+        six = await gate_with(("batch", "rerank"))
+        assert four is not None and six == four - 2
+        # The lanes go: the engines get their lines back.
+        assert await gate_with(()) == four

@@ -1,0 +1,89 @@
+"""`gpuwatch --help` and `gpuwatch snapshot` load only what they use: neither Textual nor aiohttp
+(nor plotext, nor for `--help` httpx, rich or prometheus_client). Each runs as the console script
+does, in a fresh interpreter, and reports the modules it loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.cli.main import COMMANDS, main
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+# `python -m gpuwatch ARGS`, then the names in sys.modules into the file $MODULES_OUT.
+RUNNER = """
+import atexit, json, os, runpy, sys
+out = os.environ["MODULES_OUT"]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = ["gpuwatch", *sys.argv[1:]]
+runpy.run_module("gpuwatch", run_name="__main__", alter_sys=True)
+"""
+
+WIDGETS_AND_SERVERS = {"textual", "aiohttp", "plotext"}
+CLIENTS_AND_RENDERING = {"httpx", "rich", "prometheus_client", "pynvml", "psutil"}
+
+
+def run_gpuwatch(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "MODULES_OUT": str(out), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    return proc, set(json.loads(out.read_text()))
+
+
+def tops(modules: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules}
+
+
+def test_help_loads_no_ui_server_or_client(tmp_path: Path) -> None:
+    proc, modules = run_gpuwatch(tmp_path, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "snapshot" in proc.stdout and "usage: gpuwatch" in proc.stdout
+    assert "gpuwatch.cli.main" in modules  # the check sees what ran
+    assert not tops(modules) & (WIDGETS_AND_SERVERS | CLIENTS_AND_RENDERING)
+    # No subcommand's module either: each is imported only when it runs.
+    assert not {m for m in modules if m.startswith("gpuwatch.cli.")} - {
+        "gpuwatch.cli.main",
+        "gpuwatch.cli.common",
+    }
+
+
+@pytest.mark.parametrize("form", [[], ["--json"]])
+def test_snapshot_loads_neither_textual_nor_aiohttp(tmp_path: Path, form: list[str]) -> None:
+    page = FIXTURES / "vllm-1.prom"
+    proc, modules = run_gpuwatch(
+        tmp_path, "snapshot", "--no-gpu", "--metrics-file", str(page), *form
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "vllm" in proc.stdout.lower()
+    # It really read and parsed the page: the scraper and its parser were loaded.
+    assert {"gpuwatch.snapshot", "gpuwatch.sources.scrape", "prometheus_client"} <= modules
+    assert not tops(modules) & WIDGETS_AND_SERVERS
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_in_the_table_registers_its_arguments(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table in cli/main.py names a module that registers the command's own options."""
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: gpuwatch {command} ")
+    # The module's register ran: its description follows the usage.
+    description = out.split("\n\n")[1]
+    assert not description.startswith(("options:", "positional arguments:")), out
