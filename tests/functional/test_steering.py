@@ -262,6 +262,6 @@ async def test_each_key_restarts_the_coalescing_window(rig: Rig) -> None:
     await pressed.wait()
     await eventually(lambda: s.idle, 30)  # the window closed and the change landed
     limits = await rig.other.limits()
-    assert limits["lanes"]["chat"]["max_inflight"] == 19
-    assert limits["version"] == 2  # one change
+    assert limits.lanes["chat"].max_inflight == 19
+    assert limits.version == 2  # one change
     assert len(await rig.other.audit(5)) == 1
