@@ -189,3 +189,147 @@ async def test_a_paused_lane_refuses_at_once_and_says_why() -> None:
         "admission is paused (the node is draining)",
     )
     assert lane.rejected_total["paused"] == 1 and len(lane.queue) == 0
+
+
+def measured_lane(clock: Clock, **limits: float | None) -> AdmissionLane:
+    """Two slots held, each of the last five requests held 1 s: two a second drain."""
+    lane = AdmissionLane(
+        "chat",
+        LaneLimits(max_inflight=2, max_queue=4, queue_timeout_s=30.0, **limits),  # type: ignore[arg-type]
+        clock=clock,
+    )
+    for _ in range(5):
+        lane.times.released(clock(), 1.0)
+    return lane
+
+
+async def test_a_refusal_past_the_budget_or_a_full_queue_says_when_to_come_back() -> None:
+    clock = Clock()
+    loop = asyncio.get_running_loop()
+    lane = measured_lane(clock, max_queue_wait_s=1.0)
+    for _ in range(2):
+        lane.enter(0, Who(), clock(), loop)
+    waiters = [lane.enter(0, Who(), clock(), loop) for _ in range(2)]  # 0.5 and 1 s away
+    assert all(isinstance(w, Waiter) and w.deadline == 101.0 for w in waiters)
+    assert all(w.deadline_reason == "queue_deadline" and w.budget_s == 1.0 for w in waiters)  # type: ignore[union-attr]
+    with pytest.raises(Refused) as late:
+        lane.enter(0, Who(), clock(), loop)
+    assert str(late.value) == (
+        "lane 'chat' cannot start this request within its queue-wait budget of 1.00 s: "
+        "about 1.5 s (2 waiting ahead, 2 in flight)"
+    )
+    assert late.value.retry_after_s == 1
+    # Without a budget: queued up to max_queue, then refused with the queue's drain time.
+    lane = measured_lane(clock)
+    for _ in range(6):
+        lane.enter(0, Who(), clock(), loop)
+    with pytest.raises(Refused) as full:
+        lane.enter(0, Who(), clock(), loop)
+    assert full.value.reason == "queue_full" and full.value.retry_after_s == 3  # 5 / 2 a s
+    assert str(full.value) == "lane 'chat' is full: 2 in flight, 4 queued (max_queue 4)"
+
+
+async def test_a_budget_as_long_as_the_timeout_leaves_the_timeout_in_charge() -> None:
+    clock = Clock()
+    loop = asyncio.get_running_loop()
+    lane = measured_lane(clock, max_queue_wait_s=30.0)
+    for _ in range(2):
+        lane.enter(0, Who(), clock(), loop)
+    waiter = lane.enter(0, Who(), clock(), loop)
+    assert isinstance(waiter, Waiter)
+    assert (waiter.deadline, waiter.deadline_reason) == (130.0, "queue_timeout")
+
+
+async def test_a_waiter_shed_at_its_budget_says_how_long_it_waited() -> None:
+    clock = Clock()
+    loop = asyncio.get_running_loop()
+    lane = measured_lane(clock, max_queue_wait_s=3.0)
+    for _ in range(2):
+        lane.enter(0, Who(), clock(), loop)
+    waiters = [lane.enter(0, Who(), clock(), loop) for _ in range(4)]  # 0.5 .. 2 s away
+    clock.t += 3.25
+    for _ in range(5):  # two a second again, measured since
+        lane.times.released(clock(), 1.0)
+    assert lane.shed_overdue() == 4
+    first = waiters[0].future.exception()  # type: ignore[union-attr]
+    assert isinstance(first, Refused) and first.reason == "queue_deadline"
+    assert str(first) == (
+        "waited 3.25 s in lane 'chat''s queue, past its queue-wait budget of 3.00 s"
+    )
+    # Shed first, with three still queued behind it: 2 s to drain them, within the budget.
+    assert first.retry_after_s == 1
+    assert lane.rejected_total["queue_deadline"] == 4 and not lane.queue
+
+
+async def test_a_cancel_that_lands_as_the_slot_is_handed_over_gives_the_slot_back() -> None:
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=1, max_queue=4))
+    held = await lane.admit()
+    task = asyncio.create_task(lane.admit())
+    await asyncio.sleep(0)  # queued
+    held.release()  # the waiter's ticket is handed over ...
+    task.cancel()  # ... and its client leaves before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert lane.inflight == 0 and not lane.queue
+    assert isinstance(await lane.admit(), type(held))  # the slot is free again
+
+
+async def test_a_head_that_leaves_lets_the_next_waiter_that_fits_in() -> None:
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=4, max_queue=4, max_inflight_tokens=100))
+    held = await lane.admit(60)
+    big = asyncio.create_task(lane.admit(50))
+    await asyncio.sleep(0)
+    small = asyncio.create_task(lane.admit(30))
+    await asyncio.sleep(0)
+    assert len(lane.queue) == 2  # the small one waits behind the big one
+    big.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await big
+    ticket = await asyncio.wait_for(small, 5)
+    assert ticket.tokens == 30 and lane.inflight_tokens == 90
+    held.release()
+    ticket.release()
+
+
+async def test_a_waiter_over_a_lowered_budget_is_refused_and_the_next_admitted() -> None:
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=1, max_queue=4, max_inflight_tokens=100))
+    held = await lane.admit(10)
+    big = asyncio.create_task(lane.admit(80))
+    small = asyncio.create_task(lane.admit(20))
+    await asyncio.sleep(0)
+    lane.set_limits(LaneLimits(max_inflight=1, max_queue=4, max_inflight_tokens=50), False)
+    with pytest.raises(Refused) as over:
+        await big
+    assert over.value.reason == "over_token_budget"
+    assert str(over.value) == (
+        "request needs 80 tokens (prompt + max output); lane 'chat''s budget in flight is 50"
+    )
+    assert not small.done()  # the slot is still held
+    held.release()
+    assert (await asyncio.wait_for(small, 5)).tokens == 20
+    # A request exactly at the budget is admitted; one over it refused at once.
+    lane2 = AdmissionLane("chat", LaneLimits(max_inflight=2, max_inflight_tokens=50))
+    (await lane2.admit(50)).release()
+    with pytest.raises(Refused):
+        await lane2.admit(51)
+
+
+async def test_a_streamed_answer_holds_a_prefill_until_its_first_token() -> None:
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=4))
+    streamed = await lane.admit(streams=True)
+    plain = await lane.admit()
+    assert lane.prefilling == 1
+    plain.first_token()
+    assert lane.prefilling == 1  # not a streamed one
+    streamed.first_token()
+    streamed.first_token()  # once
+    assert lane.prefilling == 0 and streamed.first_at is not None
+    streamed.release()
+    assert lane.prefilling == 0
+    gone = await lane.admit(streams=True)
+    gone.release()  # released before its first token: its prefill is given back
+    gone.first_token()
+    assert lane.prefilling == 0 and lane.inflight == 1
+    plain.release()
+    plain.release()
+    assert lane.inflight == 0 and lane.admitted_total == 3
