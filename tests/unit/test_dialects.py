@@ -385,3 +385,93 @@ def test_a_long_bad_bound_is_clipped_in_the_warning() -> None:
     )
     [warning] = map_page("page", page).warnings
     assert f'le="{clip(le, 40)}"' in warning and clip(le, 40) != clip(le, 41)
+
+
+def _dialect(name: str) -> dialects.Dialect:
+    return next(d for d in dialects.DIALECTS if d.name == name)
+
+
+def test_a_selector_with_several_labels_matches_only_all_of_them() -> None:
+    sel = dialects.Selector.parse('m{kind = "a", rank="0"}')
+    assert sel == dialects.Selector("m", (("kind", "a"), ("rank", "0")))
+    assert sel.matches({"kind": "a", "rank": "0", "other": "x"})
+    assert not sel.matches({"kind": "a"}) and not sel.matches({"kind": "b", "rank": "0"})
+    assert dialects.Selector.parse("m") == dialects.Selector("m")
+
+
+def test_created_samples_are_not_indexed() -> None:
+    index = dialects.index_samples(
+        [dialects.Sample("a_total", {}, 1.0), dialects.Sample("a_created", {}, 2.0)]
+    )
+    assert list(index) == ["a_total"]
+
+
+def test_a_bucket_count_not_finite_voids_the_buckets_and_a_sum_or_count_is_unknown() -> None:
+    page = _page(
+        [
+            'vllm:num_requests_running{model_name="m"} 1',
+            'vllm:time_to_first_token_seconds_bucket{model_name="m",le="1.0"} +Inf',
+            'vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 2',
+            'vllm:time_to_first_token_seconds_sum{model_name="m"} NaN',
+            'vllm:time_to_first_token_seconds_count{model_name="m"} 2',
+            'vllm:e2e_request_latency_seconds_count{model_name="m"} +Inf',
+            'vllm:e2e_request_latency_seconds_sum{model_name="m"} 4',
+        ]
+    )
+    result = map_page("p", page)
+    [e] = result.engines
+    ttft = e.histograms["ttft"]
+    assert (ttft.buckets, ttft.sum, ttft.count) == ((), None, 2)
+    # A family with a count and no buckets: its count and sum, no quantiles and no warning
+    # about a missing +Inf bucket (there are no buckets to lack one).
+    e2e = e.histograms["e2e"]
+    assert (e2e.buckets, e2e.sum, e2e.count) == ((), 4, None)
+    assert result.warnings == [
+        "vllm:time_to_first_token_seconds_bucket has a count of inf: quantiles unknown",
+        "vllm:time_to_first_token_seconds_sum is nan: shown as unknown",
+        "vllm:e2e_request_latency_seconds_count is inf: shown as unknown",
+    ]
+
+
+def test_a_long_label_value_is_clipped_in_its_warning() -> None:
+    value = "1e" + "9" * 30  # a number, too large to be finite
+    page = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        f'vllm:cache_config_info{{block_size="{value}"}} 1\n'
+    )
+    [warning] = map_page("p", page).warnings
+    assert warning == f'vllm:cache_config_info{{block_size="{clip(value, 20)}"}}: shown as unknown'
+    assert clip(value, 20) != clip(value, 21)
+
+
+def test_derived_values_from_what_the_engine_reports() -> None:
+    llama = _dialect("llamacpp")
+    snap = EngineSnapshot("s", "llamacpp", None)
+    snap.prefix_cache_hits_total, snap.prompt_tokens_total = 30.0, 90.0
+    snap.kv_blocks_total, snap.kv_block_size, snap.kv_blocks_used = 10.0, 16.0, 4.0
+    dialects._derive(llama, snap)
+    assert snap.prefix_cache_queries_total == 120.0  # cached tokens are prompt tokens too
+    assert snap.prefix_cache_hit_rate == 0.25
+    assert (snap.kv_tokens_total, snap.kv_cache_usage) == (160.0, 0.4)
+    assert snap.kv_tokens_used == 0.4 * 160.0
+    # What the engine reports itself is kept; a part missing derives nothing.
+    own = EngineSnapshot("s", "llamacpp", None)
+    own.prefix_cache_hits_total, own.prefix_cache_queries_total = 1.0, 4.0
+    own.prefix_cache_hit_rate, own.kv_cache_usage = 0.5, 0.9
+    own.kv_tokens_used, own.kv_tokens_total, own.kv_blocks_used = 5.0, 50.0, 1.0
+    own.kv_blocks_total, own.kv_block_size = 2.0, 8.0
+    dialects._derive(llama, own)
+    assert (own.prefix_cache_queries_total, own.prefix_cache_hit_rate) == (4.0, 0.5)
+    assert (own.kv_cache_usage, own.kv_tokens_used, own.kv_tokens_total) == (0.9, 5.0, 50.0)
+    part = EngineSnapshot("s", "llamacpp", None)
+    part.prefix_cache_hits_total = 3.0
+    part.kv_tokens_used, part.kv_tokens_total = 8.0, 32.0  # no blocks: usage from tokens
+    dialects._derive(llama, part)
+    assert part.prefix_cache_queries_total is None and part.prefix_cache_hit_rate is None
+    assert part.kv_cache_usage == 0.25
+    zero = EngineSnapshot("s", "vllm", None)
+    zero.prefix_cache_hits_total, zero.prefix_cache_queries_total = 0.0, 0.0
+    zero.kv_blocks_used, zero.kv_blocks_total, zero.kv_block_size = 0.0, 0.0, 16.0
+    dialects._derive(_dialect("vllm"), zero)  # nothing queried yet, no blocks: unknown, not 0
+    assert zero.prefix_cache_hit_rate is None and zero.kv_cache_usage is None
+    assert zero.kv_tokens_total is None
