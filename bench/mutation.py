@@ -73,8 +73,6 @@ MODULES: dict[str, Module] = {
             "tests/unit/test_gate_deadline.py",
         ),
     ),
-    # caps is being reshaped (a request parsed once, issue 27 item 3): its unit tests come
-    # with the new shape; until then the bench says so and goes on.
     "caps": Module("gpuwatch/gate/caps.py", ("tests/unit/test_gate_caps.py",)),
     "paths": Module("gpuwatch/gate/paths.py", ("tests/unit/test_gate_paths.py",)),
     "latency": Module(
