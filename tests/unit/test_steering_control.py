@@ -12,6 +12,7 @@ from gpuwatch.adminapi import ConflictBody, LaneLimits, Limits, LimitsPatch, Lim
 from gpuwatch.control.gate import GateClient, GateConflict, GateError
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.control.steering import Steering
+from gpuwatch.fmt import clip
 from gpuwatch.gate.limits import apply_patch
 
 LIMITS = Limits(
@@ -33,6 +34,8 @@ class View:
     notes: list[tuple[str, str]] = field(default_factory=list)
     events: list[tuple[str, str]] = field(default_factory=list)
     asked: list[list[str]] = field(default_factory=list)
+    titles: list[str] = field(default_factory=list)
+    forms: list[tuple[str, int]] = field(default_factory=list)
     changes: int = 0
 
     def limits(self) -> Limits | None:
@@ -51,10 +54,12 @@ class View:
         self.notes.append((severity, text))
 
     async def confirm(self, title: str, details: list[str]) -> bool:
+        self.titles.append(title)
         self.asked.append(details)
         return self.confirm_answer
 
     async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
+        self.forms.append((lane, limits.version))
         return self.form_answer
 
     def tenants(self, lane: str) -> list[str]:
@@ -305,3 +310,110 @@ async def test_keys_after_our_own_change_build_on_it_not_on_the_old_limits(
     s.inflight(1)
     await s.settle()
     assert gate.sent[-1][1] == 1 and view.current.version == 2
+
+
+async def test_a_confirmed_change_asks_with_every_line_and_a_cancel_keeps_it_undoable(
+    rig: tuple[Steering, View, Gate],
+) -> None:
+    s, view, gate = rig
+    s.apply_lane("chat", {"max_inflight": 4, "max_queue": 16}, "plan r")
+    await s.settle()
+    assert view.titles == ["Apply this change?"]
+    assert view.asked[-1] == [
+        "gate   http://gate",
+        "why    limits from plan r; lane chat: max_inflight 16 -> 4 cuts it by more than half",
+        "",
+        "chat.max_inflight 16 -> 4",
+        "chat.max_queue 64 -> 16",
+    ]
+    assert view.events[-1] == (
+        "info",
+        "limits v4: from plan r: chat.max_inflight 16 -> 4; chat.max_queue 64 -> 16",
+    )
+    view.confirm_answer = False  # the pause is asked and cancelled; the undo below raises
+    # capacity back: not asked
+    s.output(True)
+    s.pause()
+    await s.settle()
+    assert view.events[-1] == (
+        "info",
+        "change cancelled: paused false -> true; chat.max_output_tokens none -> 4096",
+    )
+    assert len(s.history) == 1
+    s.undo()
+    await s.settle()
+    assert view.events[-1] == (
+        "info",
+        "undone v5: chat.max_inflight 4 -> 16; chat.max_queue 16 -> 64",
+    )
+    assert s.history == [] and gate.limits_now.lanes["chat"].max_inflight == 16
+    s.guard.read_only = True
+    s.apply_lane("chat", {"max_inflight": 4}, "plan r")
+    assert view.notes[-1][1] == "applying plan r refused: read-only mode (--read-only)"
+
+
+async def test_an_undo_refused_or_cancelled_stays_undoable(
+    rig: tuple[Steering, View, Gate],
+) -> None:
+    s, view, gate = rig
+    s.queue(136)  # 64 -> 200: its undo cuts the queue by more than half, so it is asked
+    await s.settle()
+    gate.fail = GateError(400, "no")
+    s.undo()
+    await s.settle()
+    assert len(s.history) == 1 and view.events[-1] == ("bad", "change refused: no")
+    view.confirm_answer = False
+    s.undo()
+    await s.settle()
+    assert len(s.history) == 1 and gate.limits_now.lanes["chat"].max_queue == 200
+    assert view.events[-1] == ("info", "change cancelled: chat.max_queue 200 -> 64")
+    view.confirm_answer = True
+    s.undo()
+    await s.settle()
+    assert s.history == [] and gate.limits_now.lanes["chat"].max_queue == 64
+
+
+async def test_an_undo_behind_a_key_that_fails_has_nothing_to_undo(
+    rig: tuple[Steering, View, Gate],
+) -> None:
+    s, view, gate = rig
+    s.queue(8)
+    gate.fail = GateError(400, "no")
+    s.undo()  # sends the key first; it is refused, so there is nothing left to undo
+    await s.settle()
+    assert view.notes[-1] == ("information", "nothing to undo from this screen")
+
+
+async def test_a_key_made_on_limits_someone_else_changed_is_refused_not_rebased(
+    rig: tuple[Steering, View, Gate],
+) -> None:
+    s, view, gate = rig
+    s.inflight(1)  # made on v3
+    theirs = apply_patch(LIMITS, {"lanes": {"chat": {"max_queue": 8}}})
+    gate.limits_now = view.current = theirs  # v4, not ours, lands before the window closes
+    await s.settle()
+    assert gate.sent == [(LimitsPatch(lanes={"chat": {"max_inflight": 17}}), 3)]
+    assert view.events[-1] == ("warn", "change refused: limits changed by bob (v3 is old)")
+    long = "x" * 100
+    gate.fail = GateConflict("old", ConflictBody("old", long, None, None))
+    s.inflight(1)
+    await s.settle()
+    assert view.notes[-1][1] == (
+        f"limits changed by {clip(long, 80)}: refreshed, nothing overwritten"
+    )
+    assert clip(long, 80) != clip(long, 81)
+
+
+async def test_the_form_waits_for_earlier_changes_even_failed_ones(
+    rig: tuple[Steering, View, Gate],
+) -> None:
+    s, view, gate = rig
+    gate.fail = RuntimeError("boom")
+    view.form_answer = {"max_queue": 40}
+    s.selected_lane = "embed"
+    s.pause()
+    s.edit()
+    await s.settle()
+    assert view.forms == [("embed", 3)]
+    assert gate.sent[-1] == (LimitsPatch(lanes={"embed": {"max_queue": 40}}), 3)
+    assert ("bad", "control: RuntimeError: boom") in view.events
