@@ -254,6 +254,29 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
             (14, 'bound = math.inf if text in {"+Inf", "Inf", "+inf", "INF"} else float(text)'),
         )
     },
+    **{
+        f"gpuwatch.control.steering.xǁSteeringǁtenant_cap__mutmut_{n}": (
+            f"self._tenant({key}, lambda v: step_output(v, down, TENANT_CAP_STEPS))",
+            '_tenant tells its key only from "paused": any other name is the in-flight cap',
+        )
+        for n, key in ((1, "None"), (5, '"XXmax_inflightXX"'), (6, '"MAX_INFLIGHT"'))
+    },
+    **{
+        f"gpuwatch.control.steering.xǁSteeringViewǁnotify__mutmut_{n}": (
+            f'def notify(self, text: str, severity: Severity = "{default}") -> None: ...',
+            "a Protocol's default: every caller gets the implementation's own",
+        )
+        for n, default in ((1, "XXinformationXX"), (2, "INFORMATION"))
+    },
+    "gpuwatch.control.steering.xǁSteeringǁflush__mutmut_5": (
+        "if ops or base is not None:",
+        "the pending keys and their base are set and cleared together: never one without the other",
+    ),
+    "gpuwatch.control.steering.xǁSteeringǁ_apply__mutmut_19": (
+        'reason = why + (f"; {reason}" if (reason) and False else "")',
+        "only the A toggle says why, and a change of policy alone never needs a confirmation "
+        "reason of its own",
+    ),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }

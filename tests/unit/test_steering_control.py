@@ -371,6 +371,21 @@ async def test_an_undo_refused_or_cancelled_stays_undoable(
     s.undo()
     await s.settle()
     assert s.history == [] and gate.limits_now.lanes["chat"].max_queue == 64
+    s.queue(136)
+    await s.settle()
+    for fail in (
+        ReadOnlyError("read-only"),
+        GateConflict("old", ConflictBody("old", None, 0, None)),
+    ):
+        gate.fail = fail
+        s.undo()
+        await s.settle()
+        assert len(s.history) == 1
+    # The gate went away between the key and its turn: nothing to change, said so.
+    s.apply_lane("chat", {"max_queue": 8}, "plan r")
+    view.current = None
+    await s.settle()
+    assert view.notes[-1] == ("warning", "the gate has no lane chat")
 
 
 async def test_an_undo_behind_a_key_that_fails_has_nothing_to_undo(
