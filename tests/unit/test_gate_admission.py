@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.gate.admission import AdmissionLane, Refused, Waiter
+from gpuwatch.adminapi import TenantLimits
+from gpuwatch.gate.admission import AdmissionLane, Refused, Ticket, Waiter
 from gpuwatch.gate.classes import Who
 from gpuwatch.gate.limits import LaneLimits
 
@@ -333,3 +334,97 @@ async def test_a_streamed_answer_holds_a_prefill_until_its_first_token() -> None
     plain.release()
     plain.release()
     assert lane.inflight == 0 and lane.admitted_total == 3
+
+
+async def test_a_paused_tenant_is_refused_at_once_and_the_others_admitted() -> None:
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=4))
+    lane.tenants.limits = {"alice": TenantLimits(paused=True)}
+    with pytest.raises(Refused) as refused:
+        await lane.admit(who=Who("alice"))
+    assert (refused.value.reason, str(refused.value)) == (
+        "tenant_paused",
+        "tenant 'alice' is paused",
+    )
+    assert lane.rejected_total["tenant_paused"] == 1
+    (await lane.admit(who=Who("bob"))).release()
+
+
+async def test_a_ticket_says_how_long_it_waited_and_reserves_no_token_unasked() -> None:
+    clock = Clock()
+    loop = asyncio.get_running_loop()
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=1, max_inflight_tokens=10), clock=clock)
+    held = lane.enter(0, Who(), clock(), loop)
+    waiter = lane.enter(0, Who(), clock(), loop)
+    assert isinstance(held, Ticket) and isinstance(waiter, Waiter) and held.queue_wait_s == 0.0
+    clock.t += 2.5
+    held.release()
+    assert waiter.future.result().queue_wait_s == 2.5
+    waiter.future.result().release()
+    ticket = await lane.admit()  # no tokens asked: none reserved
+    assert lane.inflight_tokens == 0
+    ticket.release()
+
+
+async def test_cancelled_waiters_at_the_head_are_skipped_for_the_next() -> None:
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=1, max_queue=4))
+    held = await lane.admit()
+    gone = asyncio.create_task(lane.admit())
+    await asyncio.sleep(0)
+    staying = asyncio.create_task(lane.admit())
+    await asyncio.sleep(0)
+    gone.cancel()  # its future is cancelled now; its handler runs after the release below
+    held.release()  # the cancelled head is dropped, the next one gets the slot
+    with pytest.raises(asyncio.CancelledError):
+        await gone  # leaving a queue it was already dropped from is no error
+    ticket = await asyncio.wait_for(staying, 5)
+    assert lane.inflight == 1 and not lane.queue
+    ticket.release()
+
+
+async def test_a_waiter_refused_under_a_lowered_budget_lets_the_next_that_fits_in() -> None:
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=4, max_queue=4, max_inflight_tokens=100))
+    held = await lane.admit(30)
+    big = asyncio.create_task(lane.admit(80))
+    await asyncio.sleep(0)
+    small = asyncio.create_task(lane.admit(20))
+    await asyncio.sleep(0)
+    assert len(lane.queue) == 2
+    lane.set_limits(LaneLimits(max_inflight=4, max_queue=4, max_inflight_tokens=60), False)
+    with pytest.raises(Refused):
+        await big
+    assert small.done() and lane.inflight_tokens == 50  # admitted in the same pump
+    (await small).release()
+    held.release()
+
+
+async def test_a_waiter_shed_at_its_budget_is_told_when_the_queue_behind_it_drains() -> None:
+    clock = Clock()
+    loop = asyncio.get_running_loop()
+    lane = AdmissionLane(
+        "chat", LaneLimits(max_inflight=2, max_queue=10, max_queue_wait_s=0.5), clock=clock
+    )
+    for _ in range(2):
+        lane.enter(0, Who(), clock(), loop)
+    waiters = [lane.enter(0, Who(), clock(), loop) for _ in range(6)]  # nothing measured yet
+    for _ in range(5):
+        lane.times.released(clock(), 1.0)  # since: two slots a second
+    clock.t += 0.6
+    lane.shed_overdue()
+    first = waiters[0].future.exception()  # type: ignore[union-attr]
+    assert isinstance(first, Refused)
+    assert first.retry_after_s == 3  # five still queued: 3 s to drain, less the 0.5 s budget
+
+
+async def test_the_gate_s_slo_caps_prefills_on_a_lane_without_a_target() -> None:
+    clock = Clock()
+    loop = asyncio.get_running_loop()
+    lane = AdmissionLane("chat", LaneLimits(max_inflight=100), clock=clock)
+    for _ in range(5):  # first tokens 0.25 s apart: 4 a second
+        ticket = lane.enter(0, Who(), clock(), loop, streams=True)
+        assert isinstance(ticket, Ticket)
+        clock.t += 0.25
+        ticket.first_token()
+        ticket.release()
+    assert lane.prefill_cap() is None
+    lane.slo_ttft_s = 2.0
+    assert lane.prefill_cap() is not None
