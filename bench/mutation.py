@@ -277,6 +277,54 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "only the A toggle says why, and a change of policy alone never needs a confirmation "
         "reason of its own",
     ),
+    **{
+        f"gpuwatch.gate.admission.xǁAdmissionLaneǁ{fn}__mutmut_{n}": (
+            line,
+            "a default no caller uses: both calls pass tokens and streams",
+        )
+        for fn, n, line in (
+            (
+                "_can_admit",
+                1,
+                "def _can_admit(self, tokens: int = 1, streams: bool = False) -> bool:",
+            ),
+            (
+                "_can_admit",
+                2,
+                "def _can_admit(self, tokens: int = 0, streams: bool = True) -> bool:",
+            ),
+            (
+                "_issue",
+                1,
+                "def _issue(self, since: float, tokens: int, who: Who, streams: bool = True) -> Ticket:",
+            ),
+        )
+    },
+    **{
+        f"gpuwatch.gate.admission.xǁAdmissionLaneǁpump__mutmut_{n}": (
+            f"return  # {comment}",
+            "nothing follows the loop: leaving it and returning are one",
+        )
+        for n, comment in (
+            (3, "every tenant waiting is paused or at its in-flight cap"),
+            (17, "the head waits, even if a smaller request behind it would fit"),
+        )
+    },
+    **{
+        f"gpuwatch.gate.admission.xǁAdmissionLaneǁ_expire__mutmut_{n}": (
+            line,
+            "a waiter shed at its queue-wait budget always has one, above 0 (a budget of 0 "
+            "refuses at once)",
+        )
+        for n, line in (
+            (18, 'f"budget of {waiter.budget_s or 1.0:.2f} s",'),
+            (26, "deadline.retry_after(len(self.queue), drain, waiter.budget_s or 1.0),"),
+        )
+    },
+    "gpuwatch.gate.admission.xǁAdmissionLaneǁ_evict_for__mutmut_6": (
+        'why = f"for a {who.klass} request (class {victim.who.klass} is sheddable)" if victim else "XXXX"',
+        "without a victim the reason is replaced (a hog's) or never used (no eviction)",
+    ),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }
