@@ -325,6 +325,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'why = f"for a {who.klass} request (class {victim.who.klass} is sheddable)" if victim else "XXXX"',
         "without a victim the reason is replaced (a hog's) or never used (no eviction)",
     ),
+    "gpuwatch.gate.caps.x_check_text__mutmut_59": (
+        "reserve = output_bound(bounds, output.answers, None, default_output_tokens)",
+        "under a cap every request leaves with a bound of its own (a missing or below-1 one is "
+        "set to the cap's share), so the cap is never the fallback here",
+    ),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }

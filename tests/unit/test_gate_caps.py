@@ -49,6 +49,8 @@ def test_a_bound_under_one_means_none_and_is_over_any_cap(bound: int) -> None:
     assert clamp == Clamp({"n_predict": 64}, (f"n_predict {bound or 'none'}->64",))
     with pytest.raises(OverCap, match=f"^n_predict {bound} is over lane 'chat''s cap of 64$"):
         cap_output(Output({"n_predict": bound}), 64, True, "max_tokens", "chat")
+    # A bound of 1 is a bound: kept.
+    assert cap_output(Output({"n_predict": 1}), 64, True, "max_tokens", "chat") == Clamp()
 
 
 def test_a_body_without_a_bound_gets_the_cap_under_its_endpoint_s_name() -> None:
@@ -76,6 +78,9 @@ def test_the_cap_is_shared_by_every_answer_asked_for() -> None:
         str(caught.value)
         == "max_tokens 200 for each of 6 answers is over lane 'chat''s cap of 1000"
     )
+    two = Output({"max_tokens": 600}, {"n": 2})
+    with pytest.raises(OverCap, match="^max_tokens 600 for each of 2 answers is over"):
+        cap_output(two, 1000, True, "max_tokens", "chat")
     # Each answer needs a token at least: 6 answers under a cap of 5 cannot fit.
     with pytest.raises(OverCap) as caught:
         cap_output(out, 5, False, "max_tokens", "chat")
