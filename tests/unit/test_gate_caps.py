@@ -79,7 +79,7 @@ def test_the_cap_is_shared_by_every_answer_asked_for() -> None:
         == "max_tokens 200 for each of 6 answers is over lane 'chat''s cap of 1000"
     )
     two = Output({"max_tokens": 600}, {"n": 2})
-    with pytest.raises(OverCap, match="^max_tokens 600 for each of 2 answers is over"):
+    with pytest.raises(OverCap, match=r"^max_tokens 600 for each of 2 answers is over"):
         cap_output(two, 1000, True, "max_tokens", "chat")
     # Each answer needs a token at least: 6 answers under a cap of 5 cannot fit.
     with pytest.raises(OverCap) as caught:
