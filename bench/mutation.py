@@ -330,6 +330,28 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "under a cap every request leaves with a bound of its own (a missing or below-1 one is "
         "set to the cap's share), so the cap is never the fallback here",
     ),
+    **{
+        f"gpuwatch.sources.dialects.{fn}__mutmut_{n}": (line, "None is as false as False")
+        for fn, n, line in (
+            ("x__histogram", 12, 'by_model = _collapse(buckets or (), ["le"], ratio=None)'),
+            ("x__histogram", 23, 'sums = _collapse(index.get(f"{name}_sum", ()), [], ratio=None)'),
+            ("x__histogram", 35, "cnts = _collapse(counts or (), [], ratio=None)"),
+            (
+                "x__clean_histogram",
+                14,
+                'hist_sum = _clean(f"{name}_sum", hist_sum, None, warnings)',
+            ),
+            (
+                "x__clean_histogram",
+                25,
+                'hist_count = _clean(f"{name}_count", hist_count, None, warnings)',
+            ),
+        )
+    },
+    "gpuwatch.sources.dialects.xǁSelectorǁparse__mutmut_6": (
+        'name, _, rest = text.rpartition("{")',
+        "a selector of the table has one brace",
+    ),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }

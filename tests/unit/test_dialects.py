@@ -475,3 +475,75 @@ def test_derived_values_from_what_the_engine_reports() -> None:
     dialects._derive(_dialect("vllm"), zero)  # nothing queried yet, no blocks: unknown, not 0
     assert zero.prefix_cache_hit_rate is None and zero.kv_cache_usage is None
     assert zero.kv_tokens_total is None
+
+
+def test_selectors_keep_what_their_values_hold() -> None:
+    parse = dialects.Selector.parse
+    assert parse('m{k="a=b"}') == dialects.Selector("m", (("k", "a=b"),))
+    assert parse('m{k="XaX"}').labels == (("k", "XaX"),)
+    assert parse("m{k=aX}").labels == (("k", "aX"),)
+    vllm = _dialect("vllm")
+    names = dialects.sample_names(vllm)
+    assert {"vllm:time_to_first_token_seconds_bucket", "vllm:cache_config_info"} <= names
+    assert "vllm:num_requests_running" in names
+
+
+def test_a_histogram_without_its_inf_bucket_is_named_and_the_sums_add_up() -> None:
+    page = _page(
+        [
+            'vllm:num_requests_running{model_name="m"} 1',
+            'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="0.5"} 1',
+            'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="1.0"} 2',
+            'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="2.0"} 3',
+            'vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 3',
+            'vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"} 4',
+            'vllm:e2e_request_latency_seconds_bucket{model_name="m",le="0.5"} 1',
+            'vllm:e2e_request_latency_seconds_bucket{model_name="m",le="1.0"} 1',
+            'vllm:e2e_request_latency_seconds_bucket{model_name="m",le="+Inf"} 1',
+        ]
+    )
+    result = map_page("p", page)
+    [e] = result.engines
+    assert e.source == "p" and e.histograms["ttft"].sum == 7  # two engines' sums add up
+    assert result.warnings == [
+        "vllm:time_to_first_token_seconds has no +Inf bucket: ttft quantiles unknown"
+    ]
+
+
+def test_the_next_itl_family_is_read_when_the_first_is_unusable() -> None:
+    page = _page(
+        [
+            'vllm:num_requests_running{model_name="m"} 1',
+            'vllm:inter_token_latency_seconds_bucket{model_name="m",le="x"} 1',
+            'vllm:time_per_output_token_seconds_bucket{model_name="m",le="+Inf"} 5',
+            'vllm:time_per_output_token_seconds_count{model_name="m"} 5',
+        ]
+    )
+    [e] = map_page("p", page).engines
+    assert e.histograms["itl"].count == 5
+
+
+def test_per_model_label_values_and_process_wide_ones() -> None:
+    page = _page(
+        [
+            'vllm:num_requests_running{model_name="a"} 1',
+            'vllm:num_requests_running{model_name="b"} 2',
+            'vllm:cache_config_info{model_name="a",num_gpu_blocks="10",tp_rank="1"} 1',
+            'vllm:cache_config_info{model_name="a",num_gpu_blocks="20",tp_rank="0"} 1',
+            'vllm:cache_config_info{num_gpu_blocks="99",block_size="16"} 1',
+            'sglang:num_running_reqs{model_name="c"} 3',
+        ]
+    )
+    found = {e.model: e for e in map_page("p", page).engines}
+    assert set(found) == {"a", "b", "c"}  # two dialects' engines, both kept
+    a, b = found["a"], found["b"]
+    assert a.kv_blocks_total == 20  # its own rank 0's, not the process-wide value
+    assert b.kv_blocks_total == 99 and a.kv_block_size == b.kv_block_size == 16
+    assert found["c"].dialect == "sglang"
+
+
+def test_a_dialect_without_derived_queries_derives_none() -> None:
+    snap = EngineSnapshot("s", "vllm", None)
+    snap.prefix_cache_hits_total = 3.0
+    dialects._derive(_dialect("vllm"), snap)
+    assert snap.prefix_cache_queries_total is None and snap.prefix_cache_hit_rate is None
