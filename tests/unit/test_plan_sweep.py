@@ -566,11 +566,17 @@ def test_the_ends_of_a_wilson_interval_and_of_a_verdict() -> None:
     assert min_requests(0.0) == 1 and min_requests(-1.0) == 1
     assert min_requests(0.5) == 4  # z^2 = 3.84: the fewest all-good requests at 50%
     assert min_requests(0.5, z=1.0) == 1
-    with pytest.raises(ValueError, match="never be shown"):
+    with pytest.raises(ValueError, match=r"^a goodput target of 1 can never be shown with finite"):
         min_requests(1.5)
+    one = 1 / (1 + 1.959963984540054**2)  # one request, good: the lower bound all-good gives
+    assert wilson(1, 1) == (pytest.approx(one), 1.0)
+    assert 0 < wilson(1, 10)[0] < 0.1
     empty = judge(0, 0, 0.0)  # no request: undecided, even against a target of 0
     assert empty.passed is None and empty.attainment is None
     assert judge(0, 10, 0.5).passed is False
     assert judge_sequences([10, 10], [10, 10], 0.0).passed is True  # low 0 reaches 0
+    at = judge_sequences([900, 920], [1000, 1000], 0.5)
+    assert judge_sequences([900, 920], [1000, 1000], at.low).passed is True  # low reaches it
+    assert judge_sequences([900, 920], [1000, 1000], at.high).passed is None  # not below it
     worst = judge_sequences([0, 0], [10, 10], 0.5)
     assert worst.high < 0.5 and worst.passed is False
