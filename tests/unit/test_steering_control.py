@@ -14,6 +14,7 @@ from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.control.steering import Steering
 from gpuwatch.fmt import clip
 from gpuwatch.gate.limits import apply_patch
+from tests.helpers import eventually
 
 LIMITS = Limits(
     3,
@@ -432,3 +433,51 @@ async def test_the_form_waits_for_earlier_changes_even_failed_ones(
     assert view.forms == [("embed", 3)]
     assert gate.sent[-1] == (LimitsPatch(lanes={"embed": {"max_queue": 40}}), 3)
     assert ("bad", "control: RuntimeError: boom") in view.events
+
+
+async def test_keys_refused_read_only_name_what_they_would_change_and_queue_nothing(
+    rig: tuple[Steering, View, Gate],
+) -> None:
+    s, view, _ = rig
+    s.guard.read_only = True
+    s.queue(8)
+    s.pause()
+    assert [text for _, text in view.notes] == [
+        "change of chat.max_queue refused: read-only mode (--read-only)",
+        "change of paused refused: read-only mode (--read-only)",
+    ]
+    assert s.idle and s.pending_lines() == []
+
+
+async def test_the_output_and_budget_keys_step_from_the_lane_s_value(
+    rig: tuple[Steering, View, Gate],
+) -> None:
+    s, view, _ = rig
+    chat = replace(LIMITS.lanes["chat"], max_output_tokens=512, max_inflight_tokens=16_000)
+    view.current = replace(LIMITS, lanes={**LIMITS.lanes, "chat": chat})
+    s.output(True)
+    s.budget(True)
+    assert s.pending_lines() == [
+        "chat.max_output_tokens 512 -> 256",
+        "chat.max_inflight_tokens 16000 -> 8000",
+    ]
+    s.close()
+
+
+async def test_the_window_closes_on_its_own_and_lanes_cycle_in_order(
+    rig: tuple[Steering, View, Gate],
+) -> None:
+    s, view, gate = rig
+    s.coalesce_s = 0.01
+    s.queue(8)
+    await eventually(lambda: bool(gate.sent) and s.idle)
+    assert gate.sent == [(LimitsPatch(lanes={"chat": {"max_queue": 72}}), 3)]
+    view.current = replace(LIMITS, lanes={**LIMITS.lanes, "batch": LaneLimits()})
+    seen = []
+    for _ in range(3):
+        s.next_lane()
+        seen.append(s.selected_lane)
+    assert seen == ["embed", "batch", "chat"]
+    s.selected_lane = "gone"
+    s.next_lane()
+    assert s.selected_lane == "chat"
