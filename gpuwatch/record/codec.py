@@ -210,7 +210,10 @@ def inflate(blob: bytes, zdict: bytes = b"") -> bytes:
 def unpack(blob: bytes | None, zdict: bytes = b"") -> Any:
     if blob is None:
         return None
+    # Inflated outside the try: its CodecError (a ValueError) says why, and is not re-wrapped
+    # as "a row does not decode: CodecError".
+    raw = inflate(blob, zdict)
     try:
-        return json.loads(inflate(blob, zdict))
+        return json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise CodecError(f"a row does not decode: {type(exc).__name__}") from exc

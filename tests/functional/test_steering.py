@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,3 +248,23 @@ async def test_the_form_after_a_key_builds_on_it(rig: Rig) -> None:
     assert limits.lanes["chat"].max_inflight == 17
     assert limits.lanes["chat"].max_queue == 40
     assert not [n for n in rig.view.notes if n[0] != "information"]
+
+
+async def test_each_key_restarts_the_coalescing_window(rig: Rig) -> None:
+    """Keys 0.3 s apart over 0.6 s, with a 0.4 s window, are one PATCH: every key restarts the
+    window. A timer started by the first key alone would fire between the second and third
+    (two PATCHes). The keys are put on the loop's own schedule, ahead of any timer the earlier
+    keys start, so however late the loop runs them, they keep their order against it."""
+    s = rig.steering
+    s.coalesce_s = 0.4
+    loop = asyncio.get_running_loop()
+    pressed = asyncio.Event()
+    s.inflight(1)
+    loop.call_later(0.3, s.inflight, 1)
+    loop.call_later(0.6, lambda: (s.inflight(1), pressed.set()))
+    await pressed.wait()
+    await eventually(lambda: s.idle, 30)  # the window closed and the change landed
+    limits = await rig.other.limits()
+    assert limits.lanes["chat"].max_inflight == 19
+    assert limits.version == 2  # one change
+    assert len(await rig.other.audit(5)) == 1

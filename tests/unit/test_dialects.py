@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from gpuwatch.fmt import clip
 from gpuwatch.model import EngineSnapshot
 from gpuwatch.snapshot import latency_summary
 from gpuwatch.sources import dialects
@@ -333,3 +334,219 @@ def test_a_polled_series_maps_as_a_fresh_grouping_every_scrape() -> None:
         remembered, fresh = _mapped_both_ways(page, cache)
         assert remembered == fresh
         assert remembered[0]  # engines were mapped
+
+
+def test_the_cache_info_labels_one_engine_at_a_time() -> None:
+    """Pools add up over engines (two data-parallel ranks: twice the blocks); the block size is
+    the same for all (the largest, never a sum); replicas other than rank 0 count once; a label
+    that is not a number is skipped, and one that is infinite is unknown with a warning."""
+    page = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="0",block_size="16",num_gpu_blocks="100"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="1",block_size="16",num_gpu_blocks="50"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="2",tp_rank="1",block_size="16",num_gpu_blocks="999"} 1\n'
+    )
+    [engine] = map_page("page", page).engines
+    assert (engine.kv_blocks_total, engine.kv_block_size) == (150, 16)
+    odd = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="0",block_size="big",num_gpu_blocks="+Inf"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="1",block_size="32",num_gpu_blocks="7"} 1\n'
+        'vllm:cache_config_info{model_name="m",dp_rank="2",block_size="32",num_gpu_blocks="8"} 1\n'
+    )
+    result = map_page("page", odd)
+    [engine] = result.engines
+    assert (engine.kv_blocks_total, engine.kv_block_size) == (15, 32)
+    assert result.warnings == ['vllm:cache_config_info{num_gpu_blocks="+Inf"}: shown as unknown']
+
+
+@pytest.mark.parametrize("le", ["x", "NaN", "-Inf", "1" * 50])
+def test_a_histogram_with_a_bound_that_is_not_a_number_is_skipped_with_a_warning(le: str) -> None:
+    page = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        f'vllm:time_to_first_token_seconds_bucket{{model_name="m",le="{le}"}} 1\n'
+        'vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 2\n'
+        'vllm:time_to_first_token_seconds_count{model_name="m"} 2\n'
+    )
+    if le == "1" * 50:  # a number after all: read, not refused
+        assert "ttft" in map_page("page", page).engines[0].histograms
+        return
+    result = map_page("page", page)
+    assert "ttft" not in result.engines[0].histograms
+    assert result.warnings == [
+        f'vllm:time_to_first_token_seconds has a bucket bound le="{le}" that is not a number: '
+        "skipped"
+    ]
+
+
+def test_a_long_bad_bound_is_clipped_in_the_warning() -> None:
+    le = "y" * 60
+    page = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        f'vllm:time_to_first_token_seconds_bucket{{model_name="m",le="{le}"}} 1\n'
+        'vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 2\n'
+    )
+    [warning] = map_page("page", page).warnings
+    assert f'le="{clip(le, 40)}"' in warning and clip(le, 40) != clip(le, 41)
+
+
+def _dialect(name: str) -> dialects.Dialect:
+    return next(d for d in dialects.DIALECTS if d.name == name)
+
+
+def test_a_selector_with_several_labels_matches_only_all_of_them() -> None:
+    sel = dialects.Selector.parse('m{kind = "a", rank="0"}')
+    assert sel == dialects.Selector("m", (("kind", "a"), ("rank", "0")))
+    assert sel.matches({"kind": "a", "rank": "0", "other": "x"})
+    assert not sel.matches({"kind": "a"}) and not sel.matches({"kind": "b", "rank": "0"})
+    assert dialects.Selector.parse("m") == dialects.Selector("m")
+
+
+def test_created_samples_are_not_indexed() -> None:
+    index = dialects.index_samples(
+        [dialects.Sample("a_total", {}, 1.0), dialects.Sample("a_created", {}, 2.0)]
+    )
+    assert list(index) == ["a_total"]
+
+
+def test_a_bucket_count_not_finite_voids_the_buckets_and_a_sum_or_count_is_unknown() -> None:
+    page = _page(
+        [
+            'vllm:num_requests_running{model_name="m"} 1',
+            'vllm:time_to_first_token_seconds_bucket{model_name="m",le="1.0"} +Inf',
+            'vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 2',
+            'vllm:time_to_first_token_seconds_sum{model_name="m"} NaN',
+            'vllm:time_to_first_token_seconds_count{model_name="m"} 2',
+            'vllm:e2e_request_latency_seconds_count{model_name="m"} +Inf',
+            'vllm:e2e_request_latency_seconds_sum{model_name="m"} 4',
+        ]
+    )
+    result = map_page("p", page)
+    [e] = result.engines
+    ttft = e.histograms["ttft"]
+    assert (ttft.buckets, ttft.sum, ttft.count) == ((), None, 2)
+    # A family with a count and no buckets: its count and sum, no quantiles and no warning
+    # about a missing +Inf bucket (there are no buckets to lack one).
+    e2e = e.histograms["e2e"]
+    assert (e2e.buckets, e2e.sum, e2e.count) == ((), 4, None)
+    assert result.warnings == [
+        "vllm:time_to_first_token_seconds_bucket has a count of inf: quantiles unknown",
+        "vllm:time_to_first_token_seconds_sum is nan: shown as unknown",
+        "vllm:e2e_request_latency_seconds_count is inf: shown as unknown",
+    ]
+
+
+def test_a_long_label_value_is_clipped_in_its_warning() -> None:
+    value = "1e" + "9" * 30  # a number, too large to be finite
+    page = (
+        'vllm:num_requests_running{model_name="m"} 1\n'
+        f'vllm:cache_config_info{{block_size="{value}"}} 1\n'
+    )
+    [warning] = map_page("p", page).warnings
+    assert warning == f'vllm:cache_config_info{{block_size="{clip(value, 20)}"}}: shown as unknown'
+    assert clip(value, 20) != clip(value, 21)
+
+
+def test_derived_values_from_what_the_engine_reports() -> None:
+    llama = _dialect("llamacpp")
+    snap = EngineSnapshot("s", "llamacpp", None)
+    snap.prefix_cache_hits_total, snap.prompt_tokens_total = 30.0, 90.0
+    snap.kv_blocks_total, snap.kv_block_size, snap.kv_blocks_used = 10.0, 16.0, 4.0
+    dialects._derive(llama, snap)
+    assert snap.prefix_cache_queries_total == 120.0  # cached tokens are prompt tokens too
+    assert snap.prefix_cache_hit_rate == 0.25
+    assert (snap.kv_tokens_total, snap.kv_cache_usage) == (160.0, 0.4)
+    assert snap.kv_tokens_used == 0.4 * 160.0
+    # What the engine reports itself is kept; a part missing derives nothing.
+    own = EngineSnapshot("s", "llamacpp", None)
+    own.prefix_cache_hits_total, own.prefix_cache_queries_total = 1.0, 4.0
+    own.prefix_cache_hit_rate, own.kv_cache_usage = 0.5, 0.9
+    own.kv_tokens_used, own.kv_tokens_total, own.kv_blocks_used = 5.0, 50.0, 1.0
+    own.kv_blocks_total, own.kv_block_size = 2.0, 8.0
+    dialects._derive(llama, own)
+    assert (own.prefix_cache_queries_total, own.prefix_cache_hit_rate) == (4.0, 0.5)
+    assert (own.kv_cache_usage, own.kv_tokens_used, own.kv_tokens_total) == (0.9, 5.0, 50.0)
+    part = EngineSnapshot("s", "llamacpp", None)
+    part.prefix_cache_hits_total = 3.0
+    part.kv_tokens_used, part.kv_tokens_total = 8.0, 32.0  # no blocks: usage from tokens
+    dialects._derive(llama, part)
+    assert part.prefix_cache_queries_total is None and part.prefix_cache_hit_rate is None
+    assert part.kv_cache_usage == 0.25
+    zero = EngineSnapshot("s", "vllm", None)
+    zero.prefix_cache_hits_total, zero.prefix_cache_queries_total = 0.0, 0.0
+    zero.kv_blocks_used, zero.kv_blocks_total, zero.kv_block_size = 0.0, 0.0, 16.0
+    dialects._derive(_dialect("vllm"), zero)  # nothing queried yet, no blocks: unknown, not 0
+    assert zero.prefix_cache_hit_rate is None and zero.kv_cache_usage is None
+    assert zero.kv_tokens_total is None
+
+
+def test_selectors_keep_what_their_values_hold() -> None:
+    parse = dialects.Selector.parse
+    assert parse('m{k="a=b"}') == dialects.Selector("m", (("k", "a=b"),))
+    assert parse('m{k="XaX"}').labels == (("k", "XaX"),)
+    assert parse("m{k=aX}").labels == (("k", "aX"),)
+    vllm = _dialect("vllm")
+    names = dialects.sample_names(vllm)
+    assert {"vllm:time_to_first_token_seconds_bucket", "vllm:cache_config_info"} <= names
+    assert "vllm:num_requests_running" in names
+
+
+def test_a_histogram_without_its_inf_bucket_is_named_and_the_sums_add_up() -> None:
+    page = _page(
+        [
+            'vllm:num_requests_running{model_name="m"} 1',
+            'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="0.5"} 1',
+            'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="1.0"} 2',
+            'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="2.0"} 3',
+            'vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 3',
+            'vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"} 4',
+            'vllm:e2e_request_latency_seconds_bucket{model_name="m",le="0.5"} 1',
+            'vllm:e2e_request_latency_seconds_bucket{model_name="m",le="1.0"} 1',
+            'vllm:e2e_request_latency_seconds_bucket{model_name="m",le="+Inf"} 1',
+        ]
+    )
+    result = map_page("p", page)
+    [e] = result.engines
+    assert e.source == "p" and e.histograms["ttft"].sum == 7  # two engines' sums add up
+    assert result.warnings == [
+        "vllm:time_to_first_token_seconds has no +Inf bucket: ttft quantiles unknown"
+    ]
+
+
+def test_the_next_itl_family_is_read_when_the_first_is_unusable() -> None:
+    page = _page(
+        [
+            'vllm:num_requests_running{model_name="m"} 1',
+            'vllm:inter_token_latency_seconds_bucket{model_name="m",le="x"} 1',
+            'vllm:time_per_output_token_seconds_bucket{model_name="m",le="+Inf"} 5',
+            'vllm:time_per_output_token_seconds_count{model_name="m"} 5',
+        ]
+    )
+    [e] = map_page("p", page).engines
+    assert e.histograms["itl"].count == 5
+
+
+def test_per_model_label_values_and_process_wide_ones() -> None:
+    page = _page(
+        [
+            'vllm:num_requests_running{model_name="a"} 1',
+            'vllm:num_requests_running{model_name="b"} 2',
+            'vllm:cache_config_info{model_name="a",num_gpu_blocks="10",tp_rank="1"} 1',
+            'vllm:cache_config_info{model_name="a",num_gpu_blocks="20",tp_rank="0"} 1',
+            'vllm:cache_config_info{num_gpu_blocks="99",block_size="16"} 1',
+            'sglang:num_running_reqs{model_name="c"} 3',
+        ]
+    )
+    found = {e.model: e for e in map_page("p", page).engines}
+    assert set(found) == {"a", "b", "c"}  # two dialects' engines, both kept
+    a, b = found["a"], found["b"]
+    assert a.kv_blocks_total == 20  # its own rank 0's, not the process-wide value
+    assert b.kv_blocks_total == 99 and a.kv_block_size == b.kv_block_size == 16
+    assert found["c"].dialect == "sglang"
+
+
+def test_a_dialect_without_derived_queries_derives_none() -> None:
+    snap = EngineSnapshot("s", "vllm", None)
+    snap.prefix_cache_hits_total = 3.0
+    dialects._derive(_dialect("vllm"), snap)
+    assert snap.prefix_cache_queries_total is None and snap.prefix_cache_hit_rate is None

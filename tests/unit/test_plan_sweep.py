@@ -4,6 +4,7 @@ recommendation, traffic replay, saved plans and the pictures."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import random
@@ -524,3 +525,67 @@ def test_the_pictures(plan: planner.Plan) -> None:
     assert f"knee {plan.knee:.2f} req/s" in svg and "boring zone" in svg
     html = report.html_report(plan)
     assert html.startswith("<!doctype html>") and "<svg" in html and "max_inflight" in html
+
+
+def test_one_sequence_says_nothing_about_the_next_and_an_empty_one_is_no_goodput() -> None:
+    one = judge_sequences([99], [100], 0.9)
+    assert (one.passed, one.low, one.high, one.sd, one.sequences) == (None, 0.0, 1.0, 0.0, 1)
+    two = judge_sequences([90, 0], [100, 0], 0.5)  # a sequence that sent nothing: 0, not 1
+    assert (two.mean, two.worst, two.best) == (0.45, 0.0, 0.9)
+    assert two.sd == pytest.approx(math.sqrt(2 * 0.45**2))
+    assert two.half_width == pytest.approx((two.high - two.low) / 2) and two.low == 0.0
+    with pytest.raises(ValueError):
+        judge_sequences([1, 2], [3], 0.5)  # one count per sequence, never fewer
+
+
+def test_two_sequences_that_agree_bound_the_goodput_by_student_s_t() -> None:
+    spread = judge_sequences([900, 920], [1000, 1000], 0.5)
+    sd = math.sqrt(2 * 0.01**2)
+    assert spread.sd == pytest.approx(sd)
+    assert spread.low == pytest.approx(0.91 - t975(1) * sd / math.sqrt(2))
+    assert spread.passed is True
+
+
+def test_a_probe_whose_bound_is_the_target_exactly() -> None:
+    low, high = wilson(95, 100)
+    assert judge(95, 100, low).passed is True  # the lower bound reaches the target
+    assert judge(95, 100, high).passed is None  # the upper bound is not below it
+    verdict = judge(95, 100, 0.5)
+    assert (verdict.good, verdict.n, verdict.attainment) == (95, 100, 0.95)
+    with pytest.raises(ValueError, match=r"^a t interval needs at least two observations$"):
+        t975(0)
+
+
+def test_the_t_table_falls_toward_the_normal_and_joins_its_expansion() -> None:
+    """Student's t shrinks toward z as the degrees of freedom grow: a table entry out of
+    order, or an expansion that does not meet the table at 30, is a typo."""
+    values = [t975(df) for df in range(1, 200)]
+    assert all(a > b for a, b in itertools.pairwise(values))
+    assert all(v > 1.959963984540054 for v in values)
+    assert (t975(2), t975(3), t975(4)) == (4.303, 3.182, 2.776)
+    # The expansion at 31 and 120 against the exact quantiles (2.0395134, 1.9799304).
+    assert t975(31) == pytest.approx(2.0395134, abs=1e-4)
+    assert t975(120) == pytest.approx(1.9799304, abs=2e-6)
+
+
+def test_the_ends_of_a_wilson_interval_and_of_a_verdict() -> None:
+    assert wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == 1.0
+    low, high = wilson(5, 10, z=1.0)  # another z: a narrower interval
+    assert (low, high) == pytest.approx((0.3492, 0.6508), abs=1e-4)
+    assert min_requests(0.0) == 1 and min_requests(-1.0) == 1
+    assert min_requests(0.5) == 4  # z^2 = 3.84: the fewest all-good requests at 50%
+    assert min_requests(0.5, z=1.0) == 1
+    with pytest.raises(ValueError, match=r"^a goodput target of 1 can never be shown with finite"):
+        min_requests(1.5)
+    one = 1 / (1 + 1.959963984540054**2)  # one request, good: the lower bound all-good gives
+    assert wilson(1, 1) == (pytest.approx(one), 1.0)
+    assert 0 < wilson(1, 10)[0] < 0.1
+    empty = judge(0, 0, 0.0)  # no request: undecided, even against a target of 0
+    assert empty.passed is None and empty.attainment is None
+    assert judge(0, 10, 0.5).passed is False
+    assert judge_sequences([10, 10], [10, 10], 0.0).passed is True  # low 0 reaches 0
+    at = judge_sequences([900, 920], [1000, 1000], 0.5)
+    assert judge_sequences([900, 920], [1000, 1000], at.low).passed is True  # low reaches it
+    assert judge_sequences([900, 920], [1000, 1000], at.high).passed is None  # not below it
+    worst = judge_sequences([0, 0], [10, 10], 0.5)
+    assert worst.high < 0.5 and worst.passed is False

@@ -152,3 +152,209 @@ def test_past_instant() -> None:
     assert past_instant("2026-11-30T08:15:00+00:00") == 1796026500.0
     with pytest.raises(argparse.ArgumentTypeError):
         past_instant("yesterday")
+
+
+REPLICAS = 'moe_ep_rank=~"0|",pp_rank=~"0|",tp_rank=~"0|"'
+BY = "by (instance, node, model_name, model)"
+
+
+def tagged(expr: str, dialect: str = "vllm") -> str:
+    return f'label_replace({expr}, "gpuwatch_dialect", "{dialect}", "__name__", ".*")'
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("running", f'(sum {BY} ({{__name__="vllm:num_requests_running",{REPLICAS}}}))'),
+        (
+            "kv",
+            f'(max {BY} ({{__name__="vllm:kv_cache_usage_perc",{REPLICAS}}})) or '
+            f'(max {BY} ({{__name__="vllm:gpu_cache_usage_perc",{REPLICAS}}}))',
+        ),
+        (
+            "preempt_per_min",
+            f'(sum {BY} (rate({{__name__="vllm:num_preemptions_total",{REPLICAS}}}[1m])) * 60)',
+        ),
+        (
+            "gen_tps",  # a scale of 1 is no scale at all
+            f'(sum {BY} (rate({{__name__="vllm:generation_tokens_total",{REPLICAS}}}[1m])))',
+        ),
+        (
+            "running_min",
+            f'(sum {BY} (min_over_time({{__name__="vllm:num_requests_running",{REPLICAS}}}[1m])))',
+        ),
+        (
+            "ttft_p99",
+            "(histogram_quantile(0.99, sum by (le, instance, node, model_name, model) (rate("
+            f'{{__name__="vllm:time_to_first_token_seconds_bucket",{REPLICAS}}}[1m]))))',
+        ),
+    ],
+)
+def test_each_kind_of_signal_is_its_exact_query(key: str, expected: str) -> None:
+    """Pinned whole: Prometheus itself runs them in tests/functional/test_fleet.py."""
+    assert promql.dialect_expr(VLLM, SIGNAL[key], "node") == tagged(expected)
+
+
+def test_a_drill_down_names_its_instance_node_label_and_window() -> None:
+    expr = promql.dialect_expr(LLAMACPP, SIGNAL["gen_tps"], "host", instance="a:1", window="5m")
+    assert expr == tagged(
+        "(sum by (instance, host, model_name, model) (rate({__name__="
+        f'"llamacpp:tokens_predicted_total",instance="a:1",{REPLICAS}}}[5m])))',
+        "llamacpp",
+    )
+    query = promql.signal_query(SIGNAL["ttft_p50"], [VLLM], "host", "a:1", "5m")
+    assert query is not None
+    assert query.startswith("label_replace((histogram_quantile(0.5, sum by (le, instance, host,")
+    assert 'instance="a:1",' in query and "[5m]" in query
+    both = promql.signal_query(SIGNAL["running"], [VLLM, SGLANG])
+    assert both == " or ".join(
+        e for d in (VLLM, SGLANG) if (e := promql.dialect_expr(d, SIGNAL["running"], "node"))
+    )
+
+
+def test_the_gate_s_queries() -> None:
+    assert promql.gate_query("gate_inflight", "host") == (
+        f'sum by (instance, host) ({{__name__="gpuwatch_gate_inflight",{REPLICAS}}})'
+    )
+    assert promql.gate_query("gate_refused_ps") == (
+        f'sum by (instance, node) (rate({{__name__="gpuwatch_gate_rejected_total",{REPLICAS}}}[1m]))'
+    )
+
+
+def test_raw_samples_and_node_selectors_quote_what_they_match() -> None:
+    assert promql.raw_samples_query(["b", "a.b", "a", "b"], 'i:1"', 0.2) == (
+        '{__name__=~"a|a\\\\.b|b",instance="i:1\\""}[1s]'
+    )
+    assert promql.raw_samples_query(["a"], "i", 64.2).endswith("[65s]")
+    assert promql.node_selector_query("X.*", "10.0.0.5", "host") == (
+        '{__name__=~"X.*",host="10.0.0.5"} or '
+        '{__name__=~"X.*",host="",instance=~"10\\\\.0\\\\.0\\\\.5(:[0-9]+)?"}'
+    )
+    assert promql.node_selector_query("X", "n").startswith('{__name__=~"X",node="n"} or ')
+
+
+def test_a_row_s_dialect_names_its_engine_dialects() -> None:
+    assert [d.name for d in promql.dialects_named("vllm")] == ["vllm"]
+    assert len(promql.dialects_named("trtllm")) == 2  # two spellings of one stack
+    assert promql.dialects_named("gate") == [] and promql.dialects_named("nope") == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "node"),
+    [
+        ({"node": "gpu-7", "instance": "10.0.0.1:8000"}, "gpu-7"),
+        ({"node": "", "instance": "10.0.0.1:8000"}, "10.0.0.1"),
+        ({"instance": "[::1]:8000"}, "[::1]"),
+        ({"instance": "host"}, "host"),  # no port
+        ({"instance": "host:http"}, "host:http"),  # not a port
+        ({}, ""),
+    ],
+)
+def test_the_node_of_a_series(labels: dict[str, str], node: str) -> None:
+    assert promql.node_of(labels, "node") == node
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        ([], "answer is not an instant vector"),
+        ({"resultType": "matrix", "result": []}, "answer is not an instant vector"),
+        ({"resultType": "vector"}, "answer has no result list"),
+        ({"resultType": "vector", "result": {}}, "answer has no result list"),
+        ({"resultType": "vector", "result": [1]}, "a result has no metric labels"),
+        ({"resultType": "vector", "result": [{"metric": []}]}, "a result has no metric labels"),
+        ({"resultType": "vector", "result": [{"metric": {}}]}, 'a sample is not [time, "value"]'),
+        (
+            {"resultType": "vector", "result": [{"metric": {}, "value": [1, "2", 3]}]},
+            'a sample is not [time, "value"]',
+        ),
+        (
+            {"resultType": "vector", "result": [{"metric": {}, "value": (1, "2")}]},
+            'a sample is not [time, "value"]',
+        ),
+    ],
+)
+def test_an_answer_that_is_not_a_vector_says_why(data: object, why: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        promql.vector_of(data)
+    assert str(refused.value) == why
+
+
+def test_a_vector_s_labels_and_values() -> None:
+    data = {
+        "resultType": "vector",
+        "result": [
+            {"metric": {"instance": "a:1", "n": 5}, "value": [1.0, "2.5"]},
+            {"metric": {}, "value": [1.0, "+Inf"]},
+            {"metric": {}, "value": [1.0, "-Inf"]},
+        ],
+    }
+    assert promql.vector_of(data) == [({"instance": "a:1", "n": "5"}, 2.5), ({}, None), ({}, None)]
+    assert promql.vector_of({"resultType": "vector", "result": []}) == []
+
+
+def test_rows_group_by_instance_model_and_dialect() -> None:
+    answers = {
+        "running": [
+            (labels("a:1", model_name="m", model="other", gpuwatch_dialect="vllm"), 3.0),
+            (labels("a:1", model="n", gpuwatch_dialect="vllm"), 1.0),
+            (labels("a:1", model_name="", gpuwatch_dialect="sglang"), 2.0),
+            ({}, 9.0),
+        ],
+        "waiting": [(labels("a:1", model_name="m", gpuwatch_dialect="vllm"), 4.0)],
+    }
+    rows, gate_nodes = promql.rows_from(answers, {}, "node")
+    assert gate_nodes == {}
+    by_key = {r.key: r for r in rows}
+    assert set(by_key) == {
+        ("a:1", "m", "vllm"),
+        ("a:1", "n", "vllm"),
+        ("a:1", "", "sglang"),
+        ("?", "", "?"),
+    }
+    m = by_key[("a:1", "m", "vllm")]
+    assert (m.values["running"], m.values["waiting"], m.node) == (3.0, 4.0, "a")
+    assert by_key[("a:1", "", "sglang")].model is None
+    assert by_key[("?", "", "?")].node == ""  # no instance label: no node either
+    assert m.to_json() == {
+        "instance": "a:1",
+        "model": "m",
+        "dialect": "vllm",
+        "node": "a",
+        "gate": None,
+        **m.values,
+    }
+    assert set(m.values) == {s.key for s in promql.SIGNALS}  # every column, None when unknown
+
+
+def test_one_gate_a_node_the_first_by_instance_and_its_values_go_on_the_node_s_rows() -> None:
+    answers = {"running": [(labels("h:8000", model_name="m", gpuwatch_dialect="vllm"), 1.0)]}
+    gates = {
+        "gate_inflight": [(labels("h:9001"), 7.0), (labels("h:9000"), 5.0)],
+        "gate_queued": [(labels("h:9000"), 2.0), (labels("h:9001"), 0.0), ({}, 1.0)],
+    }
+    rows, gate_nodes = promql.rows_from(answers, gates)
+    assert gate_nodes == {"h:9001": "h", "h:9000": "h", "?": ""}
+    by_instance = {r.instance: r for r in rows}
+    engine = by_instance["h:8000"]
+    assert engine.gate == "h:9000"
+    assert (engine.values["gate_inflight"], engine.values["gate_queued"]) == (5.0, 2.0)
+    # The second gate on the node is not lost: a row of its own.
+    other = by_instance["h:9001"]
+    assert (other.dialect, other.gate, other.model, other.node) == ("gate", "h:9001", None, "h")
+    assert other.values["gate_inflight"] == 7.0 and other.values["running"] is None
+    assert by_instance["?"].values["gate_queued"] == 1.0
+    assert [r.instance for r in rows] == ["h:8000", "h:9001", "?"]
+
+
+def test_a_dialect_without_a_scalar_is_left_out_and_a_window_keeps_its_labels() -> None:
+    assert promql.dialect_expr(VLLM, SIGNAL["steps_ps"], "node") is None  # not exported
+    stall = promql.dialect_expr(TRTLLM, SIGNAL["running_min"], "node")
+    assert stall is not None and 'request_type="active"' in stall
+    assert stall.count("min_over_time(") == 2
+
+
+def test_an_engine_row_is_on_the_node_its_label_names() -> None:
+    answers = {"running": [(labels("10.0.0.1:8000", "gpu-7", gpuwatch_dialect="vllm"), 1.0)]}
+    (row,), _ = promql.rows_from(answers, {}, "node")
+    assert row.node == "gpu-7"

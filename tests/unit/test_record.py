@@ -13,11 +13,13 @@ from gpuwatch.adminapi import GateStatus, LaneLimits, LaneStatus, Limits
 from gpuwatch.cli.record import age, size
 from gpuwatch.model import (
     ContainerInfo,
+    EngineSnapshot,
     GpuReading,
     GpuSample,
     HostSample,
     MigInstance,
     ProcessInfo,
+    ScrapeResult,
 )
 from gpuwatch.monitor.state import Event, Monitor
 from gpuwatch.record import codec, store
@@ -317,3 +319,130 @@ def test_a_full_disk_stops_recording_with_an_event_and_the_file_stays_readable(
     p = Player(path)
     assert [mk.text for mk in p.marks] == ["before the disk filled"]
     p.close()
+
+
+def test_a_node_recorded_down_replays_down(tmp_path: Path) -> None:
+    """A failed scrape keeps its ``unreachable`` flag through the file: a node that stopped
+    answering (connection refused) replays DOWN at once, as it was shown live, not UP and then
+    STALE three intervals later (which says it answers, badly)."""
+    url = "http://node:8000/metrics"
+    path = tmp_path / "r.db"
+    clock = [1000.0]
+    m = Monitor([url], interval_s=1.0, clock=lambda: clock[0], wall=lambda: 1e9 + clock[0])
+    recorder = Recorder(path).attach(m)
+    text = (FIXTURES / "vllm-1.prom").read_text()
+    m.apply_scrape(map_page(url, text))
+    clock[0] += 1.0
+    refused = "connection refused (node:8000)"
+    m.apply_scrape(ScrapeResult(url, error=refused, unreachable=True))
+    assert m.endpoints[url].status.state == "DOWN"
+    clock[0] += 0.5
+    m.check_stale()
+    recorder.close()
+    p = Player(path)
+    p.seek(p.start)
+    assert p.monitor.endpoints[url].status.state == "UP"
+    p.seek(p.start + 1.0)  # the failed scrape: DOWN at once, with its reason
+    status = p.monitor.endpoints[url].status
+    assert (status.state, status.reason) == ("DOWN", refused)
+    p.seek(p.end)
+    assert p.monitor.endpoints[url].status.state == "DOWN" and p.bad_rows == 0
+    p.close()
+
+
+def test_what_a_row_keeps_and_leaves_out() -> None:
+    """None fields and empty lists are left out of a GPU's row; an engine keeps its identity
+    even unknown; the JSON is compact (every row is this; spaces would be bytes on disk)."""
+    gpus = GpuReading([GpuSample(0, "H100", memory_used_bytes=5)], "nvml: one GPU lost")
+    encoded = codec.encode_payload("gpus", gpus)
+    assert encoded == {
+        "gpus": [{"index": 0, "name": "H100", "memory_used_bytes": 5}],
+        "error": "nvml: one GPU lost",
+    }
+    back = codec.decode_payload("gpus", codec.unpack(codec.pack(encoded)))
+    assert back == gpus and back.gpus[0].processes == []  # no processes: none, not an error
+    assert codec.to_json({"a": [1, 2.5], "b": None}) == b'{"a":[1,2.5],"b":null}'
+    unknown = ScrapeResult("http://node:8000/metrics", [EngineSnapshot("s", "vllm", None)])
+    (engine,) = codec.encode_payload("scrape", unknown)["engines"]
+    assert engine == {"source": "s", "dialect": "vllm", "model": None}
+
+
+def test_warnings_are_kept_with_the_page_and_without_it() -> None:
+    url = "http://node:8000/metrics"
+    result = map_page(url, (FIXTURES / "vllm-1.prom").read_text())
+    result.warnings = ["3 models past the cap of 64: not shown"]
+    encoded = codec.encode_payload("scrape", result)
+    assert encoded["warnings"] == result.warnings
+    back = codec.decode_payload("scrape", codec.unpack(codec.pack(encoded)))
+    assert isinstance(back, codec.Page) and back.warnings == result.warnings
+    failed = ScrapeResult(url, error="HTTP 500", warnings=["a line too long"])
+    back = codec.decode_payload(
+        "scrape", codec.unpack(codec.pack(codec.encode_payload("scrape", failed)))
+    )
+    assert back == failed
+
+
+def test_a_page_with_an_engine_and_the_gate_is_kept_whole() -> None:
+    """Only a page that is the gate's alone loses the gate's request-duration family."""
+    from prometheus_client import generate_latest
+
+    from gpuwatch.gate.metrics import GateMetrics
+
+    gate = GateMetrics(["chat"])
+    gate.lanes["chat"].duration.observe(0.5)
+    text = (FIXTURES / "vllm-1.prom").read_text() + generate_latest(gate.registry).decode()
+    result = map_page("http://node:8000/metrics", text)
+    assert {e.dialect for e in result.engines} == {"vllm", "gate"}
+    assert codec.encode_payload("scrape", result)["page"] == result.page
+
+
+def test_a_histogram_row_whose_bounds_and_counts_disagree_is_refused() -> None:
+    row = {"source": "s", "engines": [{"source": "s", "dialect": "vllm", "model": "m",
+                                       "h": {"ttft": [[0.1, 1.0], [3], 4.0, 3]}}]}  # fmt: skip
+    with pytest.raises(codec.CodecError, match=r"^a scrape row does not decode: ValueError: "):
+        codec.decode_payload("scrape", row)
+
+
+def test_rows_that_carry_nothing_and_refusals_that_say_why() -> None:
+    assert codec.decode_payload("stale", None) is None
+    assert codec.decode_payload("evaluate", None) is None
+    assert codec.encode_payload("evaluate", None) is None
+    with pytest.raises(codec.CodecError) as refused:
+        codec.decode_payload("teleport", {})
+    assert str(refused.value) == "unknown row kind 'teleport'"
+    with pytest.raises(codec.CodecError) as refused:
+        codec.decode_payload("gpus", {})
+    assert str(refused.value) == "a gpus row does not decode: KeyError: 'gpus'"
+    with pytest.raises(codec.CodecError) as refused:
+        codec.decode_payload("event", {"t": 10**50, "level": "info", "text": "x"})
+    assert str(refused.value) == (
+        f"a event row does not decode: ValueError: an event at {str(10**50)[:40]} is at no date"
+    )
+    with pytest.raises(codec.CodecError) as refused:
+        codec.unpack(b"not zlib")
+    assert str(refused.value) == "a blob does not decompress: error"
+    with pytest.raises(codec.CodecError) as refused:
+        codec.unpack(codec.pack(b"{not json"))
+    assert str(refused.value) == "a row does not decode: JSONDecodeError"
+    with pytest.raises(codec.CodecError) as refused:
+        codec.unpack(codec.pack(b" " * (codec.MAX_ROW_BYTES + 1)))
+    assert str(refused.value) == f"a blob over {codec.MAX_ROW_BYTES} bytes once decompressed"
+
+
+def test_event_times_from_the_epoch_to_the_end_of_year_9999() -> None:
+    for t in (0, 0.0, 1e9, codec.MAX_WALL):
+        assert codec.plausible_wall(t), t
+    for t in (-1, -0.001, codec.MAX_WALL + 1, True, "1e9", None, float("nan")):
+        assert not codec.plausible_wall(t), t
+    event = Event(0.0, "info", "at the epoch")
+    assert codec.decode_payload("event", codec.encode_payload("event", event)) == event
+
+
+def test_a_dictionary_serves_one_kind_from_one_source_and_shrinks_its_rows() -> None:
+    # The keys are written into the file: a recording made before must still find its own.
+    assert codec.dictionary_key("scrape", "http://a:8000/metrics") == "scrape http://a:8000/metrics"
+    assert codec.dictionary_key("gate", None) == "gate "
+    text = (FIXTURES / "vllm-1.prom").read_text()
+    raw = codec.to_json(codec.encode_payload("scrape", map_page("http://a/metrics", text)))
+    assert len(codec.pack(raw, raw)) < len(codec.pack(raw)) / 4
+    assert codec.unpack(codec.pack(raw, raw), raw) == codec.unpack(codec.pack(raw))
