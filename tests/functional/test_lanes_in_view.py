@@ -9,6 +9,7 @@ import itertools
 from dataclasses import replace
 
 import pytest
+from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
 
@@ -78,7 +79,7 @@ async def _painted(app: GpuwatchApp, pilot: Pilot[None]) -> None:
     # The column fits on the panels' resizes, each a message round or more: wait until the
     # layout has held still for three rounds in a row.
     column = app.screen.query_one("#left", Widget)
-    before: list[object] = []
+    before: list[Region] = []
     still = 0
     for _ in range(50):
         await pilot.pause()

@@ -261,7 +261,12 @@ async def test_each_key_restarts_the_coalescing_window(rig: Rig) -> None:
     pressed = asyncio.Event()
     s.inflight(1)
     loop.call_later(0.3, s.inflight, 1)
-    loop.call_later(0.6, lambda: (s.inflight(1), pressed.set()))
+
+    def last_key() -> None:
+        s.inflight(1)
+        pressed.set()
+
+    loop.call_later(0.6, last_key)
     await pressed.wait()
     await eventually(lambda: s.idle, 30)  # the window closed and the change landed
     limits = await rig.other.limits()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from prometheus_client.samples import Sample
 
 from gpuwatch.fmt import clip
 from gpuwatch.model import EngineSnapshot
@@ -403,9 +404,7 @@ def test_a_selector_with_several_labels_matches_only_all_of_them() -> None:
 
 
 def test_created_samples_are_not_indexed() -> None:
-    index = dialects.index_samples(
-        [dialects.Sample("a_total", {}, 1.0), dialects.Sample("a_created", {}, 2.0)]
-    )
+    index = dialects.index_samples([Sample("a_total", {}, 1.0), Sample("a_created", {}, 2.0)])
     assert list(index) == ["a_total"]
 
 

@@ -578,7 +578,8 @@ def test_the_ends_of_a_wilson_interval_and_of_a_verdict() -> None:
     with pytest.raises(ValueError, match=r"^a goodput target of 1 can never be shown with finite"):
         min_requests(1.5)
     one = 1 / (1 + 1.959963984540054**2)  # one request, good: the lower bound all-good gives
-    assert wilson(1, 1) == (pytest.approx(one), 1.0)
+    low, high = wilson(1, 1)
+    assert low == pytest.approx(one) and high == 1.0
     assert 0 < wilson(1, 10)[0] < 0.1
     empty = judge(0, 0, 0.0)  # no request: undecided, even against a target of 0
     assert empty.passed is None and empty.attainment is None

@@ -294,7 +294,7 @@ def test_a_vector_s_labels_and_values() -> None:
 
 
 def test_rows_group_by_instance_model_and_dialect() -> None:
-    answers = {
+    answers: dict[str, promql.Vector] = {
         "running": [
             (labels("a:1", model_name="m", model="other", gpuwatch_dialect="vllm"), 3.0),
             (labels("a:1", model="n", gpuwatch_dialect="vllm"), 1.0),
@@ -328,8 +328,10 @@ def test_rows_group_by_instance_model_and_dialect() -> None:
 
 
 def test_one_gate_a_node_the_first_by_instance_and_its_values_go_on_the_node_s_rows() -> None:
-    answers = {"running": [(labels("h:8000", model_name="m", gpuwatch_dialect="vllm"), 1.0)]}
-    gates = {
+    answers: dict[str, promql.Vector] = {
+        "running": [(labels("h:8000", model_name="m", gpuwatch_dialect="vllm"), 1.0)]
+    }
+    gates: dict[str, promql.Vector] = {
         "gate_inflight": [(labels("h:9001"), 7.0), (labels("h:9000"), 5.0)],
         "gate_queued": [(labels("h:9000"), 2.0), (labels("h:9001"), 0.0), ({}, 1.0)],
     }
@@ -355,6 +357,8 @@ def test_a_dialect_without_a_scalar_is_left_out_and_a_window_keeps_its_labels() 
 
 
 def test_an_engine_row_is_on_the_node_its_label_names() -> None:
-    answers = {"running": [(labels("10.0.0.1:8000", "gpu-7", gpuwatch_dialect="vllm"), 1.0)]}
+    answers: dict[str, promql.Vector] = {
+        "running": [(labels("10.0.0.1:8000", "gpu-7", gpuwatch_dialect="vllm"), 1.0)]
+    }
     (row,), _ = promql.rows_from(answers, {}, "node")
     assert row.node == "gpu-7"

@@ -238,7 +238,8 @@ def test_dropping_the_partial_window_keeps_the_gauges() -> None:
     assert history.series["gen_tps"].points()[0].t == 60.0  # a whole window after the start
     assert history.series["running"].points()[0].t == 0.0  # scraped, not derived: kept
     assert [p.v for p in history.series["running"].points()] == [2.0] * 24
-    assert history.series["gen_tps"].last() == Point(115.0, pytest.approx(10.0))
+    last_rate = history.series["gen_tps"].last()
+    assert last_rate is not None and last_rate.t == 115.0 and last_rate.v == pytest.approx(10.0)
 
 
 def test_the_default_ring_is_an_hour_at_its_rate_then_a_day_of_minutes() -> None:
@@ -306,8 +307,8 @@ def test_each_derived_series_is_its_own_quantile_or_rate() -> None:
             for i, kind in enumerate(kinds)
         }
         h.update(t, snap)
-    last = {name: ring.last() for name, ring in h.series.items()}
-    assert {name: p.t for name, p in last.items() if p is not None} == dict.fromkeys(SERIES, 10.0)
+    last = {name: p for name, ring in h.series.items() if (p := ring.last()) is not None}
+    assert {name: p.t for name, p in last.items()} == dict.fromkeys(SERIES, 10.0)
     assert (last["running"].v, last["waiting"].v, last["kv_cache_usage"].v) == (2.0, 1.0, 0.5)
     assert last["ttft_p50"].v == pytest.approx(0.05) and last["ttft_p99"].v == pytest.approx(0.099)
     assert last["itl_p99"].v == pytest.approx(0.198)

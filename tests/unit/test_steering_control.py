@@ -109,7 +109,7 @@ async def test_tenant_selection_walks_the_busiest_then_none(
     assert s.selected_tenant is None
     assert view.notes == [("information", "no tenant has work in lane chat")]
     view.busy["chat"] = ["alice", "bob"]
-    picks = []
+    picks: list[str | None] = []
     for _ in range(4):
         s.next_tenant()
         picks.append(s.selected_tenant)
@@ -310,7 +310,7 @@ async def test_keys_after_our_own_change_build_on_it_not_on_the_old_limits(
     view.current = gate.limits_now
     s.inflight(1)
     await s.settle()
-    assert gate.sent[-1][1] == 1 and view.current.version == 2
+    assert [v for _, v in gate.sent][-1] == 1 and view.current.version == 2
 
 
 async def test_a_confirmed_change_asks_with_every_line_and_a_cancel_keeps_it_undoable(
