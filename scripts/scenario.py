@@ -269,6 +269,7 @@ def build(
             for refused in fair.refused:
                 record, at_gate = records.pop(refused.rid)
                 record.outcome, record.e2e_s = "refused", engine.now - at_gate
+                users.end(record)
             fair.refused.clear()
         while (
             fair is None and gate_queue and len(engine.running) + len(engine.waiting) < max_inflight
@@ -279,6 +280,7 @@ def build(
             for refused in gate_queue[max_queue:]:
                 record, at_gate = records.pop(refused.rid)
                 record.outcome, record.e2e_s = "refused", engine.now - at_gate
+                users.end(record)
             del gate_queue[max_queue:]
         if pool is not None:
             if pool.running:
@@ -317,6 +319,7 @@ def build(
                     record.max_itl_s = max(record.max_itl_s or 0.0, event.gap)
                 if event.kind == "finished":
                     record.e2e_s = engine.now - at_gate
+                    users.end(record)
                     if chat_metrics is not None:
                         chat_metrics.duration.observe(record.e2e_s)
                     del records[event.request.rid]

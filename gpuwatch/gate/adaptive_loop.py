@@ -104,6 +104,10 @@ class AdaptiveLoop:
         for name, lane in self.lanes.items():
             lane.tenants.limits = limits.tenants
             configured = limits.lanes[name]
+            # ``_records`` reaches back this far: the record must hold it one by one.
+            self.latency[name].keep_recent(
+                (WINDOW_S + 5.0) * self.pace + configured.queue_timeout_s + 1.0
+            )
             if configured.policy != "adaptive":
                 self.control.pop(name, None)
                 lane.set_limits(configured, limits.paused)

@@ -108,6 +108,6 @@ class Exchange:
         e2e = now - self.received
         if self.record.outcome in ("ok", "failed"):
             self.metrics.duration.observe(e2e)
-        # Written last: a record with its e2e_s is final, and a status read in a worker
-        # thread relies on it (latency.LatencyView).
         self.record.e2e_s = e2e
+        if self.latency is not None:
+            self.latency.end(self.record)  # final now: into its second's block
