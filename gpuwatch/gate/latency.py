@@ -35,7 +35,7 @@ from gpuwatch.gate.requestblocks import Outcome, Record, Requests
 from gpuwatch.gate.rolling import Rolling
 from gpuwatch.series import window_label
 
-__all__ = ["Outcome", "Record", "LaneLatency", "LaneReport", "ItlSketch", "WINDOWS_S"]
+__all__ = ["WINDOWS_S", "ItlSketch", "LaneLatency", "LaneReport", "Outcome", "Record"]
 
 T = TypeVar("T")
 
@@ -146,7 +146,7 @@ class LaneLatency:
         as the blocks'), not invalid. One older than the longest window is let go: it is in
         no window, and its end will find no block."""
         oldest = int(now) - int(KEEP_S)
-        for key, r in [(k, r) for k, r in self._live.items() if int(r.arrived) < oldest]:
+        for key in [k for k, r in self._live.items() if int(r.arrived) < oldest]:
             del self._live[key]
         edge = int(now) - int(window_s)
         return [

@@ -55,18 +55,18 @@ class Requests:
     """Ended requests of one second (a block), or of a window (the sum of its blocks)."""
 
     __slots__ = (
-        "ended",
-        "refused",
-        "failed",
-        "queue_wait",
-        "ttft",
         "e2e",
+        "ended",
+        "failed",
         "pairs",
-        "sketched",
+        "queue_wait",
         "raw",
+        "refused",
+        "sketched",
+        "top_e2e",
         "top_queue_wait",
         "top_ttft",
-        "top_e2e",
+        "ttft",
     )
 
     def __init__(self) -> None:
@@ -214,6 +214,4 @@ def goodput(
             and (top_gap is None or gap is None or gap <= top_gap)
         )
         slow = ended - total.refused - total.failed - good
-    return Goodput(
-        ended, good, slow, total.refused, total.failed, good / ended if ended else None
-    )
+    return Goodput(ended, good, slow, total.refused, total.failed, good / ended if ended else None)
