@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 from gpuwatch.adminapi import Goodput, LatencyWindow, Tail
 from gpuwatch.gate import requestblocks
 from gpuwatch.gate.logsketch import counted, merge, tail
-from gpuwatch.gate.requestblocks import Outcome, Record, Requests
+from gpuwatch.gate.requestblocks import Outcome, Question, Record, Requests, judge
 from gpuwatch.gate.rolling import Rolling
 from gpuwatch.series import window_label
 
@@ -46,6 +46,9 @@ KEEP_S = max(WINDOWS_S)
 # never more than MAX_RECORDS, a bound on memory whatever the rate.
 RECENT_S = 60.0
 MAX_RECORDS = 300_000
+# Goodput questions (bounds) judged request by request as they end: the newest asked. A new
+# one costs one pass over the blocks; the one a dashboard asks every second then costs nothing.
+QUESTIONS = 8
 
 
 class LaneReport(NamedTuple):
@@ -110,6 +113,8 @@ class LaneLatency:
         # Requests not yet ended, by id: a status read times them as they are so far. As many
         # as the lane has in flight and queued (and bodies being read), whatever the rate.
         self._live: dict[int, Record] = {}
+        # The questions judged as requests end, least recently asked first.
+        self._questions: dict[Question, None] = {}
         # Answers of three kinds (summary, goodput, report), each keyed by its kind first.
         self._cache: dict[tuple[Any, ...], tuple[float, object]] = {}
 
@@ -139,7 +144,7 @@ class LaneLatency:
             return  # ended before, or not this lane's
         found = self.ended.at(record.arrived, self.clock())
         if found is not None:
-            requestblocks.add(*found, record)
+            requestblocks.add(*found, record, self._questions)
 
     def _in_flight(self, window_s: float, now: float) -> list[Record]:
         """The requests still in flight that arrived in the window (the same whole seconds
@@ -177,9 +182,35 @@ class LaneLatency:
         live = self._in_flight(window_s, now)
         return requestblocks.summary(total, blocks, live, self.itl.summary(window_s))
 
+    def _ask(self, question: Question) -> None:
+        """Judge each request against ``question`` as it ends from now on, and count the
+        blocks there are now (``requestblocks.judge``); the least recently asked question
+        beyond QUESTIONS is forgotten."""
+        if question in self._questions:
+            del self._questions[question]
+            self._questions[question] = None  # the most recently asked now
+            return
+        rolling = self.ended
+        if len(self._questions) >= QUESTIONS:
+            oldest = next(iter(self._questions))
+            del self._questions[oldest]
+            for block in [*rolling.blocks.values(), *rolling.sums]:
+                block.good.pop(oldest, None)
+        self._questions[question] = None
+        for block in rolling.blocks.values():
+            if n := judge(block, question):
+                block.good[question] = n
+        for i, window_s in enumerate(rolling.windows):
+            total, blocks = rolling.window(window_s, self.clock())
+            assert total is rolling.sums[i]
+            if n := sum(b.good.get(question, 0) for b in blocks):
+                total.good[question] = n
+
     def _goodput(self, window_s: float, ttft_s: float | None, itl_s: float | None) -> Goodput:
+        question = (ttft_s or None, itl_s or None)
+        self._ask(question)
         total, blocks = self.ended.window(window_s, self.clock())
-        return requestblocks.goodput(total, blocks, ttft_s, itl_s)
+        return requestblocks.goodput(total, blocks, question)
 
     def summary(self, window_s: float) -> LatencyWindow:
         return self._cached(("summary", window_s), lambda: self._summary(window_s))

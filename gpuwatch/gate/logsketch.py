@@ -46,23 +46,22 @@ def merge(into: dict[K, int], counts: Mapping[K, int], sign: int = 1) -> None:
 
 def tail(counts: Mapping[int, int], biggest: float) -> Tail:
     """Quantiles by rank from the counts: the value of the bucket that reaches each rank,
-    never above ``biggest`` (the exact largest value, kept beside the counts)."""
+    never above ``biggest`` (the exact largest value, kept beside the counts). One pass over
+    the buckets in order for all three ranks."""
     total = sum(counts.values())
     if not total:
         return Tail()
-    ordered = sorted(counts.items())
-    found: list[float | None] = []
-    for _, q in QUANTILES:
-        rank, seen = max(1, math.ceil(q * total)), 0
-        value = None
-        for b, n in ordered:
-            seen += n
-            if seen >= rank:
-                value = min(bucket_value(b), biggest)
-                break
-        found.append(value)
-    p50, p90, p99 = found
-    return Tail(total, p50, p90, p99, biggest)
+    ranks = [max(1, math.ceil(q * total)) for _, q in QUANTILES]
+    found: list[float] = []
+    seen = 0
+    for b, n in sorted(counts.items()):
+        seen += n
+        while seen >= ranks[len(found)]:
+            found.append(min(bucket_value(b), biggest))
+            if len(found) == len(ranks):
+                p50, p90, p99 = found
+                return Tail(total, p50, p90, p99, biggest)
+    raise AssertionError("the counts reach every rank")  # seen == total >= every rank
 
 
 def counted(values: Iterable[float], into: dict[int, int] | None = None) -> dict[int, int]:

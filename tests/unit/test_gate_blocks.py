@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gpuwatch.gate.latency import LaneLatency, Record
+from gpuwatch.gate.latency import QUESTIONS, LaneLatency, Record
 from gpuwatch.gate.logsketch import ALPHA
 from gpuwatch.gate.requestblocks import EXACT_MAX, RAW_MAX, Requests, add, exact_summary
 from gpuwatch.gate.rolling import Rolling
@@ -36,7 +36,7 @@ def fresh_sum(blocks: list[Requests]) -> Requests:
 
 
 def same(a: Requests, b: Requests) -> bool:
-    keys = ("ended", "refused", "failed", "sketched", "queue_wait", "ttft", "e2e", "pairs")
+    keys = ("ended", "refused", "failed", "sketched", "queue_wait", "ttft", "e2e", "good")
     return all(getattr(a, k) == getattr(b, k) for k in keys)
 
 
@@ -54,11 +54,13 @@ def test_each_window_s_running_sum_is_the_merge_of_its_blocks() -> None:
         r.ttft_s, r.e2e_s = rng.lognormvariate(-1, 1), rng.lognormvariate(0, 1)
         r.max_itl_s = rng.choice((None, rng.lognormvariate(-3, 1)))
         lane.end(r)
+        if step % 41 == 0:  # a question asked now and then: judged from then on
+            lane.goodput(60, rng.choice((0.2, 0.4, None)), rng.choice((0.05, None)))
         if step % 97 == 0:
             for w in (60.0, 300.0):
                 total, blocks = lane.ended.window(w, clock.t)
                 assert same(total, fresh_sum(blocks)), (step, w)
-                assert 0 not in total.ttft.values() and 0 not in total.pairs.values()
+                assert 0 not in total.ttft.values() and 0 not in total.good.values()
     clock.t += 10_000  # a long idle: every second left every window
     for w in (60.0, 300.0):
         total, blocks = lane.ended.window(w, clock.t)
@@ -222,9 +224,36 @@ def test_a_sum_taken_away_from_itself_is_empty() -> None:
     assert found is not None
     block, sums = found
     assert len(sums) == 2
-    add(block, sums, Record(1000.2, "ok", 0.1, 0.2, 0.3, 0.01))
-    add(block, sums, Record(1000.2, "invalid", e2e_s=0.1))  # the client's fault: not counted
+    questions = [(0.5, None), (0.1, None)]
+    add(block, sums, Record(1000.2, "ok", 0.1, 0.2, 0.3, 0.01), questions)
+    add(block, sums, Record(1000.2, "invalid", e2e_s=0.1), questions)  # not counted
+    assert block.good == sums[0].good == {(0.5, None): 1}
     total = fresh_sum([block])
     total.merge(block, -1)
     assert same(total, Requests())
     assert rolling.at(600.0, 1000.5) is None  # older than the longest window
+
+
+def test_a_question_asked_before_is_judged_exactly_as_requests_end() -> None:
+    """In a sketched window a bound first asked now is judged by buckets for the requests
+    that ended before; from then on each request is judged by its own values."""
+    bound = 0.5
+    lane = sketched_lane([("ok", bound * 1.004, None)])  # within ALPHA: its bucket's value
+    first = lane.goodput(60, bound, None).good  # is judged, on either side
+    r = lane.start(1000.0)
+    r.ttft_s, r.e2e_s = bound * 1.004, 1.0
+    lane.end(r)  # over the bound by 0.4%: slow, exactly
+    lane._cache.clear()
+    again = lane.goodput(60, bound, None)
+    assert again.good == first and again.slow == 2 - first
+
+
+def test_only_the_newest_questions_are_kept() -> None:
+    lane = sketched_lane([("ok", 0.2, None)])
+    for n in range(QUESTIONS + 3):
+        assert lane.goodput(60, 1.0 + n, None).good == 1
+    kept = set(lane.ended.sums[0].good)
+    assert len(kept) == QUESTIONS and (1.0, None) not in kept
+    assert all(set(b.good) <= kept for b in lane.ended.blocks.values())
+    lane._cache.clear()
+    assert lane.goodput(60, 1.0, None).good == 1  # asked again: counted again
