@@ -80,7 +80,9 @@ async def serve(port: int, upstream: str) -> None:
     from gpuwatch.gate.server import start_gate
 
     state = Path(f"/tmp/status_lag_{port}.json")
-    gate, served = await start_gate(upstream, GateConfig(DEFAULT_LANES), port=port, state_file=state)
+    gate, served = await start_gate(
+        upstream, GateConfig(DEFAULT_LANES), port=port, state_file=state
+    )
     lane = gate.latency["chat"]
     now = time.monotonic()
     for i in range(RECORDS):

@@ -209,8 +209,8 @@ class LaneLatency:
     def _goodput(self, window_s: float, ttft_s: float | None, itl_s: float | None) -> Goodput:
         question = (ttft_s or None, itl_s or None)
         self._ask(question)
-        total, blocks = self.ended.window(window_s, self.clock())
-        return requestblocks.goodput(total, blocks, question)
+        total, _ = self.ended.window(window_s, self.clock())
+        return requestblocks.goodput(total, question)
 
     def summary(self, window_s: float) -> LatencyWindow:
         return self._cached(("summary", window_s), lambda: self._summary(window_s))

@@ -66,8 +66,8 @@ class Requests:
         "e2e",
         "ended",
         "failed",
-        "pairs",
         "good",
+        "pairs",
         "queue_wait",
         "raw",
         "refused",
@@ -242,13 +242,11 @@ def judge(block: Requests, question: Question) -> int:
     )
 
 
-def goodput(total: Requests, blocks: Sequence[Requests], question: Question) -> Goodput:
+def goodput(total: Requests, question: Question) -> Goodput:
     """Of the requests that arrived in a window and have ended: how many were good. The
-    question must have been asked before (``judge``), so the sums count it."""
-    ended = total.ended
-    if exact(total):
-        good = sum(judge(b, question) for b in blocks)
-    else:
-        good = total.good.get(question, 0)
+    question must have been asked before (``judge``), so the sum counts it: exactly while the
+    window's blocks kept their records when it was first asked, and for every request that
+    ended after."""
+    ended, good = total.ended, total.good.get(question, 0)
     slow = ended - total.refused - total.failed - good
     return Goodput(ended, good, slow, total.refused, total.failed, good / ended if ended else None)
