@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -194,8 +195,8 @@ def side(tree: Path, upstream: str) -> dict[str, Any]:
 def row(label: str, runs: list[dict[str, Any]]) -> str:
     ms = 1000.0
 
-    def med(f: Any) -> float:
-        return statistics.median(f(r) for r in runs)
+    def med(f: Callable[[dict[str, Any]], float]) -> float:
+        return float(statistics.median(f(r) for r in runs))
 
     return (
         f"{label:<22}"
@@ -229,14 +230,12 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, list[dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
-        trees = {} if args.skip_before else {f"before ({args.baseline})": None}
+        trees: dict[str, Path] = {}
+        if not args.skip_before:
+            trees[f"before ({args.baseline})"] = stack.enter_context(checkout(args.baseline))
         trees["after (this checkout)"] = REPO
-        for label in trees:
-            if trees[label] is None:
-                trees[label] = stack.enter_context(checkout(args.baseline))
         for n in range(args.runs):  # sides interleaved: the machine's load hits both alike
             for label, tree in trees.items():
-                assert tree is not None
                 print(f"run {n + 1}/{args.runs}: {label}", file=sys.stderr, flush=True)
                 got = asyncio.run(_with_upstream(lambda up, t=tree: side(t, up)))
                 results.setdefault(label, []).append(got)
