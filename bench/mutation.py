@@ -77,7 +77,11 @@ MODULES: dict[str, Module] = {
     "paths": Module("gpuwatch/gate/paths.py", ("tests/unit/test_gate_paths.py",)),
     "latency": Module(
         "gpuwatch/gate/latency.py",
-        ("tests/unit/test_gate_latency.py", "tests/unit/test_gate_adaptive.py"),
+        (
+            "tests/unit/test_gate_latency.py",
+            "tests/unit/test_gate_blocks.py",
+            "tests/unit/test_gate_adaptive.py",
+        ),
     ),
     "series": Module(
         "gpuwatch/series.py", ("tests/unit/test_series.py", "tests/unit/test_quantile.py")
