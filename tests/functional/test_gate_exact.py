@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.latency import LaneLatency
 from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.logsketch import ALPHA
 from gpuwatch.gate.requestblocks import RAW_MAX
 from gpuwatch.gate.server import start_gate
 from gpuwatch.load import LoadRun, LoadSpec
@@ -176,6 +178,8 @@ async def test_a_flood_leaves_a_bounded_record_and_its_counts_exact(tmp_path: Pa
     assert chat["latency"]["5m"]["requests"] == 300_000
     assert chat["latency"]["5m"]["ttft"]["count"] == 30_000
     assert chat["latency"]["5m"]["ttft"]["max"] == 0.8  # exact: the largest of 0.2 + i % 7 / 10
+    # Sketched: the median of 0.2, 0.3 ... 0.8 (each as often) within the sketch's 0.5%.
+    assert chat["latency"]["5m"]["ttft"]["p50"] == pytest.approx(0.5, rel=ALPHA)
     assert chat["goodput"]["5m"]["refused"] == 270_000
     assert chat["goodput"]["5m"]["ended"] == 300_000
     blocks = lane.ended.blocks.values()
