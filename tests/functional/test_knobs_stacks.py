@@ -199,6 +199,19 @@ async def test_an_unreachable_stack_is_one_knob_error(running: Running) -> None:
         await running.adapter.read()
 
 
+async def test_a_stack_that_never_answers_is_one_knob_error_within_its_timeout(
+    running: Running,
+) -> None:
+    running.fake.stalled = True
+    endpoint = replace(running.adapter.endpoint, timeout_s=0.3)
+    adapter = adapter_for(endpoint)
+    try:
+        with pytest.raises(KnobError, match="unreachable: ReadTimeout"):
+            await adapter.read()
+    finally:
+        await adapter.close()
+
+
 # -- each stack's own refusals, in its own words ---------------------------------------------
 
 

@@ -3,6 +3,7 @@ say nothing was sent), and can answer its reads with hostile bodies."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class StackFake:
     requests: list[tuple[str, str]] = field(default_factory=list)
     authorizations: list[str] = field(default_factory=list)
     hostile: str | None = None  # a key of HOSTILE_BODIES: every GET answers with it
+    stalled: bool = False  # every request waits for ever (until the client leaves)
     served: Served | None = None
 
     @property
@@ -63,6 +65,8 @@ class StackFake:
     async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
         self.authorizations.append(request.headers.get("Authorization", ""))
+        if self.stalled:
+            await asyncio.Event().wait()
         if self.hostile is not None and request.method == "GET":
             content_type, body = HOSTILE_BODIES[self.hostile]
             return web.Response(body=body, content_type=content_type)
