@@ -3,10 +3,11 @@
 Follows ai-dynamo/dynamo lib/llm/src/http/service/busy_threshold.rs at commit
 050d71fb6db98d66f1911c31c533ad0d7010d500 (handler, request parsing and status split) and the
 ``LoadThresholdConfig::validate`` / ``set_load_threshold_config`` it calls (lib/llm/src/
-discovery/worker_monitor.rs at the same time): a set names some thresholds and leaves the
-others; the decode-blocks threshold must be in [0, 1]; the frac finite and >= 0; the prefill
-token count a u64 (else serde's 422); a set for a model without a worker monitor is a 404; a
-read for one answers nulls. Only the frontend's HTTP side: no workers, no admission.
+discovery/worker_monitor.rs at e5837a4dc5e932149acb887abe8d8678148b2f4a): a set names some
+thresholds and leaves the others; the decode-blocks threshold must be in [0, 1]; the frac
+finite and >= 0; the prefill token count a u64 (else serde's 422); a set for a model without a
+worker monitor is a 404; a read for one answers nulls. Only the frontend's HTTP side: no
+workers, no admission.
 
 The same answers were checked against the real frontend (ai-dynamo 1.6.1 with its mocker
 engine, tests/functional/test_knobs_dynamo_real.py), which differs only where no adapter
