@@ -317,12 +317,15 @@ async def test_litellm_a_key_and_a_team_limit_are_set_and_cleared(
     assert fake.teams["team-a"]["rpm_limit"] == 500  # not named: kept
 
 
-async def test_litellm_refusals_keep_the_master_key_out_of_errors_and_logs(
+async def test_litellm_the_master_key_stays_out_of_errors_logs_and_the_audit(
     litellm_stack: Running, audit: AuditLog, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     fake = litellm_stack.fake
     assert isinstance(fake, LiteLLMFake)
+    rpm = await litellm_stack.knob()
+    await apply_changes(litellm_stack.adapter, [KnobChange(rpm, 40)], Guard(), audit, "t")
+    assert fake.deployments["dep-1"]["litellm_params"]["rpm"] == 40
     # The raw write, as the apply path makes it: the proxy's own refusals, in its words.
     for model_id, said in [
         ("dep-cfg", "HTTP 400: Cannot edit config-based model"),
@@ -343,6 +346,7 @@ async def test_litellm_refusals_keep_the_master_key_out_of_errors_and_logs(
     assert "HTTP 401: Authentication Error, Invalid proxy server token passed" in message
     assert wrong not in message and "***" in message
     assert wrong not in caplog.text and MASTER not in caplog.text
+    assert MASTER not in audit.path.read_text()
 
 
 async def test_sglang_shows_the_micro_batch_cap_with_its_bounds_and_its_refusal(
