@@ -15,9 +15,11 @@ from urllib.parse import urlsplit
 from gpuwatch.admintoken import read_token
 from gpuwatch.config import KnobConfig
 from gpuwatch.control.knobs.base import KnobAdapter, KnobEndpoint, KnobError
+from gpuwatch.control.knobs.ray import RayServeKnobs
 
 ADAPTERS: dict[str, Callable[[KnobEndpoint], KnobAdapter]] = {
     # One line per stack's module (ray, dynamo, litellm, sglang, vllm).
+    "ray": RayServeKnobs,
 }
 
 # The stacks whose admin API answers on the same port as their metrics.
