@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuwatch.adminapi import Json
 from gpuwatch.control.knobs.base import Knob, KnobChange, KnobEndpoint, KnobKind
-from gpuwatch.control.knobs.wire import AdminApi, number, shape_error
+from gpuwatch.control.knobs.http import Doc, KnobHttp
 
 PATH = "/busy_threshold"
 MAX_MODELS = 1000
@@ -36,34 +37,28 @@ class DynamoKnobs:
 
     def __init__(self, endpoint: KnobEndpoint) -> None:
         self.endpoint = endpoint
-        self._api = AdminApi(endpoint)
+        self._http = KnobHttp(endpoint)
 
     async def read(self) -> list[Knob]:
-        body = await self._api.call("GET", PATH)
-        rows = body.get("thresholds") if isinstance(body, dict) else None
-        if not isinstance(rows, list):
-            raise shape_error(self._api, PATH, "no thresholds list")
+        answer = Doc(await self._http.call("GET", PATH), self._http.where("GET", PATH))
+        rows = answer.get("thresholds").array()
         if len(rows) > MAX_MODELS:
-            raise shape_error(self._api, PATH, f"{len(rows)} models, over {MAX_MODELS}")
+            raise answer.fail(f"{len(rows)} models, over {MAX_MODELS}")
         knobs: list[Knob] = []
         for row in rows:
-            model = row.get("model") if isinstance(row, dict) else None
-            if not isinstance(model, str) or not model:
-                raise shape_error(self._api, PATH, "an entry without a model name")
-            assert isinstance(row, dict)
+            model = row.get("model").text()
             for name, (kind, low, high) in THRESHOLDS.items():
-                value = row.get(name)
-                if value is not None and not number(value):
-                    raise shape_error(self._api, PATH, f"{model} {name} is {value!r}")
-                if kind == "int" and value is not None and not isinstance(value, int):
-                    raise shape_error(self._api, PATH, f"{model} {name} is not an integer")
+                field = row.get(name)
+                value: int | float | None = None
+                if field.present:
+                    value = field.integer() if kind == "int" else field.number()
                 knobs.append(Knob("dynamo", model, name, value, kind, low, high))
         return knobs
 
     async def write(self, changes: Sequence[KnobChange]) -> None:
         # One POST per model, with every threshold of it that changes: the frontend leaves the
         # ones the body does not name as they are.
-        bodies: dict[str, dict[str, object]] = {}
+        bodies: dict[str, dict[str, Json]] = {}
         for change in changes:
             body = bodies.setdefault(change.knob.target, {"model": change.knob.target})
             value = change.value
@@ -71,7 +66,7 @@ class DynamoKnobs:
                 value = float(value)
             body[change.knob.name] = value
         for body in bodies.values():
-            await self._api.call("POST", PATH, body)
+            await self._http.call("POST", PATH, body=body)
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._http.close()

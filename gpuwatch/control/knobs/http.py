@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -19,6 +20,49 @@ from gpuwatch.httpclient import BodyRefused, async_client, read_bounded
 from gpuwatch.safejson import JSONError, loads_bounded
 
 MAX_ANSWER_BYTES = DEFAULT_MAX_BYTES  # a Ray cluster's every app and replica: megabytes at most
+HIDDEN = "***"
+
+
+class StackRefused(KnobError):
+    """The stack answered an error status, ``status``; the message has its own reason (vLLM's
+    404 means the knob is not there, which its adapter tells apart from a refusal)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` taken out, fit to appear in a message."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _words(value: object) -> str | None:
+    # FastAPI's 422: {"detail": [{"loc": [...], "msg": ...}, ...]}; most others: a string.
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        loc, msg = value[0].get("loc"), value[0].get("msg")
+        if isinstance(msg, str):
+            where = ".".join(str(p) for p in loc) if isinstance(loc, list) else ""
+            return f"{where}: {msg}" if where else msg
+    return reason_of(value) if isinstance(value, dict) else None
+
+
+def reason_of(body: object) -> str | None:
+    """The stack's own words in an error body: Dynamo's and vLLM's ``{"error": "..."}``,
+    LiteLLM's ``{"error": {"message": ...}}`` or ``{"detail": {"error": ...}}``, FastAPI's
+    ``detail``; None when there are none."""
+    if not isinstance(body, dict):
+        return None
+    for key in ("error", "detail", "message"):
+        found = _words(body.get(key))
+        if found:
+            return found
+    return None
 
 
 class KnobHttp:
@@ -36,7 +80,14 @@ class KnobHttp:
         self._client = async_client(timeout_s=endpoint.timeout_s, headers=sent)
 
     def where(self, method: str, path: str) -> str:
-        return f"{self.endpoint.stack} {method} {clip(self.endpoint.base + path, 200)}"
+        url = without_userinfo(self.endpoint.base + path)
+        return f"{self.endpoint.stack} {method} {clip(url, 200)}"
+
+    def hide(self, text: str) -> str:
+        """``text`` without the credential: a stack that quotes the token it was sent back in
+        its refusal (LiteLLM's 401 did) must not put it on the screen or in a log."""
+        secret = self.endpoint.credential
+        return text.replace(secret, HIDDEN) if secret else text
 
     async def call(
         self,
@@ -60,8 +111,13 @@ class KnobHttp:
         except BodyRefused as exc:
             raise KnobError(f"{where}: {exc}") from None
         if response.status_code >= 400:
-            text = data[:600].decode("utf-8", "replace")
-            raise KnobError(f"{where}: HTTP {response.status_code}: {clip(text, 300)}")
+            try:
+                said = reason_of(loads_bounded(data))
+            except JSONError:
+                said = None
+            text = said or data[:600].decode("utf-8", "replace") or "no reason given"
+            status = response.status_code
+            raise StackRefused(f"{where}: HTTP {status}: {clip(self.hide(text), 300)}", status)
         if not data.strip():
             return None
         try:

@@ -1,7 +1,7 @@
 """LiteLLM's proxy: the rate limits of its deployments, virtual keys and teams.
 
 Every call carries the master key as a bearer token (from the credential file, never argv;
-``wire`` keeps it out of every message). What is read and written (the proxy's management
+``http`` keeps it out of every message). What is read and written (the proxy's management
 endpoints; see docs/native-knobs-stacks.md for the source they follow):
 
 - deployments: ``GET /model/info`` lists them; a deployment stored in the proxy's database
@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import quote
 
+from gpuwatch.adminapi import Json
 from gpuwatch.control.knobs.base import Knob, KnobChange, KnobEndpoint, KnobError
-from gpuwatch.control.knobs.wire import AdminApi, number, shape_error
+from gpuwatch.control.knobs.http import Doc, KnobHttp
 
 MODELS = "/model/info"
 KEYS = "/key/list"
@@ -43,72 +44,62 @@ class LiteLLMKnobs:
 
     def __init__(self, endpoint: KnobEndpoint) -> None:
         self.endpoint = endpoint
-        self._api = AdminApi(endpoint)
+        self._http = KnobHttp(endpoint)
         # "key:<alias>" -> the hashed token /key/update wants, as of the last read.
         self._tokens: dict[str, str] = {}
 
-    def _rows(self, body: object, path: str, field: str | None) -> list[dict[str, object]]:
-        rows = body.get(field) if field and isinstance(body, dict) else body
-        if not isinstance(rows, list):
-            raise shape_error(self._api, path, f"no {field or 'list'}")
+    async def _rows(
+        self, path: str, field: str | None, params: dict[str, str] | None = None
+    ) -> list[Doc]:
+        answer = Doc(
+            await self._http.call("GET", path, params=params), self._http.where("GET", path)
+        )
+        rows = (answer.get(field) if field else answer).array()
         if len(rows) > MAX_ROWS:
-            raise shape_error(self._api, path, f"{len(rows)} entries, over {MAX_ROWS}")
-        if not all(isinstance(r, dict) for r in rows):
-            raise shape_error(self._api, path, "an entry that is not an object")
+            raise answer.fail(f"{len(rows)} entries, over {MAX_ROWS}")
         return rows
 
-    def _limits(
-        self, path: str, target: str, row: object, names: Sequence[str], nullable: bool
-    ) -> list[Knob]:
-        if not isinstance(row, dict):
-            raise shape_error(self._api, path, f"{target}: no limits object")
+    @staticmethod
+    def _limits(target: str, row: Doc, names: Sequence[str], nullable: bool) -> list[Knob]:
         knobs = []
         for name in names:
-            value = row.get(name)
-            if value is not None and (not number(value) or not isinstance(value, int)):
-                raise shape_error(self._api, path, f"{target} {name} is {value!r}")
+            field = row.get(name)
+            value = field.integer() if field.present else None
             knobs.append(Knob("litellm", target, name, value, "int", 0, None, nullable))
         return knobs
 
     async def _models(self) -> list[Knob]:
         knobs: list[Knob] = []
-        for row in self._rows(await self._api.call("GET", MODELS), MODELS, "data"):
+        for row in await self._rows(MODELS, "data"):
             info = row.get("model_info")
-            model_id = info.get("id") if isinstance(info, dict) else None
-            if not isinstance(model_id, str) or not model_id:
-                raise shape_error(self._api, MODELS, "a deployment without model_info.id")
-            assert isinstance(info, dict)
-            if info.get("db_model") is not True:
+            model_id = info.get("id").text()
+            if info.get("db_model").value is not True:
                 continue  # from the config file: the proxy refuses to edit it
             params = row.get("litellm_params")
-            knobs += self._limits(MODELS, f"model:{model_id}", params, MODEL_LIMITS, False)
+            knobs += self._limits(f"model:{model_id}", params, MODEL_LIMITS, False)
         return knobs
 
     async def _keys(self) -> list[Knob]:
         params = {"return_full_object": "true", "page": "1", "size": str(KEY_PAGE)}
-        rows = self._rows(await self._api.call("GET", KEYS, params=params), KEYS, "keys")
-        aliases = [r.get("key_alias") for r in rows]
+        rows = await self._rows(KEYS, "keys", params)
+        aliases = [r.get("key_alias").value for r in rows]
         tokens: dict[str, str] = {}
         knobs: list[Knob] = []
         for row, alias in zip(rows, aliases, strict=True):
-            token = row.get("token")
-            if not isinstance(token, str) or not token:
-                raise shape_error(self._api, KEYS, "a key without its hashed token")
+            token = row.get("token").text()
             # An alias names a key only where it is the only key with it.
             named = isinstance(alias, str) and alias and aliases.count(alias) == 1
             target = f"key:{alias if named else token}"
             tokens[target] = token
-            knobs += self._limits(KEYS, target, row, KEY_LIMITS, True)
+            knobs += self._limits(target, row, KEY_LIMITS, True)
         self._tokens = tokens
         return knobs
 
     async def _teams(self) -> list[Knob]:
         knobs: list[Knob] = []
-        for row in self._rows(await self._api.call("GET", TEAMS), TEAMS, None):
-            team_id = row.get("team_id")
-            if not isinstance(team_id, str) or not team_id:
-                raise shape_error(self._api, TEAMS, "a team without team_id")
-            knobs += self._limits(TEAMS, f"team:{team_id}", row, TEAM_LIMITS, True)
+        for row in await self._rows(TEAMS, None):
+            team_id = row.get("team_id").text()
+            knobs += self._limits(f"team:{team_id}", row, TEAM_LIMITS, True)
         return knobs
 
     async def read(self) -> list[Knob]:
@@ -116,23 +107,23 @@ class LiteLLMKnobs:
 
     async def write(self, changes: Sequence[KnobChange]) -> None:
         # One call per deployment, key or team, with every limit of it that changes.
-        grouped: dict[str, dict[str, object]] = {}
+        grouped: dict[str, dict[str, Json]] = {}
         for change in changes:
             grouped.setdefault(change.knob.target, {})[change.knob.name] = change.value
         for target, values in grouped.items():
             kind, _, name = target.partition(":")
             if kind == "model":
                 path = f"/model/{quote(name, safe='')}/update"
-                await self._api.call("PATCH", path, {"litellm_params": values})
+                await self._http.call("PATCH", path, body={"litellm_params": values})
             elif kind == "key":
                 token = self._tokens.get(target)
                 if token is None:
-                    raise KnobError(f"{self._api.where}: {target}: not among the keys read")
-                await self._api.call("POST", "/key/update", {"key": token, **values})
+                    raise KnobError(f"litellm {target}: not among the keys read; nothing written")
+                await self._http.call("POST", "/key/update", body={"key": token, **values})
             elif kind == "team":
-                await self._api.call("POST", "/team/update", {"team_id": name, **values})
+                await self._http.call("POST", "/team/update", body={"team_id": name, **values})
             else:
-                raise KnobError(f"{self._api.where}: {target}: not a LiteLLM knob target")
+                raise KnobError(f"litellm {target}: not a LiteLLM knob target")
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._http.close()

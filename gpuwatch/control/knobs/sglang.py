@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuwatch.adminapi import Json
 from gpuwatch.control.knobs.base import Knob, KnobChange, KnobEndpoint, KnobError
-from gpuwatch.control.knobs.wire import AdminApi, number, shape_error
+from gpuwatch.control.knobs.http import Doc, KnobHttp
 
 INFO = "/get_server_info"
 SET = "/set_internal_state"
@@ -32,53 +33,58 @@ class SGLangKnobs:
 
     def __init__(self, endpoint: KnobEndpoint) -> None:
         self.endpoint = endpoint
-        self._api = AdminApi(endpoint)
+        self._http = KnobHttp(endpoint)
 
-    def _int(self, state: dict[str, object], name: str) -> int:
-        value = state.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise shape_error(self._api, INFO, f"{name} is {value!r}")
+    @staticmethod
+    def _count(field: Doc) -> int:
+        value = field.integer()
+        if value < 1:
+            raise field.fail(f"{value} is below 1")
         return value
 
     async def read(self) -> list[Knob]:
-        body = await self._api.call("GET", INFO)
-        states = body.get("internal_states") if isinstance(body, dict) else None
-        if not isinstance(states, list) or not states or not isinstance(states[0], dict):
-            raise shape_error(self._api, INFO, "no internal_states")
+        answer = Doc(await self._http.call("GET", INFO), self._http.where("GET", INFO))
+        states = answer.get("internal_states").array()
+        if not states:
+            raise answer.fail("internal_states is empty")
         # Every rank got the same updates; the first speaks for them.
-        state: dict[str, object] = states[0]
+        state = states[0]
         # The scheduler's own bound: its running requests per rank (the name newer builds
         # report), split over the pipeline stages.
         running = "effective_max_running_requests_per_dp"
-        per_rank = self._int(state, running if running in state else "max_running_requests")
-        stages = self._int(state, "pp_size") if "pp_size" in state else 1
+        if running not in state.object():
+            running = "max_running_requests"
+        per_rank = self._count(state.get(running))
+        stages = self._count(state.get("pp_size")) if state.get("pp_size").present else 1
         # Null until set: the scheduler then runs its default (the per-rank maximum).
-        micro = None if state.get(MICRO_BATCH) is None else self._int(state, MICRO_BATCH)
+        field = state.get(MICRO_BATCH)
+        micro = self._count(field) if field.present else None
         knobs = [Knob("sglang", TARGET, MICRO_BATCH, micro, "int", 1, per_rank // stages)]
-        if state.get("speculative_algorithm") is not None:
+        if state.get("speculative_algorithm").present:
             for name in ACCEPT_THRESHOLDS:
-                value = state.get(name)
-                if not number(value):
-                    raise shape_error(self._api, INFO, f"{name} is {value!r}")
-                assert isinstance(value, (int, float))
-                knobs.append(Knob("sglang", TARGET, name, float(value), "float", 0.0, 1.0))
+                value = float(state.get(name).number())
+                knobs.append(Knob("sglang", TARGET, name, value, "float", 0.0, 1.0))
         return knobs
 
     async def write(self, changes: Sequence[KnobChange]) -> None:
-        args = {c.knob.name: c.value for c in changes}
-        answer = await self._api.call("POST", SET, {"server_args": args})
+        args: dict[str, Json] = {c.knob.name: c.value for c in changes}
+        answer = Doc(
+            await self._http.call("POST", SET, body={"server_args": args}),
+            self._http.where("POST", SET),
+        )
         # One flag per rank; a single-rank build answers the scheduler's object instead.
-        if isinstance(answer, dict):
-            answer = answer.get("updated")
-        ranks = answer if isinstance(answer, list) else [answer]
-        if not ranks or not all(isinstance(r, bool) for r in ranks):
-            raise shape_error(self._api, SET, f"answer {answer!r} is not updated flags")
+        flags = answer.get("updated") if isinstance(answer.value, dict) else answer
+        ranks = (
+            [f.flag() for f in flags.array()] if isinstance(flags.value, list) else [flags.flag()]
+        )
+        if not ranks:
+            raise answer.fail("no updated flags")
         if not all(ranks):
             names = ", ".join(sorted(args))
             raise KnobError(
-                f"{self._api.where}: {SET}: the scheduler refused {names} (updated=false on "
+                f"{answer.where}: the scheduler refused {names} (updated=false on "
                 f"{ranks.count(False)} of {len(ranks)} ranks; its log says why)"
             )
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._http.close()

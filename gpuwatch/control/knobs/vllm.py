@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 
 from gpuwatch.control.knobs.base import Knob, KnobChange, KnobEndpoint
-from gpuwatch.control.knobs.wire import AdminApi, StackRefused, shape_error
+from gpuwatch.control.knobs.http import Doc, KnobHttp, StackRefused
 
 log = logging.getLogger(__name__)
 
@@ -30,35 +30,33 @@ class VLLMKnobs:
 
     def __init__(self, endpoint: KnobEndpoint) -> None:
         self.endpoint = endpoint
-        self._api = AdminApi(endpoint)
+        self._http = KnobHttp(endpoint)
         # Why the server shows no knob (its dev-mode routes are off), once found; None else.
         self.absent: str | None = None
 
     async def read(self) -> list[Knob]:
         try:
-            body = await self._api.call("GET", STATE)
+            body = await self._http.call("GET", STATE)
         except StackRefused as exc:
             if exc.status != NOT_FOUND:
                 raise
             if self.absent is None:
                 self.absent = (
-                    f"{self._api.where}: no {STATE} (start vLLM with VLLM_SERVER_DEV_MODE=1 "
+                    f"vllm {self.endpoint.base}: no {STATE} (start it with VLLM_SERVER_DEV_MODE=1 "
                     "to pause it from here): no knob"
                 )
                 log.warning(self.absent)
             return []
         self.absent = None
-        paused = body.get("is_paused") if isinstance(body, dict) else None
-        if not isinstance(paused, bool):
-            raise shape_error(self._api, STATE, f"is_paused is {paused!r}")
+        paused = Doc(body, self._http.where("GET", STATE)).get("is_paused").flag()
         return [Knob("vllm", TARGET, PAUSED, paused, "bool")]
 
     async def write(self, changes: Sequence[KnobChange]) -> None:
         for change in changes:
             if change.value is True:
-                await self._api.call("POST", "/pause", params={"mode": "keep"})
+                await self._http.call("POST", "/pause", params={"mode": "keep"})
             else:
-                await self._api.call("POST", "/resume")
+                await self._http.call("POST", "/resume")
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._http.close()

@@ -18,7 +18,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HOSTILE_BODIES: dict[str, tuple[str, bytes]] = {
     "not-json": ("text/html", b"<html><body>502 Bad Gateway</body></html>"),
     "wrong-shape": ("application/json", b'{"unexpected": [1, 2, 3]}'),
-    "huge": ("application/json", b'{"pad": "' + b"x" * (6 * 1024 * 1024) + b'"}'),
+    "huge": ("application/json", b'{"pad": "' + b"x" * (17 * 1024 * 1024) + b'"}'),
     "nan": ("application/json", b'{"thresholds": NaN}'),
 }
 
