@@ -6,6 +6,7 @@ read-only sending nothing, hostile answers refused."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -336,7 +337,8 @@ async def test_litellm_the_master_key_stays_out_of_errors_logs_and_the_audit(
         knob = Knob("litellm", f"model:{model_id}", "rpm", 10, "int", 0)
         with pytest.raises(KnobError, match=said):
             await litellm_stack.adapter.write([KnobChange(knob, 5)])
-    # A wrong master key: the proxy quotes the key it got; gpuwatch blots it out.
+    # A wrong master key: the proxy quotes the key it got (its tail and its hash); gpuwatch
+    # blots both out.
     wrong = "sk-wrong-key-that-must-not-leak"
     stranger = adapter_for(KnobEndpoint("litellm", litellm_stack.adapter.endpoint.url, wrong))
     try:
@@ -346,7 +348,8 @@ async def test_litellm_the_master_key_stays_out_of_errors_logs_and_the_audit(
         await stranger.close()
     message = str(refused.value)
     assert "HTTP 401: Authentication Error, Invalid proxy server token passed" in message
-    assert wrong not in message and "***" in message
+    assert "Received API Key = sk-***, Key Hash (Token) =***." in message
+    assert wrong[-4:] not in message and hashlib.sha256(wrong.encode()).hexdigest() not in message
     assert wrong not in caplog.text and MASTER not in caplog.text
     assert MASTER not in audit.path.read_text()
 

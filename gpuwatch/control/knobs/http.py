@@ -5,6 +5,7 @@ applications/: applications.llm.deployments: not an object``), never a traceback
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -85,9 +86,17 @@ class KnobHttp:
 
     def hide(self, text: str) -> str:
         """``text`` without the credential: a stack that quotes the token it was sent back in
-        its refusal (LiteLLM's 401 did) must not put it on the screen or in a log."""
+        its refusal must not put it on the screen or in a log. LiteLLM's 401 quotes it as
+        ``sk-...`` and its last four characters, and its SHA-256 (the "key hash"): both go too."""
         secret = self.endpoint.credential
-        return text.replace(secret, HIDDEN) if secret else text
+        if not secret:
+            return text
+        forms = [secret, hashlib.sha256(secret.encode()).hexdigest()]
+        if len(secret) >= 12:  # a shorter one's last four characters could be anything
+            forms.append(f"...{secret[-4:]}")
+        for form in forms:
+            text = text.replace(form, HIDDEN)
+        return text
 
     async def call(
         self,

@@ -14,13 +14,16 @@ compromised, so no release is trusted as a test dependency):
   eb8b9912608a1d953391a1d4dba40f59953dc9e5 (``prepare_key_update_data``: ``exclude_unset``, so
   a null clears a limit); ``GET /team/list`` and ``POST /team/update``: team_endpoints.py at
   2bc560d3f95248d99f094f785542eb4487067c7b (``data.json(exclude_unset=True)``).
-- the master-key check (``user_api_key_auth``): a wrong bearer is a 401 ProxyException whose
-  message quotes the key it received, as releases before it abbreviated the key did.
+- the key check: litellm/proxy/auth/user_api_key_auth.py at
+  0614dec583b0393eae514c4b701ffd1b52b11f61: a key it does not know is a 401 ProxyException
+  whose message quotes the key it received, abbreviated (``sk-...`` and its last four
+  characters, ``abbreviate_api_key``), and the key's SHA-256 ("Key Hash (Token)").
 - pydantic: a limit that is not an integer is FastAPI's 422.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,12 +87,13 @@ class LiteLLMFake(StackFake):
         async def checked(request: web.Request) -> web.StreamResponse:
             given = request.headers.get("Authorization", "").removeprefix("Bearer ")
             if given != self.master_key:
+                hashed = hashlib.sha256(given.encode()).hexdigest()
                 return proxy_error(
                     401,
-                    "Authentication Error, Invalid proxy server token passed. "
-                    f"Received API Key = {given}, Unable to find token in cache or "
-                    "`LiteLLM_VerificationTokenTable`",
-                    "auth_error",
+                    "Authentication Error, Invalid proxy server token passed. Received API "
+                    f"Key = sk-...{given[-4:]}, Key Hash (Token) ={hashed}. Unable to find "
+                    "token in cache or `LiteLLM_VerificationTokenTable`",
+                    "token_not_found_in_db",
                 )
             return await handler(request)
 
