@@ -22,12 +22,12 @@ from gpuwatch.control.knobs.http import Doc, KnobHttp
 
 PATH = "/busy_threshold"
 MAX_MODELS = 1000
-U64_MAX = float(2**64 - 1)
 
-# name -> (kind, minimum, maximum), as the frontend validates them.
+# name -> (kind, minimum, maximum), as the frontend validates them (the token count's ceiling,
+# 2**64 - 1, is left to it: shown as a bound it would only be noise).
 THRESHOLDS: dict[str, tuple[KnobKind, float | None, float | None]] = {
     "active_decode_blocks_threshold": ("float", 0.0, 1.0),
-    "active_prefill_tokens_threshold": ("int", 0.0, U64_MAX),
+    "active_prefill_tokens_threshold": ("int", 0.0, None),
     "active_prefill_tokens_threshold_frac": ("float", 0.0, None),
 }
 
