@@ -11,7 +11,7 @@ import json
 import os
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -76,7 +76,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_dynamo(root: Path, *frontend_args: str) -> Iterator[str]:
+def running_dynamo(
+    root: Path, frontend_args: Sequence[str] = (), mocker_args: Sequence[str] = ()
+) -> Iterator[str]:
     """A frontend and a mocker worker serving ``tiny``; the frontend's URL once it lists the
     model's busy thresholds (the worker has been discovered). Both ended on the way out."""
     python = dynamo_python()
@@ -93,7 +95,8 @@ def running_dynamo(root: Path, *frontend_args: str) -> Iterator[str]:
 
     try:
         commands = {
-            "mocker": ["dynamo.mocker", "--model-path", str(model), "--model-name", MODEL],
+            "mocker": ["dynamo.mocker", "--model-path", str(model), "--model-name", MODEL,
+                       *mocker_args],
             "frontend": ["dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(port),
                          *frontend_args],
         }  # fmt: skip

@@ -6,7 +6,7 @@ other tests use held to the same answers. Skipped where the Dynamo venv is not m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +15,66 @@ import pytest
 
 from gpuwatch.control.guard import Guard
 from gpuwatch.control.knobs.apply import apply_changes
-from gpuwatch.control.knobs.base import KnobChange, KnobConflict, KnobEndpoint, KnobError
+from gpuwatch.control.knobs.base import Knob, KnobChange, KnobConflict, KnobEndpoint, KnobError
 from gpuwatch.control.knobs.dynamo import DynamoKnobs
 from gpuwatch.gate.audit import AuditLog
 from tests.functional.dynamokit import MODEL, running_dynamo
 from tests.functional.stackfakes.dynamo import DynamoFake
+from tests.helpers import eventually
 
 START = ["--active-decode-blocks-threshold", "0.85"]
+# A slow engine (a twentieth of the mocker's modelled speed), so a request stays in flight, and
+# a small KV cache, so one request's blocks are a visible share of it.
+SLOW = ["--speedup-ratio", "0.05", "--num-gpu-blocks-override", "64"]
+CHAT = "/v1/chat/completions"
+DECODE = "active_decode_blocks_threshold"
 
 
 @pytest.fixture(scope="module")
 def frontend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_dynamo(tmp_path_factory.mktemp("dynamo"), *START) as url:
+    with running_dynamo(tmp_path_factory.mktemp("dynamo"), START, SLOW) as url:
         yield url
+
+
+def _chat(max_tokens: int, stream: bool = False) -> dict[str, Any]:
+    message = {"role": "user", "content": "hello world the a an is of to and hello world"}
+    return {"model": MODEL, "messages": [message], "max_tokens": max_tokens, "stream": stream}
+
+
+async def test_a_threshold_set_from_gpuwatch_is_what_the_frontend_admits_by(
+    frontend: str, tmp_path: Path
+) -> None:
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    adapter = DynamoKnobs(KnobEndpoint("dynamo", frontend))
+
+    async def decode_knob() -> Knob:
+        knobs = await adapter.read()
+        return next(k for k in knobs if k.target == MODEL and k.name == DECODE)
+
+    try:
+        # Any KV block in use makes the worker busy.
+        await apply_changes(adapter, [KnobChange(await decode_knob(), 0.0)], Guard(), audit, "t")
+        async with (
+            httpx.AsyncClient(base_url=frontend, timeout=30) as client,
+            client.stream("POST", CHAT, json=_chat(2000, stream=True)) as held,
+        ):
+            assert held.status_code == 200
+            await anext(held.aiter_raw())  # in flight: its KV blocks are in use
+
+            async def status_of_one() -> int:
+                return (await client.post(CHAT, json=_chat(1))).status_code
+
+            await eventually(lambda: _is(status_of_one(), 529), 30, message="no 529 at 0")
+            await apply_changes(
+                adapter, [KnobChange(await decode_knob(), 1.0)], Guard(), audit, "t"
+            )
+            await eventually(lambda: _is(status_of_one(), 200), 30, message="refused at 1.0")
+    finally:
+        await adapter.close()
+
+
+async def _is(status: Awaitable[int], wanted: int) -> bool:
+    return await status == wanted
 
 
 async def test_the_real_frontends_thresholds_are_read_set_and_refused(
@@ -39,7 +86,9 @@ async def test_the_real_frontends_thresholds_are_read_set_and_refused(
         knobs = {k.name: k for k in await adapter.read() if k.target == MODEL}
         decode = knobs["active_decode_blocks_threshold"]
         prefill = knobs["active_prefill_tokens_threshold"]
-        assert (decode.value, prefill.value) == (0.85, None)  # as started; prefill never set
+        listed = httpx.get(f"{frontend}/busy_threshold").json()["thresholds"]
+        row = next(r for r in listed if r["model"] == MODEL)
+        assert (decode.value, prefill.value) == (row[decode.name], row[prefill.name])
         changes = [KnobChange(decode, 0.6), KnobChange(prefill, 4096)]
         after = await apply_changes(adapter, changes, Guard(), audit, "t")
         now = {k.name: k.value for k in after if k.target == MODEL}
