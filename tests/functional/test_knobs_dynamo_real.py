@@ -6,6 +6,7 @@ other tests use held to the same answers. Skipped where the Dynamo venv is not m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,23 +53,32 @@ async def test_a_threshold_set_from_gpuwatch_is_what_the_frontend_admits_by(
         return next(k for k in knobs if k.target == MODEL and k.name == DECODE)
 
     try:
-        # Any KV block in use makes the worker busy.
-        await apply_changes(adapter, [KnobChange(await decode_knob(), 0.0)], Guard(), audit, "t")
         async with (
             httpx.AsyncClient(base_url=frontend, timeout=30) as client,
-            client.stream("POST", CHAT, json=_chat(2000, stream=True)) as held,
+            contextlib.AsyncExitStack() as in_flight,
         ):
-            assert held.status_code == 200
-            await anext(held.aiter_raw())  # in flight: its KV blocks are in use
+
+            async def status_held() -> int:
+                # A long request: once admitted it stays in flight (its KV blocks in use, the
+                # worker reporting them) until the test ends.
+                held = await in_flight.enter_async_context(
+                    client.stream("POST", CHAT, json=_chat(2000, stream=True))
+                )
+                return held.status_code
 
             async def status_of_one() -> int:
                 return (await client.post(CHAT, json=_chat(1))).status_code
 
-            await eventually(lambda: _is(status_of_one(), 529), 30, message="no 529 at 0")
+            # Any KV block in use makes the worker busy: requests in flight, the next is a 529.
+            await apply_changes(
+                adapter, [KnobChange(await decode_knob(), 0.0)], Guard(), audit, "t"
+            )
+            await eventually(lambda: _is(status_held(), 529), 60, message="no 529 at threshold 0")
+            # Up to the whole cache: admitted again, the same requests still in flight.
             await apply_changes(
                 adapter, [KnobChange(await decode_knob(), 1.0)], Guard(), audit, "t"
             )
-            await eventually(lambda: _is(status_of_one(), 200), 30, message="refused at 1.0")
+            await eventually(lambda: _is(status_of_one(), 200), 60, message="refused at 1.0")
     finally:
         await adapter.close()
 
