@@ -60,12 +60,15 @@ def parse_value(raw: str) -> Any:
             return raw
 
 
-def parse_assignment(text: str) -> tuple[str, str, Any]:
-    """``chat.max_inflight=6`` -> ("chat", "max_inflight", 6); ValueError naming the problem."""
-    target, sep, raw = text.partition("=")
-    lane, dot, key = target.partition(".")
+def parse_assignment(
+    text: str, form: str = "LANE.KEY=VALUE", last_dot: bool = False
+) -> tuple[str, str, Any]:
+    """``chat.max_inflight=6`` -> ("chat", "max_inflight", 6); ValueError naming the problem.
+    With ``last_dot`` the key is after the last dot (a stack's knob: its target may hold dots)."""
+    where, sep, raw = text.partition("=")
+    lane, dot, key = where.rpartition(".") if last_dot else where.partition(".")
     if not sep or not dot or not lane or not key:
-        raise ValueError(f"expected LANE.KEY=VALUE, got {text!r}")
+        raise ValueError(f"expected {form}, got {text!r}")
     return lane, key, parse_value(raw)
 
 
