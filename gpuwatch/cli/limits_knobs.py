@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpuwatch import config
 from gpuwatch.adminapi import AuditEntry, Json
-from gpuwatch.cli.common import EXIT_OK, fail
-from gpuwatch.cli.limits import PROG, parse_assignment
+from gpuwatch.cli.common import EXIT_OK, fail, parse_assignment
 from gpuwatch.config import KNOB_STACKS, KnobConfig
 from gpuwatch.fmt import clip
 
 if TYPE_CHECKING:
     from gpuwatch.control.knobs.base import Knob
 
+PROG = "gpuwatch limits"
 CREDENTIAL_HELP = "the stack's bearer token (LiteLLM's master key); never on the command line"
 
 
