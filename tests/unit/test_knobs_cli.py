@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.common import parse_assignment
+from gpuwatch.cli.limits_knobs import print_knobs
 from gpuwatch.cli.main import main
 from gpuwatch.control.knobs.apply import audit_entry
 from gpuwatch.control.knobs.base import Knob, KnobChange, KnobEndpoint
@@ -68,3 +69,18 @@ def test_audit_shows_this_endpoints_entries(
         "c ray llm/Forward max_ongoing_requests 8 -> 1 (the stack kept 8)",
         "a ray llm/Forward max_ongoing_requests 8 -> 4",
     ]
+
+
+def test_get_prints_a_table_of_the_knobs(capsys: pytest.CaptureFixture[str]) -> None:
+    print_knobs(
+        [
+            Knob("ray", "llm/Forward", "max_ongoing_requests", 5, "int", minimum=1),
+            Knob("litellm", "model:a", "rpm", None, "int", minimum=0, nullable=True),
+            Knob("dynamo", "m\x1b[31m", "active_decode_blocks_threshold", 0.85, "float"),
+        ]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["target", "knob", "value", "bounds"]
+    assert lines[1].split() == ["llm/Forward", "max_ongoing_requests", "5", "1.."]
+    assert lines[2].split() == ["model:a", "rpm", "none", "0..", "(none:", "no", "limit)"]
+    assert "\x1b" not in lines[3] and lines[3].split()[-1] == "0.85"
