@@ -8,7 +8,9 @@ config back, so each test starts from it. At the end the cluster is stopped by e
 ``ray start --block`` process and then every process left in its session (by process id, never
 ``ray stop``, which would end any other Ray on the machine).
 
-Use it from a test module (or conftest) with ``from tests.realstack.raykit import ray_serve``.
+Tests under tests/realstack/ get the ``ray_serve`` fixture from its conftest: a test module must
+not import the fixture itself (a fixture imported into a module is that module's own, and a
+session-scoped one would then start a second cluster).
 """
 
 from __future__ import annotations

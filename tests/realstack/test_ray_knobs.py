@@ -21,9 +21,7 @@ from gpuwatch.control.knobs.apply import apply_changes, find, open_audit
 from gpuwatch.control.knobs.base import Knob, KnobChange, KnobConflict, KnobEndpoint
 from gpuwatch.control.knobs.ray import RayServeKnobs
 from tests.helpers import eventually
-from tests.realstack.raykit import ROOT, RayServe, ray_serve
-
-__all__ = ["ray_serve"]  # the session's cluster, a fixture
+from tests.realstack.raykit import ROOT, RayServe
 
 # Ray Serve's gauges: requests waiting at the caller (proxy or handle), and at a replica.
 QUEUED = "ray_serve_deployment_queued_queries"
