@@ -1,7 +1,8 @@
 """The Ray Serve applications the knob tests deploy (imported by Ray's workers, by the import
 paths in ``raykit.py``'s config): ``forward`` passes OpenAI-style requests on to a ``gpuwatch
 sim`` (an LLM deployment as operators write one, minus the GPU), ``echo`` is a second,
-unrelated application that a change to the first must leave alone."""
+unrelated application that a change to the first must leave alone, ``scaled`` one whose
+deployment autoscales by its code."""
 
 from __future__ import annotations
 
@@ -48,6 +49,13 @@ class Echo:
 # a CPU each: a CI runner's 2 CPUs hold every replica the tests ask for.
 FORWARD = serve.deployment(max_ongoing_requests=8, ray_actor_options={"num_cpus": 0.1})(Forward)
 ECHO = serve.deployment(max_ongoing_requests=5, ray_actor_options={"num_cpus": 0.1})(Echo)
+# Autoscaling set in code, as most operators do: a config that changes one bound must carry
+# the rest of it.
+SCALED = serve.deployment(
+    name="Scaled",
+    autoscaling_config={"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 3},
+    ray_actor_options={"num_cpus": 0.1},
+)(Echo)
 
 
 def forward(args: dict[str, str]) -> Application:
@@ -57,3 +65,7 @@ def forward(args: dict[str, str]) -> Application:
 
 def echo(args: dict[str, str]) -> Application:
     return ECHO.bind()
+
+
+def scaled(args: dict[str, str]) -> Application:
+    return SCALED.bind()

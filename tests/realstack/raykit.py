@@ -3,7 +3,7 @@
 ``ray start --head`` as operators start it (its defaults, but ports picked free and a temp dir
 of its own, so two test sessions on one machine do not meet), then the dashboard's
 ``PUT /api/serve/applications/`` of a config with TWO applications: ``llm``, a deployment that
-forwards to a ``gpuwatch sim``, and ``other``, an unrelated one. ``RayServe.reset()`` puts that
+forwards to a ``gpuwatch sim``, and ``other``, an unrelated one (and ``scaled``, whose deployment autoscales by its code). ``RayServe.reset()`` puts that
 config back, so each test starts from it. At the end the cluster is stopped by ending the
 ``ray start --block`` process and then every process left in its session (by process id, never
 ``ray stop``, which would end any other Ray on the machine).
@@ -80,6 +80,11 @@ def base_config(sim: str, serve_port: int) -> dict[str, Any]:
                     {"name": "Echo", "max_ongoing_requests": 3, "user_config": {"greeting": "hi"}}
                 ],
             },
+            {
+                "name": "scaled",
+                "route_prefix": "/scaled",
+                "import_path": "tests.realstack.rayapp:scaled",
+            },
         ],
     }
 
@@ -128,7 +133,7 @@ class RayServe:
             got = apps.get(app["name"])
             if got is None or got["status"] != "RUNNING":
                 return False
-            for d in app["deployments"]:
+            for d in app.get("deployments", []):
                 in_force = got["deployments"][d["name"]]["deployment_config"]
                 if any(in_force.get(k) != v for k, v in d.items() if k != "name"):
                     return False

@@ -199,3 +199,33 @@ def test_gpuwatch_limits_gets_sets_audits_and_refuses_read_only(
     assert audit.returncode == 0, audit.stderr
     (line,) = audit.stdout.splitlines()
     assert line.endswith("ray llm/Forward max_ongoing_requests 8 -> 5")
+
+
+async def test_an_autoscaling_bound_set_in_code_changes_and_the_rest_stays(
+    ray_serve: RayServe, tmp_path: Path
+) -> None:
+    """The config sets no autoscaling_config: the change sends the one in force whole, with
+    only max_replicas changed, so Ray keeps every other field as the code set it; then undone.
+    (Last in this module: putting the base config back after it costs a redeploy.)"""
+    ray_serve.reset()
+    before = ray_serve.deployment("scaled", "Scaled")["deployment_config"]["autoscaling_config"]
+    adapter = RayServeKnobs(KnobEndpoint("ray", ray_serve.dashboard))
+    try:
+        knobs = await adapter.read()
+        assert not [k for k in knobs if k.target == "scaled/Scaled" and k.name == "num_replicas"]
+        shown = knob_of(knobs, "scaled/Scaled", "max_replicas")
+        assert shown.value == 2
+        audit = open_audit(tmp_path / "audit.jsonl")
+        change = KnobChange(shown, 3)
+        back = find(await apply_changes(adapter, [change], Guard(), audit, "t@h"), shown)
+        after = ray_serve.deployment("scaled", "Scaled")["deployment_config"]
+        assert after["autoscaling_config"] == {**before, "max_replicas": 3}
+        assert after["autoscaling_config"]["target_ongoing_requests"] == 3  # the code's
+        # Undo: the inverse change, from the value read back, by the same path.
+        assert back is not None
+        await apply_changes(adapter, [change.inverse(back)], Guard(), audit, "t@h")
+    finally:
+        await adapter.close()
+    undone = ray_serve.deployment("scaled", "Scaled")["deployment_config"]["autoscaling_config"]
+    assert undone == before
+    assert len(audit.path.read_text().splitlines()) == 2

@@ -131,8 +131,9 @@ def deploy_body(details: Doc, changes: Sequence[KnobChange]) -> dict[str, Json]:
             continue  # deployed from Python: a PUT leaves it where it is
         if not config.present:
             raise KnobError(
-                f"ray application {name!r} has no config in Ray's answer (deploying or being "
-                "deleted): a PUT without it would delete it; nothing written, retry"
+                f"ray application {clip(repr(name), 80)} has no config in Ray's answer "
+                "(deploying or being deleted): a PUT without it would delete it; nothing "
+                "written, retry"
             )
         apps[name] = copy.deepcopy(config.object())
     if REDACTED in json.dumps(list(apps.values())):
@@ -165,7 +166,8 @@ def deploy_body(details: Doc, changes: Sequence[KnobChange]) -> dict[str, Json]:
 def _set(app: dict[str, Json], deployment: _Deployment, name: str, value: KnobValue) -> None:
     entries = app.setdefault("deployments", [])
     if not isinstance(entries, list):
-        raise KnobError(f"ray application {deployment.app!r}: its deployments are not a list")
+        app_name = clip(repr(deployment.app), 80)
+        raise KnobError(f"ray application {app_name}: its deployments are not a list")
     entry = next(
         (e for e in entries if isinstance(e, dict) and e.get("name") == deployment.name), None
     )
