@@ -29,6 +29,10 @@ def dynamo_python() -> str:
     """The interpreter that has ai-dynamo, or a skip saying how to make one."""
     python = os.environ.get(ENV_PYTHON) or str(DEFAULT_VENV / "bin" / "python")
     if not Path(python).exists():
+        if os.environ.get("CI"):
+            pytest.fail(
+                f"no Dynamo venv at {python}: .ci/run must build it (scripts/dynamo-venv.sh)"
+            )
         pytest.skip(f"no Dynamo venv at {python}: run scripts/dynamo-venv.sh (or set {ENV_PYTHON})")
     return python
 
