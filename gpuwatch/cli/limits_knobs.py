@@ -115,6 +115,12 @@ def run_knobs(args: argparse.Namespace, stack: str, url: str) -> int:
             out.append(KnobChange(knob, value))
         return out
 
+    guard = Guard(read_only=args.read_only)
+    if args.action != "get":
+        # Read-only refuses before anything is sent, the read of the values to change included
+        # (ReadOnlyError: exit 1, cli/main.py); apply_changes checks again, for every caller.
+        guard.check(f"{args.action} on {stack} at {endpoint.base}")
+
     async def call() -> tuple[list[Knob], list[KnobChange]]:
         adapter = adapter_for(endpoint)
         try:
@@ -122,7 +128,6 @@ def run_knobs(args: argparse.Namespace, stack: str, url: str) -> int:
             if args.action == "get":
                 return knobs, []
             changes = changes_of(knobs)
-            guard = Guard(read_only=args.read_only)
             audit = open_audit(audit_path)
             after = await apply_changes(adapter, changes, guard, audit, default_actor())
             return after, changes

@@ -86,6 +86,22 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, args_list: list[str]) -> argparse.Namespace:
+    """``args_list`` parsed, a command's positionals allowed after its options
+    (``limits set --admin URL chat.max_inflight=4``): plain argparse takes every positional at
+    its first chance and calls the later ones unrecognized. A command with subcommands of its
+    own (``plan``) cannot be parsed intermixed, and is parsed the usual way."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = commands.choices.get(args_list[0]) if args_list else None
+    if command is None or any(
+        a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in command._actions
+    ):
+        return parser.parse_args(args_list)
+    args = command.parse_intermixed_args(args_list[1:])
+    args.command = args_list[0]
+    return args
+
+
 def prog(args: argparse.Namespace) -> str:
     """``gpuwatch``, ``gpuwatch record``, ``gpuwatch plan kv``: who says the failure."""
     words = [args.command, getattr(args, "plan_command", None)]
@@ -99,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_list[0] not in COMMANDS and args_list[0] not in ("-h", "--help", "--version")
     ):
         args_list.insert(0, "top")
-    args = build_parser(args_list[:1]).parse_args(args_list)
+    args = parse(build_parser(args_list[:1]), args_list)
     try:
         code: int = args.func(args)
         return code

@@ -84,3 +84,20 @@ def test_get_prints_a_table_of_the_knobs(capsys: pytest.CaptureFixture[str]) -> 
     assert lines[1].split() == ["llm/Forward", "max_ongoing_requests", "5", "1.."]
     assert lines[2].split() == ["model:a", "rpm", "none", "0..", "(none:", "no", "limit)"]
     assert "\x1b" not in lines[3] and lines[3].split()[-1] == "0.85"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["set", "--ray", "http://a", "--read-only", "llm/Forward.max_ongoing_requests=4"],
+        ["set", "llm/Forward.max_ongoing_requests=4", "--ray", "http://a", "--read-only"],
+        ["set", "--admin", "http://a", "--read-only", "chat.max_inflight=4"],
+    ],
+)
+def test_assignments_may_follow_the_options(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Read-only refuses before anything is sent: exit 1 with the guard's reason, not argparse's
+    # "unrecognized arguments" (exit 2) for an assignment written after the options.
+    assert main(["limits", *args]) == 1
+    assert "refused: read-only mode" in capsys.readouterr().err
