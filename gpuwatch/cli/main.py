@@ -92,12 +92,13 @@ def parse(parser: argparse.ArgumentParser, args_list: list[str]) -> argparse.Nam
     its first chance and calls the later ones unrecognized. A command with subcommands of its
     own (``plan``) cannot be parsed intermixed, and is parsed the usual way."""
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command: argparse.ArgumentParser | None
     command = commands.choices.get(args_list[0]) if args_list else None
     if command is None or any(
         a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in command._actions
     ):
         return parser.parse_args(args_list)
-    args = command.parse_intermixed_args(args_list[1:])
+    args: argparse.Namespace = command.parse_intermixed_args(args_list[1:])
     args.command = args_list[0]
     return args
 
