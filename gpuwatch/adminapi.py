@@ -461,7 +461,8 @@ class ConflictBody:
 
 @dataclass(frozen=True)
 class Tail(_Flat):
-    """Exact quantiles of one measure over a window (seconds; None with no sample)."""
+    """Quantiles of one measure over a window (seconds; None with no sample): exact or within
+    the window's ``rel_error`` (``LatencyWindow``)."""
 
     count: int = 0
     p50: float | None = None
@@ -470,19 +471,39 @@ class Tail(_Flat):
     max: float | None = None
 
 
+# The relative error of a quantile the gate reads from its log buckets (gate/logsketch.py's
+# ALPHA). Gates that do not say (before the ``exact`` / ``rel_error`` fields) kept every
+# record of ttft, queue wait and e2e, and counted ITL in buckets of this same error.
+SKETCH_REL_ERROR = 0.005
+
+
 @dataclass(frozen=True)
 class LatencyWindow:
-    """What users felt in one window: requests ended, and the tails of each measure."""
+    """What users felt in one window: requests ended, and the tails of each measure.
+
+    ``exact``: ttft, queue_wait and e2e are the samples themselves (the window was small
+    enough to keep every record); False: read from log buckets, each quantile within
+    ``rel_error`` of the value at its rank. ITL's quantiles are always within ``rel_error``;
+    every ``count`` and ``max`` is exact."""
 
     requests: int = 0
     ttft: Tail = Tail()
     queue_wait: Tail = Tail()
     e2e: Tail = Tail()
     itl: Tail = Tail()
+    exact: bool = True
+    rel_error: float = SKETCH_REL_ERROR
+
+    @property
+    def error(self) -> float | None:
+        """The stated relative error of the ttft / queue_wait / e2e quantiles; None: exact."""
+        return None if self.exact else self.rel_error
 
     def to_json(self) -> JsonObject:
         return {
             "requests": self.requests,
+            "exact": self.exact,
+            "rel_error": self.rel_error,
             "ttft": self.ttft.to_json(),
             "queue_wait": self.queue_wait.to_json(),
             "e2e": self.e2e.to_json(),
@@ -496,7 +517,10 @@ class LatencyWindow:
             k: Tail.from_json(d.raw(k) or {}, f"{at}.{k}")
             for k in ("ttft", "queue_wait", "e2e", "itl")
         }
-        return cls(d.integer("requests"), **tails)
+        rel_error = d.number("rel_error", SKETCH_REL_ERROR)
+        if not 0 <= rel_error < 1:  # NaN too: shown as "±N%" beside the numbers
+            raise d._fail("rel_error", "a number from 0 to 1", rel_error)
+        return cls(d.integer("requests"), **tails, exact=d.flag("exact", True), rel_error=rel_error)
 
 
 @dataclass(frozen=True)

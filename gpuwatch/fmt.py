@@ -37,6 +37,11 @@ def seconds(v: float | None) -> str:
     return f"{v * 1000:.0f}ms" if v < 1 else f"{v:.2f}s"
 
 
+def accuracy(rel_error: float | None) -> str:
+    """How a percentile is known: ``exact`` (None), or its stated relative error (``±0.5%``)."""
+    return "exact" if rel_error is None else f"±{rel_error * 100:.2g}%"
+
+
 def duration(v: float | None) -> str:
     """``2.4s``, ``23s``, ``4m05s``, ``2h10m``: how long something has lasted, at a glance
     (tenths under 10 s, where a second is a large part of it)."""

@@ -177,8 +177,9 @@ class Admin:
         return web.json_response(self._limits_json(after), headers={"ETag": etag(after.version)})
 
     async def get_status(self, request: web.Request) -> web.Response:
-        """Live admission state, and what users felt: exact latency over 1 m and 5 m, and
-        goodput against ``?ttft_s=&itl_s=`` (the caller's SLO; unset bounds are not judged)."""
+        """Live admission state, and what users felt: latency over 1 m and 5 m (exact, or
+        within the ``rel_error`` each window states), and goodput against
+        ``?ttft_s=&itl_s=`` (the caller's SLO; unset bounds are not judged)."""
         try:
             slo = {key: _seconds_param(request, key) for key in ("ttft_s", "itl_s")}
         except ValueError as exc:

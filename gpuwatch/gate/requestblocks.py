@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuwatch.adminapi import Goodput, LatencyWindow, Tail
-from gpuwatch.gate.logsketch import QUANTILES, bucket, bucket_value, counted, merge, tail
+from gpuwatch.gate.logsketch import ALPHA, QUANTILES, bucket, bucket_value, counted, merge, tail
 from gpuwatch.series import sample_quantile
 
 # invalid: the client sent what no server could serve (a bad body): not counted for goodput.
@@ -189,7 +189,9 @@ def summary(
     total: Requests, blocks: Sequence[Requests], live: Sequence[Record], itl: Tail
 ) -> LatencyWindow:
     """A window's ``latency``: its ended requests (``total``, ``blocks``) and those still in
-    flight that arrived in it (``live``, never invalid: timed so far, as a reader sees them)."""
+    flight that arrived in it (``live``, never invalid: timed so far, as a reader sees them).
+    It says which regime answered (``exact``) and the sketch's error (``rel_error``: ITL's
+    always, the others' when not exact), so a screen never calls an estimate exact."""
     if exact(total):
         recent = [r for b in blocks for r in b.raw or ()] + list(live)
         done = [r for r in recent if r.outcome == "ok"]
@@ -201,6 +203,7 @@ def summary(
             ),
             e2e=exact_summary([r.e2e_s for r in done if r.e2e_s is not None]),
             itl=itl,
+            rel_error=ALPHA,
         )
     waits = [r.queue_wait_s for r in live if r.queue_wait_s is not None]
     ttfts = [r.ttft_s for r in live if r.outcome == "ok" and r.ttft_s is not None]
@@ -215,6 +218,8 @@ def summary(
         ),
         e2e=tail(total.e2e, max((b.top_e2e for b in blocks), default=0)),
         itl=itl,
+        exact=False,
+        rel_error=ALPHA,
     )
 
 

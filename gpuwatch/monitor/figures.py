@@ -57,10 +57,12 @@ class EngineFigures:
     # progress for longer than stall_after_s; None when it is not.
     stalled_s: float | None = None
     # Where the latency tails come from: "histogram" (the /metrics buckets, an estimate), or
-    # "exact" (the gate's own record of every request, for ``exact_lane``: the lane that hurts
-    # most, the one the badge and the users panel show).
+    # the gate's own count of every request, for ``exact_lane`` (the lane that hurts most, the
+    # one the badge and the users panel show): "exact" (its samples) or "sketch" (its log
+    # buckets, each quantile within ``tails_rel_error``, when the window was too busy).
     tails_from: str = "histogram"
     exact_lane: str | None = None
+    tails_rel_error: float | None = None
 
     @property
     def window(self) -> str:
@@ -92,6 +94,7 @@ class EngineFigures:
             "headroom_sessions": self.headroom_sessions,
             "tails_from": self.tails_from,
             "exact_lane": self.exact_lane,
+            "tails_rel_error": self.tails_rel_error,
             f"ttft_p50_{w}": self.ttft_p50,
             f"ttft_p99_{w}": self.ttft_p99,
             f"itl_p99_{w}": self.itl_p99,
@@ -152,8 +155,9 @@ def engine_figures(
         ttft_p99=tails.ttft.p99,
         itl_p99=tails.itl.p99,
         queue_p99=tails.queue_wait.p99,
-        tails_from="exact",
+        tails_from="exact" if tails.exact else "sketch",
         exact_lane=users.worst_lane,
+        tails_rel_error=tails.error,
     )
 
 
@@ -180,6 +184,9 @@ def users_json(users: UsersView) -> dict[str, Any]:
             f"refused_{w}": g.refused,
             f"failed_{w}": g.failed,
             f"requests_{w}": t.requests if t else 0,
+            # Whether the tails below are the samples (else within rel_error of them).
+            f"exact_{w}": t.exact if t else None,
+            f"rel_error_{w}": t.rel_error if t else None,
             f"ttft_{w}": t.ttft.to_json() if t else None,
             f"queue_wait_{w}": t.queue_wait.to_json() if t else None,
             f"itl_{w}": t.itl.to_json() if t else None,
@@ -229,6 +236,8 @@ class TtftBreakdown:
     parts: list[Part]
     decode_p99: float | None
     window: str
+    # The stated relative error of the gate's numbers for exact_lane; None: exact.
+    tails_rel_error: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         w = self.window
@@ -237,6 +246,7 @@ class TtftBreakdown:
             f"ttft_p99_{w}": self.ttft_p99,
             "measured_at": self.measured_at,
             "exact_lane": self.exact_lane,
+            "tails_rel_error": self.tails_rel_error,
             "parts": {
                 p.name.replace(" ", "_"): {f"p99_{w}": p.p99, f"grew_in_{w}": p.grew_s}
                 for p in self.parts
@@ -283,11 +293,11 @@ def ttft_breakdown(monitor: Monitor) -> TtftBreakdown | None:
     now = monitor.clock()
     users = users_now(monitor)
     gate_queue = _part("gate queue", gate, "queue", now)
-    exact_ttft = None
+    exact_ttft = error = None
     if users is not None and users.worst_lane is not None:
         # The gate's exact numbers for the lane that hurts most beat its histogram estimate.
         tails = users.tails[users.worst_lane]
-        exact_ttft = users.ttft_p99
+        exact_ttft, error = users.ttft_p99, tails.error
         queue_p99 = tails.queue_wait.p99
         assert monitor.gate is not None
         before = monitor.gate.queue_p99.at(now - monitor.window_s)
@@ -311,4 +321,5 @@ def ttft_breakdown(monitor: Monitor) -> TtftBreakdown | None:
         parts=parts,
         decode_p99=engine.history.quantile("decode", 0.99) if engine else None,
         window=window_label(felt.history.window_s),
+        tails_rel_error=error,
     )

@@ -81,6 +81,7 @@ async def test_exact_ttft_matches_what_clients_measured(tmp_path: Path) -> None:
     chat = status["lanes"]["chat"]
     exact = chat["latency"]["5m"]
     assert exact["requests"] == 80 and exact["ttft"]["count"] == 80
+    assert exact["exact"] is True and exact["rel_error"] == ALPHA  # and it says so
     assert exact["itl"]["count"] > 0 and exact["queue_wait"]["count"] == 80
     client_ttfts = sorted(r.ttft for r in ok if r.ttft is not None)
     for name, q in (("p50", 0.5), ("p99", 0.99)):
@@ -174,12 +175,18 @@ async def test_a_flood_leaves_a_bounded_record_and_its_counts_exact(tmp_path: Pa
     async with rig(tmp_path) as r, httpx.AsyncClient() as client:
         lane = r.gate.latency["chat"]
         flood(lane, 300_000)
-        chat = (await client.get(f"{r.url}/admin/status")).json()["lanes"]["chat"]
+        lanes = (await client.get(f"{r.url}/admin/status")).json()["lanes"]
+    chat = lanes["chat"]
     assert chat["latency"]["5m"]["requests"] == 300_000
     assert chat["latency"]["5m"]["ttft"]["count"] == 30_000
     assert chat["latency"]["5m"]["ttft"]["max"] == 0.8  # exact: the largest of 0.2 + i % 7 / 10
     # Sketched: the median of 0.2, 0.3 ... 0.8 (each as often) within the sketch's 0.5%.
     assert chat["latency"]["5m"]["ttft"]["p50"] == pytest.approx(0.5, rel=ALPHA)
+    # ... and says so: over both windows (a minute of the flood is ~1,000 a second).
+    for window in ("1m", "5m"):
+        assert chat["latency"][window]["exact"] is False, window
+        assert chat["latency"][window]["rel_error"] == ALPHA, window
+        assert lanes["default"]["latency"][window]["exact"] is True  # a lane not flooded
     assert chat["goodput"]["5m"]["refused"] == 270_000
     assert chat["goodput"]["5m"]["ended"] == 300_000
     blocks = lane.ended.blocks.values()

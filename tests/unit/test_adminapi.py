@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.adminapi import (
+    SKETCH_REL_ERROR,
     AdaptiveDecision,
     AdaptiveStatus,
     AdminApiError,
@@ -78,7 +79,16 @@ patches = st.builds(
     st.dictionaries(names, st.none() | st.dictionaries(names, limit_values, max_size=2)),
 )
 tails = st.builds(Tail, counts, maybe_seconds, maybe_seconds, maybe_seconds, maybe_seconds)
-windows = st.builds(LatencyWindow, counts, tails, tails, tails, tails)
+windows = st.builds(
+    LatencyWindow,
+    counts,
+    tails,
+    tails,
+    tails,
+    tails,
+    st.booleans(),
+    st.floats(0, 1, exclude_max=True),
+)
 goodputs = st.builds(Goodput, counts, counts, counts, counts, counts, st.none() | st.floats(0, 1))
 decisions = st.builds(
     AdaptiveDecision, seconds, st.sampled_from(("up", "down")), counts, counts,
@@ -179,7 +189,9 @@ def test_a_409_reads_back_the_same(
 TAIL = {"count": 3, "p50": 0.2, "p90": 0.5, "p99": 0.9, "max": 1.0}
 NONE_TAIL = {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
 GOOD = {"ended": 4, "good": 3, "slow": 0, "refused": 1, "failed": 0, "ratio": 0.75}
-WINDOW = {"requests": 4, "ttft": TAIL, "queue_wait": TAIL, "e2e": TAIL, "itl": NONE_TAIL}
+WINDOW = {"requests": 4, "exact": True, "rel_error": 0.005, "ttft": TAIL, "queue_wait": TAIL,
+          "e2e": TAIL, "itl": NONE_TAIL}  # fmt: skip
+SKETCHED = {**WINDOW, "exact": False}
 STATUS = {
     "version": 3,
     "paused": False,
@@ -190,7 +202,7 @@ STATUS = {
             "queue_wait": {"budget_s": 1.5, "source": "slo", "prefill_s": 0.3,
                            "drain_per_s": 4.0, "prefilling": 1, "prefill_cap": 6},
             "admitted_total": 40, "rejected_total": {"queue_full": 2},
-            "latency": {"1m": WINDOW, "5m": WINDOW}, "goodput": {"1m": GOOD, "5m": GOOD},
+            "latency": {"1m": WINDOW, "5m": SKETCHED}, "goodput": {"1m": GOOD, "5m": GOOD},
             "classes": {"critical": {"priority": 0, "inflight": 2, "queued": 1,
                                      "rejected_total": {"queue_full": 2}}},
             "tenants": [{"tenant": "acme", "id": "acme", "inflight": 2, "queued": 1,
@@ -220,6 +232,7 @@ def test_the_documented_status_reads_back_byte_for_byte() -> None:
     assert json.dumps(read.to_json()) == json.dumps(STATUS)  # same keys, same order
     chat = read.lanes["chat"]
     assert chat.latency["1m"].ttft.p99 == 0.9 and chat.goodput["5m"].ratio == 0.75
+    assert chat.latency["1m"].error is None and chat.latency["5m"].error == 0.005
     assert chat.adaptive is not None and chat.adaptive.last_decision is not None
     assert chat.adaptive.last_decision.from_ == 16 and chat.tenants[0].limits == TenantLimits(
         False, 4
@@ -251,6 +264,20 @@ def test_an_older_gates_answer_takes_the_defaults_for_what_it_lacks() -> None:
     # A newer gate's keys are left out, not refused.
     newer = Limits.from_json({"version": 2, "lanes": {"chat": {"max_warp": 9}}, "extra": 1})
     assert newer.lanes["chat"] == LaneLimits()
+
+
+def test_a_window_says_whether_its_tails_are_exact() -> None:
+    """A gate before the flag kept every record of ttft, queue wait and e2e: read as exact,
+    with the 0.5% its ITL buckets always had. A stated error that is no fraction is refused."""
+    old = LatencyWindow.from_json({"requests": 4, "ttft": TAIL}, "w")
+    assert (old.exact, old.rel_error, old.error) == (True, SKETCH_REL_ERROR, None)
+    sketched = LatencyWindow.from_json({"requests": 4, "exact": False, "rel_error": 0.01}, "w")
+    assert sketched.error == 0.01
+    for bad in (-0.1, 1.0, float("nan"), "0.5%"):
+        with pytest.raises(AdminApiError, match=r"w\.rel_error"):
+            LatencyWindow.from_json({"requests": 4, "rel_error": bad}, "w")
+    with pytest.raises(AdminApiError, match=r"w\.exact"):
+        LatencyWindow.from_json({"exact": "yes"}, "w")
 
 
 def test_an_old_recordings_gate_row_still_replays() -> None:

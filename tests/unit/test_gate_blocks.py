@@ -110,11 +110,16 @@ def test_a_second_of_raw_max_requests_is_exact_and_one_more_is_sketched() -> Non
     ttfts = [0.05 + 0.001 * i * i for i in range(RAW_MAX + 1)]
     for t in ttfts[:RAW_MAX]:
         answered(lane, 1000.5, t)
-    exact = lane.summary(60).ttft
+    window = lane.summary(60)
+    exact = window.ttft
     assert exact == exact_summary(ttfts[:RAW_MAX])  # interpolated between ranks, exactly
+    assert (window.exact, window.rel_error, window.error) == (True, ALPHA, None)  # says so
     answered(lane, 1000.5, ttfts[-1])
     lane._cache.clear()
-    sketched = lane.summary(60).ttft
+    window = lane.summary(60)
+    sketched = window.ttft
+    # and says it is not: the stated error is the sketch's
+    assert (window.exact, window.error) == (False, ALPHA) and lane.summary(300).error == ALPHA
     (block,) = lane.ended.blocks.values()
     assert block.raw is None and lane.ended.sums[0].sketched == 1
     assert sketched.count == RAW_MAX + 1 and sketched.max == ttfts[-1]  # exact
@@ -129,7 +134,8 @@ def test_a_second_of_raw_max_requests_is_exact_and_one_more_is_sketched() -> Non
     clock.t = 1061.0  # the sketched second left the minute: the window is exact again
     answered(lane, 1061.0, 0.3)
     lane._cache.clear()
-    assert lane.summary(60).ttft == exact_summary([0.3])
+    assert lane.summary(60).ttft == exact_summary([0.3]) and lane.summary(60).exact
+    assert not lane.summary(300).exact
     assert lane.ended.sums[0].sketched == 0 and lane.ended.sums[1].sketched == 1
 
 
@@ -147,10 +153,12 @@ def test_a_window_of_more_than_exact_max_requests_is_sketched() -> None:
     assert total.ended == EXACT_MAX and total.sketched == 0
     exact = lane.summary(60).ttft
     assert exact.p50 == sample_quantile(sorted(0.1 + 0.0001 * i for i in range(per_second)), 0.5)
+    assert lane.summary(60).exact
     answered(lane, 1040.0, 0.1)
     lane._cache.clear()
     over = lane.summary(60).ttft
     assert over.count == EXACT_MAX + 1 and over.p50 == pytest.approx(exact.p50, rel=ALPHA)
+    assert lane.summary(60).error == ALPHA  # no second over RAW_MAX, but too many in all
 
 
 def sketched_lane(records: list[tuple[str, float | None, float | None]]) -> LaneLatency:

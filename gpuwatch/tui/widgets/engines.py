@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwatch.fmt import NA, duration, num, pct, seconds
+from gpuwatch.fmt import NA, accuracy, duration, num, pct, seconds
 from gpuwatch.monitor.figures import EngineFigures, engine_figures
 from gpuwatch.monitor.state import Endpoint, UsersView, short_url
 from gpuwatch.tui.markup import escape
@@ -39,9 +39,10 @@ def _p99_color(p99: float | None, slo: float | None) -> str:
 
 
 def tails_label(f: EngineFigures) -> str:
-    """Whose tails these are: the gate's exact ones for a lane, or its histogram's."""
+    """Whose tails these are: the gate's for a lane (exact, or ``±0.5%`` where it kept log
+    buckets), or its histogram's."""
     if f.exact_lane is not None:
-        return f"({escape(f.exact_lane)}, exact)"
+        return f"({escape(f.exact_lane)}, {accuracy(f.tails_rel_error)})"
     return "(histogram)"
 
 

@@ -1,13 +1,15 @@
 """What users feel: goodput, their TTFT taken apart ("is it queueing or prefill?") and which
-part grew, and each lane's exact tails from the gate.
+part grew, and each lane's tails from the gate (exact, or ``±0.5%`` where it says so).
 
 It fills the left column under the admission panel; at 80x24 the first lines are what show.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gpuwatch.adminapi import LatencyWindow
-from gpuwatch.fmt import pct, seconds
+from gpuwatch.fmt import accuracy, pct, seconds
 from gpuwatch.monitor.figures import TtftBreakdown
 from gpuwatch.monitor.health import SIGNALS, badness
 from gpuwatch.monitor.state import UsersView
@@ -28,7 +30,7 @@ def breakdown_segments(b: TtftBreakdown, ttft_slo: float | None) -> list[str]:
     head = (
         f"[b]TTFT p99[/] [dim]{b.window}[/] [{color}][b]{seconds(b.ttft_p99)}[/][/]"
         f" [dim]at the {b.measured_at}"
-        + (f" ({escape(b.exact_lane)}, exact)" if b.exact_lane else "")
+        + (f" ({escape(b.exact_lane)}, {accuracy(b.tails_rel_error)})" if b.exact_lane else "")
         + "[/]"
         + (":" if parts else "")
     )
@@ -57,12 +59,23 @@ def goodput_line(users: UsersView, target: float | None) -> str:
     )
 
 
-def tail_row(lane: str, t: LatencyWindow) -> str:
+def tails_note(tails: Mapping[str, LatencyWindow]) -> str:
+    """How the lane table's tails are known: ``exact``, ``±0.5%`` (every lane's from the
+    gate's log buckets), or ``exact, ~ ±0.5%`` (the rows marked ``~`` are)."""
+    errors = [t.error for t in tails.values() if t.error is not None]
+    if not errors:
+        return "exact"
+    sketched = accuracy(max(errors))
+    return sketched if len(errors) == len(tails) else f"exact, ~ {sketched}"
+
+
+def tail_row(lane: str, t: LatencyWindow, mark: bool = False) -> str:
+    """``mark``: some lanes' tails are exact and some not: a ``~`` ends a row that is not."""
     return (
         f" {escape(lane):<8}{t.requests!s:>6} {seconds(t.ttft.p50):>9}"
         f"{seconds(t.ttft.p99):>7}{seconds(t.ttft.max):>7}{seconds(t.queue_wait.p99):>10}"
         f"{seconds(t.itl.p99):>8}{seconds(t.e2e.p99):>8}"
-    )
+    ) + (" ~" if mark and not t.exact else "")
 
 
 class UsersPanel(Panel):
@@ -93,6 +106,8 @@ class UsersPanel(Panel):
             segments = breakdown_segments(breakdown, slo.get("ttft_p99_s"))
             lines.extend(flow(segments[:2] if compact else segments, width, ""))
         if users is not None and users.tails and not compact:
-            lines.append(TAIL_HEADER + f" [dim]exact, {users.window}[/]")
-            lines.extend(tail_row(lane, t) for lane, t in users.tails.items())
+            note = tails_note(users.tails)
+            lines.append(TAIL_HEADER + f" [dim]{note}, {users.window}[/]")
+            mixed = "~" in note
+            lines.extend(tail_row(lane, t, mixed) for lane, t in users.tails.items())
         self.show("\n".join(lines))
