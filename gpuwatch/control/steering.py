@@ -133,8 +133,24 @@ def revert_of(before: Limits, patch: LimitsPatch) -> LimitsPatch:
     )
 
 
-class SteeringView(Protocol):
-    """What the control needs from whoever shows it."""
+class OperatorView(Protocol):
+    """What any steering needs from whoever shows it: tell, log, ask, repaint. The gate's
+    ``SteeringView`` and the native knobs' ``KnobView`` (control/knobs/steer.py) both build
+    on it, so one screen answers both."""
+
+    def event(self, level: EventLevel, text: str) -> None: ...
+
+    def notify(self, text: str, severity: Severity = "information") -> None: ...
+
+    async def confirm(self, title: str, details: list[str]) -> bool:
+        """Ask the operator; True to go ahead."""
+
+    def changed(self) -> None:
+        """Pending changes or the selection moved: show them."""
+
+
+class SteeringView(OperatorView, Protocol):
+    """What the gate's control needs from whoever shows it."""
 
     def limits(self) -> Limits | None:
         """The gate's limits as last answered, or None while there is no gate."""
@@ -145,21 +161,11 @@ class SteeringView(Protocol):
     def show_limits(self, limits: Limits) -> None:
         """The gate answered with these limits (a change's result or a 409's current ones)."""
 
-    def event(self, level: EventLevel, text: str) -> None: ...
-
-    def notify(self, text: str, severity: Severity = "information") -> None: ...
-
-    async def confirm(self, title: str, details: list[str]) -> bool:
-        """Ask the operator; True to go ahead."""
-
     async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         """The operator's changes to ``lane`` from a form, or None when cancelled."""
 
     def tenants(self, lane: str) -> list[str]:
         """The ids of the tenants the gate shows for ``lane`` now, busiest first."""
-
-    def changed(self) -> None:
-        """Pending changes or the selection moved: show them."""
 
 
 @dataclass
