@@ -57,7 +57,11 @@ def positive(default: Any) -> Any:
 
 
 def value_problem(f: dataclasses.Field[Any], value: Any) -> str | None:
-    """Why ``value`` does not fit field ``f``'s bounds (finite; above 0; within min / max)."""
+    """Why ``value`` does not fit field ``f``'s bounds (finite; above 0; within min / max; one
+    of its choices)."""
+    choices = f.metadata.get("choices")
+    if choices is not None and value not in choices:
+        return f"must be one of {', '.join(choices)}, got {value!r}"
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number, got {value!r}"
     if f.metadata.get("positive") and not value > 0:
@@ -114,6 +118,21 @@ class GateTarget:
     token_file: str = ""
 
 
+KNOB_STACKS = ("ray", "dynamo", "litellm", "sglang", "vllm")
+
+
+@dataclass
+class KnobConfig:
+    """``[[knobs]]``: a serving stack's own admin API, whose admission knobs gpuwatch reads and
+    changes (gpuwatch/control/knobs/). The credential comes from a file, never from argv."""
+
+    stack: str = field(default="", metadata={"choices": KNOB_STACKS, "required": True})
+    url: str = field(default="", metadata={"required": True})  # e.g. http://127.0.0.1:8265
+    credential_file: str = ""  # a bearer token (LiteLLM's master key)
+    engine: str = ""  # the engine's metrics URL it steers (shown beside it), if any
+    timeout_s: float = positive(3.0)
+
+
 @dataclass
 class AlertSettings:
     """``[alerts]``: the SLO's burn-rate alerts (gpuwatch/alerts/) and who hears of them."""
@@ -141,6 +160,9 @@ class Settings:
     alerts: AlertSettings = field(default_factory=AlertSettings)
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     gates: dict[str, GateTarget] = field(default_factory=dict)
+    knobs: list[KnobConfig] = field(default_factory=list)
+    # The local audit of knob changes (default $XDG_STATE_HOME/gpuwatch/knobs-audit.jsonl).
+    knob_audit: str = ""
 
 
 def default_path() -> Path:
@@ -173,6 +195,8 @@ def _build(cls: type[T], data: Mapping[str, Any], path: Path, prefix: str) -> T:
         hint = hints[key]
         if typing.get_origin(hint) is dict:
             values[key] = _table_of(hint, value, path, dotted)
+        elif _is_list_of_tables(hint):
+            values[key] = _tables_of(hint, value, path, dotted)
         elif dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: '{dotted}' must be a table ([{dotted}])")
@@ -182,7 +206,23 @@ def _build(cls: type[T], data: Mapping[str, Any], path: Path, prefix: str) -> T:
             problem = value_problem(fields[key], values[key])
             if problem:
                 raise ConfigError(f"{path}: key '{dotted}' {problem}")
+    for name, f in fields.items():
+        if f.metadata.get("required") and not values.get(name):
+            raise ConfigError(f"{path}: key '{prefix}{name}' is required")
     return cls(**values)
+
+
+def _is_list_of_tables(hint: Any) -> bool:
+    return typing.get_origin(hint) is list and dataclasses.is_dataclass(typing.get_args(hint)[0])
+
+
+def _tables_of(hint: Any, value: Any, path: Path, dotted: str) -> list[Any]:
+    """An array of tables (``[[knobs]]``), each checked as its type; ``knobs#2.url`` names
+    one key of the second (counted from 1, as they are read in the file)."""
+    (item_type,) = typing.get_args(hint)
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"{path}: '{dotted}' must be an array of tables ([[{dotted}]])")
+    return [_build(item_type, t, path, f"{dotted}#{i}.") for i, t in enumerate(value, 1)]
 
 
 def _table_of(hint: Any, value: Any, path: Path, dotted: str) -> dict[str, Any]:

@@ -26,6 +26,15 @@ class Guard:
             raise ReadOnlyError(f"{action} refused: {self.reason}")
 
 
+PAUSE_REASON = "pause admission: in-flight requests finish, new ones are refused"
+
+
+def cut_by_more_than_half(was: float, now: float) -> bool:
+    """The confirmation's rule for a limit: one that had room and loses more than half of it
+    (a gate's lane here, a stack's own knob in ``control/knobs/apply.py``)."""
+    return was > 0 and now < was / 2
+
+
 def lane_capacity(lane: LaneLimits) -> int:
     return lane.max_inflight + lane.max_queue
 
@@ -36,7 +45,7 @@ def confirmation_reason(before: Limits, patch: LimitsPatch) -> str | None:
     Pausing, and any change that cuts a lane's capacity (in flight + queued) by more than half.
     """
     if patch.paused is True and not before.paused:
-        return "pause admission: in-flight requests finish, new ones are refused"
+        return PAUSE_REASON
     for name, changes in patch.lanes.items():
         old = before.lanes.get(name)
         if old is None:
@@ -46,8 +55,8 @@ def confirmation_reason(before: Limits, patch: LimitsPatch) -> str | None:
             ("max_inflight", old.max_inflight, new.max_inflight),
             ("max_queue", old.max_queue, new.max_queue),
         ):
-            if key in changes and was > 0 and now < was / 2:
+            if key in changes and cut_by_more_than_half(was, now):
                 return f"lane {name}: {key} {was} -> {now} cuts it by more than half"
-        if lane_capacity(old) > 0 and lane_capacity(new) < lane_capacity(old) / 2:
+        if cut_by_more_than_half(lane_capacity(old), lane_capacity(new)):
             return f"lane {name}: capacity {lane_capacity(old)} -> {lane_capacity(new)}"
     return None
