@@ -137,5 +137,5 @@ def knob_audit(path: str, say: Say) -> AuditLog:
     try:
         return open_audit(path or None)
     except AuditError as exc:
-            say("bad", f"knob audit: {exc}")
+        say("bad", f"knob audit: {exc}")
         return AuditLog(Path(path) if path else default_audit_path())

@@ -199,7 +199,8 @@ class NodeSession:
         self.steering = Steering(guard, NodeView(self), options.admin_url or "")
         # The stacks' own knobs (none for a replay or a prebuilt monitor): read by a poller,
         # steered by the same keys on their rows, through the same guard.
-        self.knob_reader, audit = knobs or (None, AuditLog(default_audit_path()))
+        self.knob_reader: KnobReader | None = knobs[0] if knobs else None
+        audit = knobs[1] if knobs else AuditLog(default_audit_path())
         self.knobs = KnobSteering(guard, KnobsView(self), audit, default_actor())
         self.pollers: list[Poller] = pollers(self) if pollers is not None else []
 

@@ -20,7 +20,6 @@ from typing import Any, Literal, Protocol
 
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.control.knobs.apply import apply_changes, knob_confirmation_reason
-from gpuwatch.control.knobs.audit import KnobAudit
 from gpuwatch.control.knobs.base import (
     Knob,
     KnobAdapter,
@@ -34,6 +33,7 @@ from gpuwatch.control.knobs.base import (
 from gpuwatch.control.steering import COALESCE_S, OperatorView
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
+from gpuwatch.gate.audit import AuditError, AuditLog
 
 # `+` / `-` on a knob, `*` / `/` (double, halve).
 Step = Literal["up", "down", "double", "halve"]
@@ -185,7 +185,7 @@ class KnobSteering:
         self,
         guard: Guard,
         view: KnobView,
-        audit: KnobAudit,
+        audit: AuditLog,
         actor: str,
         coalesce_s: float = COALESCE_S,
     ) -> None:
@@ -244,8 +244,7 @@ class KnobSteering:
         if found is None:
             self.view.notify("select a knob first (tab)", "warning")
             return None
-        source, knob = found
-        if not self.allowed(f"{what} of {knob.label}"):
+        if not self.allowed(f"{what} of {found[1].label}"):
             return None
         return found
 
@@ -386,6 +385,13 @@ class KnobSteering:
             self.view.notify(f"change refused: {exc}", "error")
             self.view.event("bad", f"change refused: {exc}")
             return False
+        except (AuditError, OSError) as exc:
+            # The stack took the change; only its audit line is missing: said loudly, and
+            # still undoable from the knobs as they are now.
+            self.view.notify(f"changed, but not audited: {exc}", "error")
+            self.view.event("bad", f"knob change not audited: {'; '.join(lines)}: {exc}")
+            await self._reread(source)
+            after = source.knobs
         source.shown(after)
         self.view.event("info", f"{'undone' if undo else 'knobs'}: {'; '.join(lines)}")
         if not undo:
