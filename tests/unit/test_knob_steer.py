@@ -236,13 +236,10 @@ async def test_read_only_refuses_before_anything_is_read_or_sent(tmp_path: Path)
     rig = make_rig(tmp_path, read_only=True)
     rig.select("max_ongoing_requests")
     reads = rig.stack.reads
-    for act in (
-        lambda: rig.steering.step("up"),
-        rig.steering.pause,
-        rig.steering.edit,
-        rig.steering.undo,
-    ):
-        act()
+    rig.steering.step("up")
+    rig.steering.pause()
+    rig.steering.edit()
+    rig.steering.undo()
     await rig.steering.settle()
     assert rig.stack.reads == reads and rig.stack.writes == []
     assert len(rig.view.notes) == 4
