@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from gpuwatch.adminapi import AuditEntry
 from gpuwatch.config import KnobConfig
 from gpuwatch.control.knobs.apply import default_audit_path, open_audit
 from gpuwatch.control.knobs.base import KnobEndpoint, KnobError
@@ -139,3 +140,11 @@ def knob_audit(path: str, say: Say) -> AuditLog:
     except AuditError as exc:
         say("bad", f"knob audit: {exc}")
         return AuditLog(Path(path) if path else default_audit_path())
+
+
+def read_audit(path: Path, newest: int = 50) -> list[AuditEntry]:
+    """The newest entries of the knob audit at ``path``, newest first, read from the file (it
+    is appended to by ``gpuwatch limits set`` too); AuditError when it cannot be read back."""
+    audit = AuditLog(path)
+    audit.load()
+    return list(audit.recent)[:newest]

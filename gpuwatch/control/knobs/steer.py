@@ -210,15 +210,17 @@ class KnobSteering:
         return not self._pending and self._timer is None and not self._tasks
 
     def rows(self) -> list[KnobRef]:
-        """Every knob shown, in order: the rows selection moves through."""
-        return [KnobRef.of(s, k) for s in self.view.sources() for k in s.knobs]
+        """Every knob shown, in order: the rows selection moves through (a stack whose last
+        read failed has none)."""
+        return [KnobRef.of(s, k) for s in self.view.sources() if s.error is None for k in s.knobs]
 
     def current(self) -> tuple[KnobSource, Knob] | None:
         """The selected knob as last read, and its stack; None when none is (or it is gone)."""
         if self.selected is None:
             return None
         for source in self.view.sources():
-            knob = source.find(self.selected)
+            # A stack whose last read failed shows N/A: nothing to make a change from.
+            knob = source.find(self.selected) if source.error is None else None
             if knob is not None:
                 return source, knob
         return None
