@@ -15,9 +15,17 @@ from urllib.parse import urlsplit
 from gpuwatch.admintoken import read_token
 from gpuwatch.config import KnobConfig
 from gpuwatch.control.knobs.base import KnobAdapter, KnobEndpoint, KnobError
+from gpuwatch.control.knobs.dynamo import DynamoKnobs
+from gpuwatch.control.knobs.litellm import LiteLLMKnobs
+from gpuwatch.control.knobs.sglang import SGLangKnobs
+from gpuwatch.control.knobs.vllm import VLLMKnobs
 
 ADAPTERS: dict[str, Callable[[KnobEndpoint], KnobAdapter]] = {
     # One line per stack's module (ray, dynamo, litellm, sglang, vllm).
+    "dynamo": DynamoKnobs,
+    "litellm": LiteLLMKnobs,
+    "sglang": SGLangKnobs,
+    "vllm": VLLMKnobs,
 }
 
 # The stacks whose admin API answers on the same port as their metrics.
