@@ -52,7 +52,6 @@ class KnobReader:
         self._shown = shown  # the rows changed: repaint
         self.interval_s = interval_s
         self.sources: list[KnobSource] = []
-        self._guessed: set[str] = set()  # sources found from a dialect, not the config
         self._seen: set[tuple[str, str]] = set()  # (stack, url) already tried
         for config in configured:
             try:
@@ -65,10 +64,7 @@ class KnobReader:
         if key in self._seen:
             return
         self._seen.add(key)
-        source = KnobSource(adapter_for(endpoint), engine)
-        self.sources.append(source)
-        if guessed:
-            self._guessed.add(source.url)
+        self.sources.append(KnobSource(adapter_for(endpoint), engine, guessed=guessed))
 
     def discover(self) -> None:
         """A source for each scraped engine whose stack has its knobs on a known port."""
@@ -107,7 +103,7 @@ class KnobReader:
         source.shown(knobs)
 
     def _failed(self, source: KnobSource, reason: str) -> None:
-        if source.url in self._guessed and not source.read:
+        if source.guessed and not source.read:
             # Guessed from a dialect and never answered: that stack has no knob API here.
             log.info("no knobs at %s %s: %s", source.stack, source.url, reason)
             self.sources.remove(source)

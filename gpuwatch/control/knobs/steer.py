@@ -86,6 +86,8 @@ def step_value(knob: Knob, value: KnobValue, step: Step) -> KnobValue:
             raise NoStep(f"{knob.label} is already {show_value(wanted)}")
         return wanted
     if value is None or isinstance(value, bool):
+        if not knob.nullable:
+            raise NoStep(f"{knob.label} is not set: e sets it")
         if step in ("up", "double"):
             raise NoStep(f"{knob.label} has no limit already")
         if knob.maximum is None:
@@ -115,6 +117,7 @@ class KnobSource:
 
     adapter: KnobAdapter
     engine: str | None = None  # the engine it steers (shown beside), when known
+    guessed: bool = False  # found from an engine's dialect, not named in the config
     knobs: list[Knob] = field(default_factory=list)
     error: str | None = None
     read: bool = False  # answered at least once

@@ -31,7 +31,7 @@ def knob_lines(sources: list[KnobSource], selected: KnobRef | None, compact: boo
             reason = escape(clip(source.error, 40 if compact else 80))
             out.append(f" {source.stack} {where} [$bad]N/A[/] [dim]{reason}[/]")
             continue
-        if not source.read:
+        if not source.read and not source.guessed:  # a guess shows only what it finds
             out.append(f" {source.stack} {where} [dim]reading…[/]")
             continue
         targets: dict[str, list[str]] = {}
