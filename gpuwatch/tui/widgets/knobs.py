@@ -22,17 +22,18 @@ SHORT_NAMES = {
 
 def knob_lines(sources: list[KnobSource], selected: KnobRef | None, compact: bool) -> list[str]:
     """One row per target of each stack, its knobs side by side (the selected one reversed);
-    a stack that did not answer its last read is one ``N/A`` row saying why."""
-    out: list[str] = []
+    a stack that did not answer its last read is one ``N/A`` row saying why. The rows' names
+    (stack and target) make one column."""
+    rows: list[tuple[str, str, bool]] = []  # (name, the rest as markup, in the column)
     width = 14 if compact else 24
     for source in sources:
-        where = escape(clip(short_url(source.url), width))
+        where = clip(short_url(source.url), width)
         if source.error is not None:
-            reason = escape(clip(source.error, 40 if compact else 80))
-            out.append(f" {source.stack} {where} [$bad]N/A[/] [dim]{reason}[/]")
+            reason = escape(clip(source.error, 28 if compact else 48))
+            rows.append((f"{source.stack} {where}", f"[$bad]N/A[/] [dim]{reason}[/]", False))
             continue
         if not source.read and not source.guessed:  # a guess shows only what it finds
-            out.append(f" {source.stack} {where} [dim]reading…[/]")
+            rows.append((f"{source.stack} {where}", "[dim]reading…[/]", False))
             continue
         targets: dict[str, list[str]] = {}
         for knob in source.knobs:
@@ -42,5 +43,10 @@ def knob_lines(sources: list[KnobSource], selected: KnobRef | None, compact: boo
                 cell = f"[reverse]{cell}[/reverse]"
             targets.setdefault(knob.target, []).append(cell)
         for target, cells in targets.items():
-            out.append(f" {source.stack} {escape(clip(target, width))}  " + "  ".join(cells))
-    return out
+            rows.append((f"{source.stack} {clip(target, width)}", "  ".join(cells), True))
+    # A stack's own row (N/A, reading) does not widen the column of the knobs' names.
+    column = max((len(name) for name, _, aligned in rows if aligned), default=0)
+    return [
+        f" {escape(name.ljust(column) if aligned else name)}  {rest}"
+        for name, rest, aligned in rows
+    ]
