@@ -17,11 +17,13 @@ from gpuwatch.config import KnobConfig
 from gpuwatch.control.knobs.base import KnobAdapter, KnobEndpoint, KnobError
 from gpuwatch.control.knobs.dynamo import DynamoKnobs
 from gpuwatch.control.knobs.litellm import LiteLLMKnobs
+from gpuwatch.control.knobs.ray import RayServeKnobs
 from gpuwatch.control.knobs.sglang import SGLangKnobs
 from gpuwatch.control.knobs.vllm import VLLMKnobs
 
 ADAPTERS: dict[str, Callable[[KnobEndpoint], KnobAdapter]] = {
     # One line per stack's module (ray, dynamo, litellm, sglang, vllm).
+    "ray": RayServeKnobs,
     "dynamo": DynamoKnobs,
     "litellm": LiteLLMKnobs,
     "sglang": SGLangKnobs,
