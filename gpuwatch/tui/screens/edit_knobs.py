@@ -37,6 +37,8 @@ def knob_problem(knob: Knob, text: str) -> str | None:
         value = parse_knob(knob, text)
     except NotAValue as exc:
         return str(exc)
+    if value is None and knob.value is None:
+        return None  # never set (a Dynamo threshold), and left so: no change
     return knob.problem(value)
 
 
