@@ -1,4 +1,5 @@
-"""``gpuwatch limits``: read and change a gate's limits through its admin API."""
+"""``gpuwatch limits``: read and change a gate's limits through its admin API, or a serving
+stack's own knobs through its own (``--ray URL`` and the others: ``cli/limits_knobs.py``)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ PROG = "gpuwatch limits"
 
 
 def register(limits: argparse.ArgumentParser) -> None:
+    from gpuwatch.cli.limits_knobs import register_knobs
+
     limits.description = (
-        "Talk to a gate's admin API. Exit 1 when the gate refuses, with its reason."
+        "Talk to a gate's admin API (--admin), or to a serving stack's own admin API (--ray, "
+        "--dynamo, --litellm, --sglang, --vllm: its knobs, TARGET.NAME=VALUE). Exit 1 when "
+        "either refuses (or a knob changed since it was read), with the reason."
     )
     limits.add_argument(
         "action",
@@ -28,9 +33,8 @@ def register(limits: argparse.ArgumentParser) -> None:
         choices=["get", "set", "pause", "resume", "audit", "status"],
     )
     limits.add_argument("assignments", nargs="*", metavar="LANE.KEY=VALUE")
-    limits.add_argument(
-        "--admin", required=True, metavar="URL", help="the gate, e.g. http://127.0.0.1:9000"
-    )
+    limits.add_argument("--admin", metavar="URL", help="the gate, e.g. http://127.0.0.1:9000")
+    register_knobs(limits)
     limits.add_argument("--admin-token-file", type=Path, metavar="FILE", help=TOKEN_HELP)
     limits.add_argument(
         "--if-match", type=int, metavar="VERSION", help="refuse if the version moved"
@@ -41,26 +45,28 @@ def register(limits: argparse.ArgumentParser) -> None:
     limits.set_defaults(func=run)
 
 
+def parse_value(raw: str) -> Any:
+    """``none`` / ``null`` / empty -> None, ``true`` / ``false``, an int, a float, else the text."""
+    if raw.lower() in ("null", "none", ""):
+        return None
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    try:
+        return int(raw)
+    except ValueError:
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+
+
 def parse_assignment(text: str) -> tuple[str, str, Any]:
     """``chat.max_inflight=6`` -> ("chat", "max_inflight", 6); ValueError naming the problem."""
     target, sep, raw = text.partition("=")
     lane, dot, key = target.partition(".")
     if not sep or not dot or not lane or not key:
         raise ValueError(f"expected LANE.KEY=VALUE, got {text!r}")
-    value: Any
-    if raw.lower() in ("null", "none", ""):
-        value = None
-    elif raw.lower() in ("true", "false"):
-        value = raw.lower() == "true"
-    else:
-        try:
-            value = int(raw)
-        except ValueError:
-            try:
-                value = float(raw)
-            except ValueError:
-                value = raw
-    return lane, key, value
+    return lane, key, parse_value(raw)
 
 
 def patch_of(assignments: list[tuple[str, str, Any]]) -> LimitsPatch:
@@ -88,8 +94,16 @@ def patch_of(assignments: list[tuple[str, str, Any]]) -> LimitsPatch:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuwatch.cli.limits_knobs import run_knobs, stack_of
     from gpuwatch.control.gate import GateClient
     from gpuwatch.control.guard import Guard
+
+    try:
+        stack = stack_of(args)
+    except ValueError as exc:
+        return fail(PROG, str(exc))
+    if stack is not None:
+        return run_knobs(args, *stack)
 
     try:
         token = read_token(args.admin_token_file)

@@ -45,7 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "limits": (
         "limits",
         "a gate's limits: get | set LANE.KEY=VALUE ... | pause | resume | audit | status "
-        "(a tenant's: set tenants.ID.paused=true, tenants.ID.max_inflight=2, tenants.ID=none)",
+        "(a tenant's: set tenants.ID.paused=true, tenants.ID.max_inflight=2, tenants.ID=none); "
+        "a stack's own knobs: --ray / --dynamo / --litellm / --sglang / --vllm URL",
     ),
     "load": ("load", "bursty load generator: TTFT, TPOT, ITL, E2E, goodput"),
     "plan": (
