@@ -12,6 +12,7 @@ from gpuwatch.tui.markup import escape
 # The stacks' long names, as a row has room for them.
 SHORT_NAMES = {
     "max_ongoing_requests": "max_ongoing",
+    "max_queued_requests": "max_queued",
     "num_replicas": "replicas",
     "active_decode_blocks_threshold": "decode blocks",
     "active_prefill_tokens_threshold": "prefill tokens",
