@@ -31,12 +31,15 @@ class AuditScreen(Screen[None]):
         knobs: list[AuditEntry] | None = None,
     ) -> None:
         super().__init__()
+        self.gate = entries is not None
         self.entries = entries or []
         self.error = error
         self.knobs = knobs
 
     def compose(self) -> ComposeResult:
-        what = "audit trail" if self.knobs is None else "audit trail: the gate's and the knobs'"
+        what = "audit trail"
+        if self.knobs is not None:  # the local knob audit, beside the gate's if there is one
+            what += ": the gate's and the knobs'" if self.gate else ": the knobs' (local file)"
         title = f"[b]{what}[/] (newest first)  [dim]esc to go back[/]"
         if self.error:
             title += f"  [$bad]{self.error}[/]"

@@ -72,7 +72,7 @@ class AdmissionPanel(Panel):
     ) -> None:
         """The gate's lanes (``selected``: the lane the keys act on, None when a knob row is),
         then the stacks' own knobs (``knobs``), then what is being sent."""
-        knob_rows = knob_lines(knobs or [], selected_knob, compact)
+        knob_rows = knob_lines(knobs or [], selected_knob, compact, self.content_size.width)
         sending = [f" [$warn]sending: {escape('; '.join(pending))}[/]"] if pending else []
         if gate is None:
             self.display = bool(knob_rows)

@@ -21,33 +21,51 @@ SHORT_NAMES = {
 }
 
 
-def knob_lines(sources: list[KnobSource], selected: KnobRef | None, compact: bool) -> list[str]:
-    """One row per target of each stack, its knobs side by side (the selected one reversed);
-    a stack that did not answer its last read is one ``N/A`` row saying why. The rows' names
-    (stack and target) make one column."""
-    rows: list[tuple[str, str, bool]] = []  # (name, the rest as markup, in the column)
-    width = 14 if compact else 24
+def knob_lines(
+    sources: list[KnobSource], selected: KnobRef | None, compact: bool, width: int = 0
+) -> list[str]:
+    """One row per target of each stack, its knobs side by side (the selected one reversed),
+    going on under them where ``width`` (the panel's, 0: unknown) ends; a stack that did not
+    answer its last read is one ``N/A`` row saying why. The rows' names make one column."""
+    # (name, its cells: markup and length); a stack's own row (N/A, reading) is a line of
+    # markup, not in the column.
+    rows: list[tuple[str, list[tuple[str, int]]] | str] = []
+    room = 14 if compact else 24
     for source in sources:
-        where = clip(short_url(source.url), width)
+        where = escape(clip(short_url(source.url), room))
         if source.error is not None:
             reason = escape(clip(source.error, 28 if compact else 48))
-            rows.append((f"{source.stack} {where}", f"[$bad]N/A[/] [dim]{reason}[/]", False))
+            rows.append(f" {source.stack} {where}  [$bad]N/A[/] [dim]{reason}[/]")
             continue
         if not source.read and not source.guessed:  # a guess shows only what it finds
-            rows.append((f"{source.stack} {where}", "[dim]reading…[/]", False))
+            rows.append(f" {source.stack} {where}  [dim]reading…[/]")
             continue
-        targets: dict[str, list[str]] = {}
+        targets: dict[str, list[tuple[str, int]]] = {}
         for knob in source.knobs:
-            name = SHORT_NAMES.get(knob.name, knob.name)
-            cell = f"{escape(clip(name, 24))} {escape(show_value(knob.value))}"
+            shown = f"{clip(SHORT_NAMES.get(knob.name, knob.name), 24)} {show_value(knob.value)}"
+            cell = escape(shown)
             if KnobRef.of(source, knob) == selected:
                 cell = f"[reverse]{cell}[/reverse]"
-            targets.setdefault(knob.target, []).append(cell)
+            targets.setdefault(knob.target, []).append((cell, len(shown)))
         for target, cells in targets.items():
-            rows.append((f"{source.stack} {clip(target, width)}", "  ".join(cells), True))
-    # A stack's own row (N/A, reading) does not widen the column of the knobs' names.
-    column = max((len(name) for name, _, aligned in rows if aligned), default=0)
+            rows.append((f"{source.stack} {clip(target, room)}", cells))
+    column = max((len(row[0]) for row in rows if isinstance(row, tuple)), default=0)
     return [
-        f" {escape(name.ljust(column) if aligned else name)}  {rest}"
-        for name, rest, aligned in rows
+        line
+        for row in rows
+        for line in (_wrapped(*row, column, width) if isinstance(row, tuple) else [row])
     ]
+
+
+def _wrapped(name: str, cells: list[tuple[str, int]], column: int, width: int) -> list[str]:
+    indent = 1 + column + 2
+    lines: list[str] = []
+    line, used = f" {escape(name.ljust(column))}  ", indent
+    for n, (cell, length) in enumerate(cells):
+        if n and width and used + 2 + length > width:
+            lines.append(line)
+            line, used = " " * indent, indent
+        elif n:
+            line, used = line + "  ", used + 2
+        line, used = line + cell, used + length
+    return [*lines, line]
