@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Button
+from textual.widgets import Button, DataTable
 
 from gpuwatch.config import KnobConfig
 from gpuwatch.control.knobs.apply import open_audit
 from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit_knobs import EditKnobs
 from tests.functional.stackfakes.dynamo import DynamoFake
 from tests.functional.stackfakes.vllm import VLLMFake
 from tests.functional.test_tui import text
+from tests.functional.test_tui_control import audit_shown, confirm_shown
 from tests.helpers import eventually
 
 DECODE = "active_decode_blocks_threshold"
@@ -97,19 +97,6 @@ async def settled(pilot: Pilot[None], app: GpuwatchApp) -> None:
     await eventually(pause=pilot.pause, condition=lambda: app.session.knobs.idle)
 
 
-async def confirm_shown(pilot: Pilot[None], app: GpuwatchApp) -> ConfirmationModal:
-    await eventually(
-        pause=pilot.pause,
-        condition=lambda: (
-            isinstance(app.screen, ConfirmationModal)
-            and app.focused is not None
-            and app.focused.id == "cancel"
-        ),
-    )
-    assert isinstance(app.screen, ConfirmationModal)
-    return app.screen
-
-
 async def test_keys_step_a_dynamo_threshold_audited_and_undone(stacks: Stacks) -> None:
     app = stacks.app()
     app.session.knobs.coalesce_s = 2.0  # the keys below land in one window on a loaded machine
@@ -138,13 +125,8 @@ async def test_keys_step_a_dynamo_threshold_audited_and_undone(stacks: Stacks) -
         assert all("@" in e.actor for e in entries)
         # `a` shows the local knob audit (no gate here).
         await pilot.press("a")
-        screen = await eventually(
-            pause=pilot.pause,
-            condition=lambda: (
-                isinstance(app.screen, AuditScreen) and app.screen.query("DataTable") and app.screen
-            ),
-        )
-        assert screen.query_one("DataTable").row_count == 2
+        screen = await audit_shown(pilot, app)
+        assert screen.query_one(DataTable).row_count == 2
 
 
 async def test_p_pauses_vllm_after_asking_and_resumes_without(stacks: Stacks) -> None:

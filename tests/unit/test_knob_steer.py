@@ -19,6 +19,7 @@ from gpuwatch.control.knobs.steer import (
     step_value,
 )
 from gpuwatch.gate.audit import AuditLog
+from tests.operatorview import RecordingOperator
 from tests.unit.memoryknobs import MemoryKnobs, knob
 
 
@@ -77,37 +78,20 @@ def test_a_key_that_cannot_move_the_knob_says_why(shown: Knob, step: Step, why: 
         step_value(shown, shown.value, step)
 
 
-@dataclass
-class View:
+@dataclass(kw_only=True)
+class View(RecordingOperator):
     """A KnobView that remembers what it was told and answers as set."""
 
     source: KnobSource
-    confirm_answer: bool = True
     form_answer: dict[str, KnobValue] | None = None
-    notes: list[tuple[str, str]] = field(default_factory=list)
-    events: list[tuple[str, str]] = field(default_factory=list)
-    asked: list[list[str]] = field(default_factory=list)
     forms: list[list[Knob]] = field(default_factory=list)
 
     def sources(self) -> list[KnobSource]:
         return [self.source]
 
-    def event(self, level: str, text: str) -> None:
-        self.events.append((level, text))
-
-    def notify(self, text: str, severity: str = "information") -> None:
-        self.notes.append((severity, text))
-
-    async def confirm(self, title: str, details: list[str]) -> bool:
-        self.asked.append(details)
-        return self.confirm_answer
-
     async def edit_knobs(self, title: str, knobs: list[Knob]) -> dict[str, KnobValue] | None:
         self.forms.append(knobs)
         return self.form_answer
-
-    def changed(self) -> None:
-        pass
 
 
 @dataclass
@@ -134,7 +118,7 @@ def make_rig(tmp_path: Path, read_only: bool = False) -> Rig:
     )
     source = KnobSource(stack)
     source.shown(list(stack.knobs.values()))
-    view = View(source)
+    view = View(source=source)
     audit = AuditLog(tmp_path / "knobs-audit.jsonl")
     steering = KnobSteering(Guard(read_only=read_only), view, audit, "me@here", coalesce_s=60)
     return Rig(stack, view, steering, audit)

@@ -14,9 +14,9 @@ severity this shares.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.control.knobs.apply import apply_changes, knob_confirmation_reason
@@ -30,7 +30,7 @@ from gpuwatch.control.knobs.base import (
     same_value,
     show_value,
 )
-from gpuwatch.control.steering import COALESCE_S, OperatorView
+from gpuwatch.control.steering import COALESCE_S, InFlight, OperatorView
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.gate.audit import AuditError, AuditLog
@@ -203,14 +203,14 @@ class KnobSteering:
         self._pending: dict[KnobRef, tuple[KnobSource, Knob, KnobValue]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._lock = asyncio.Lock()  # one change at a time, in the order the keys came
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._inflight = InFlight(view, "knobs")
 
     # -- state ----------------------------------------------------------------------------
 
     @property
     def idle(self) -> bool:
         """No key waits to be sent and no change is in flight or awaiting confirmation."""
-        return not self._pending and self._timer is None and not self._tasks
+        return not self._pending and self._timer is None and not self._inflight
 
     def rows(self) -> list[KnobRef]:
         """Every knob shown, in order: the rows selection moves through (a stack whose last
@@ -294,7 +294,7 @@ class KnobSteering:
             )
             return
         self.flush()
-        self._spawn(self._commit(source, [KnobChange(knob, not knob.value)]))
+        self._inflight.spawn(self._commit(source, [KnobChange(knob, not knob.value)]))
 
     def flush(self) -> None:
         """Send what the pending keys amount to now, one change per stack (the coalescing
@@ -307,7 +307,7 @@ class KnobSteering:
         for source, knob, value in pending.values():
             by_source.setdefault(source.url, (source, []))[1].append(KnobChange(knob, value))
         for source, changes in by_source.values():
-            self._spawn(self._commit(source, changes))
+            self._inflight.spawn(self._commit(source, changes))
 
     def edit(self) -> None:
         """``e`` on a knob row: every knob of the selected knob's target in one form; Apply
@@ -317,11 +317,10 @@ class KnobSteering:
             return
         self.flush()  # keys pressed before the form are a change of their own, sent first
         source, knob = found
-        self._spawn(self._edit(source, knob.target))
+        self._inflight.spawn(self._edit(source, knob.target))
 
     async def _edit(self, source: KnobSource, target: str) -> None:
-        earlier = [t for t in self._tasks if t is not asyncio.current_task()]
-        await asyncio.gather(*earlier, return_exceptions=True)
+        await self._inflight.earlier()
         knobs = [k for k in source.knobs if k.target == target]
         if not knobs:
             return
@@ -342,10 +341,10 @@ class KnobSteering:
         if not self.allowed("undo"):
             return
         self.flush()
-        if not self.history and not self._tasks:
+        if not self.history and not self._inflight:
             self.view.notify("no knob change to undo from this screen")
             return
-        self._spawn(self._undo())
+        self._inflight.spawn(self._undo())
 
     async def _undo(self) -> None:
         async with self._lock:  # after the changes sent before it
@@ -413,23 +412,10 @@ class KnobSteering:
 
     # -- tasks ----------------------------------------------------------------------------
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            self.view.event("bad", f"knobs: {type(exc).__name__}: {exc}")
-        self.view.changed()
-
     async def settle(self) -> None:
         """Send what is pending now and wait until every change has been answered."""
         self.flush()
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._inflight.wait()
 
     def close(self) -> None:
         """Drop pending keys and stop changes in flight (the screen is going away)."""
@@ -437,5 +423,4 @@ class KnobSteering:
             self._timer.cancel()
             self._timer = None
         self._pending = {}
-        for task in self._tasks:
-            task.cancel()
+        self._inflight.cancel()

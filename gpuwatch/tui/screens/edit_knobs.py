@@ -5,14 +5,13 @@ Apply sends one change with what differs, through the same path as the keys."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Select, Static
 
 from gpuwatch.control.knobs.base import Knob, KnobValue, same_value, show_value
 from gpuwatch.tui.markup import escape
+from gpuwatch.tui.screens.edit import ChangeForm
 
 
 class NotAValue(ValueError):
@@ -61,8 +60,7 @@ def hint(knob: Knob) -> str:
     return ", ".join(p for p in (shown, "empty: no limit" if knob.nullable else "") if p)
 
 
-class EditKnobs(ModalScreen[dict[str, KnobValue] | None]):
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+class EditKnobs(ChangeForm[KnobValue]):
     DEFAULT_CSS = """
     EditKnobs { align: center middle; }
     EditKnobs > Vertical {
@@ -107,15 +105,6 @@ class EditKnobs(ModalScreen[dict[str, KnobValue] | None]):
                 yield Button("Cancel", id="cancel")
                 yield Button("Apply", id="apply", variant="primary")
 
-    def on_input_changed(self, event: Input.Changed) -> None:
-        self._show(event.input.id or "", event.validation_result)
-
-    def _show(self, field: str, result: ValidationResult | None) -> None:
-        message = (
-            "" if result is None or result.is_valid else "; ".join(result.failure_descriptions)
-        )
-        self.query_one(f"#{field}-error", Static).update(escape(message))
-
     def changes(self) -> dict[str, KnobValue] | None:
         """New values by name where they differ from the knobs as read, or None when a field
         is invalid."""
@@ -136,20 +125,3 @@ class EditKnobs(ModalScreen[dict[str, KnobValue] | None]):
             if not same_value(value, knob.value):
                 out[knob.name] = value
         return out if valid else None
-
-    def on_input_submitted(self) -> None:
-        self._apply()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "apply":
-            self._apply()
-        else:
-            self.dismiss(None)
-
-    def _apply(self) -> None:
-        changes = self.changes()
-        if changes is not None:
-            self.dismiss(changes)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
