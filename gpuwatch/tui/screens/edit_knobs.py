@@ -10,11 +10,12 @@ from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label, Select, Static
 
 from gpuwatch.control.knobs.base import Knob, KnobValue, same_value, show_value
+from gpuwatch.errors import GpuwatchError
 from gpuwatch.tui.markup import escape
 from gpuwatch.tui.screens.edit import ChangeForm
 
 
-class NotAValue(ValueError):
+class NotAValue(GpuwatchError):
     """Text that is no value of the knob's kind (the validator shows why)."""
 
 
