@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import Any
 
 # The exit codes every subcommand uses live beside the errors that carry them; re-exported here.
 from gpuwatch.errors import EXIT_FAILED as EXIT_FAILED
@@ -51,3 +52,30 @@ def use_uvloop() -> None:
     except ImportError:
         return
     uvloop.install()
+
+
+def parse_value(raw: str) -> Any:
+    """``none`` / ``null`` / empty -> None, ``true`` / ``false``, an int, a float, else the text."""
+    if raw.lower() in ("null", "none", ""):
+        return None
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    try:
+        return int(raw)
+    except ValueError:
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+
+
+def parse_assignment(
+    text: str, form: str = "LANE.KEY=VALUE", last_dot: bool = False
+) -> tuple[str, str, Any]:
+    """``chat.max_inflight=6`` -> ("chat", "max_inflight", 6); ValueError naming the problem.
+    With ``last_dot`` the key is after the last dot (a stack's knob: its target may hold dots)."""
+    where, sep, raw = text.partition("=")
+    lane, dot, key = where.rpartition(".") if last_dot else where.partition(".")
+    if not sep or not dot or not lane or not key:
+        raise ValueError(f"expected {form}, got {text!r}")
+    return lane, key, parse_value(raw)

@@ -12,15 +12,12 @@ from typing import Any
 
 from gpuwatch.adminapi import MEDIA_CAPS, AuditEntry, GateStatus, Limits, LimitsPatch, LimitValue
 from gpuwatch.admintoken import read_token
-from gpuwatch.cli.common import EXIT_OK, TOKEN_HELP, fail, positive_int
+from gpuwatch.cli.common import EXIT_OK, TOKEN_HELP, fail, parse_assignment, positive_int
+from gpuwatch.cli.limits_knobs import PROG, register_knobs, run_knobs, stack_of
 from gpuwatch.fmt import clip
-
-PROG = "gpuwatch limits"
 
 
 def register(limits: argparse.ArgumentParser) -> None:
-    from gpuwatch.cli.limits_knobs import register_knobs
-
     limits.description = (
         "Talk to a gate's admin API (--admin), or to a serving stack's own admin API (--ray, "
         "--dynamo, --litellm, --sglang, --vllm: its knobs, TARGET.NAME=VALUE). Exit 1 when "
@@ -43,30 +40,6 @@ def register(limits: argparse.ArgumentParser) -> None:
     limits.add_argument("--read-only", action="store_true", help="refuse every change")
     limits.add_argument("--json", action="store_true", help="print the gate's JSON")
     limits.set_defaults(func=run)
-
-
-def parse_value(raw: str) -> Any:
-    """``none`` / ``null`` / empty -> None, ``true`` / ``false``, an int, a float, else the text."""
-    if raw.lower() in ("null", "none", ""):
-        return None
-    if raw.lower() in ("true", "false"):
-        return raw.lower() == "true"
-    try:
-        return int(raw)
-    except ValueError:
-        try:
-            return float(raw)
-        except ValueError:
-            return raw
-
-
-def parse_assignment(text: str) -> tuple[str, str, Any]:
-    """``chat.max_inflight=6`` -> ("chat", "max_inflight", 6); ValueError naming the problem."""
-    target, sep, raw = text.partition("=")
-    lane, dot, key = target.partition(".")
-    if not sep or not dot or not lane or not key:
-        raise ValueError(f"expected LANE.KEY=VALUE, got {text!r}")
-    return lane, key, parse_value(raw)
 
 
 def patch_of(assignments: list[tuple[str, str, Any]]) -> LimitsPatch:
@@ -94,7 +67,6 @@ def patch_of(assignments: list[tuple[str, str, Any]]) -> LimitsPatch:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuwatch.cli.limits_knobs import run_knobs, stack_of
     from gpuwatch.control.gate import GateClient
     from gpuwatch.control.guard import Guard
 

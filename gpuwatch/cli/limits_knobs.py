@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpuwatch import config
 from gpuwatch.adminapi import AuditEntry, Json
-from gpuwatch.cli.common import EXIT_OK, fail
-from gpuwatch.cli.limits import PROG, parse_value
+from gpuwatch.cli.common import EXIT_OK, fail, parse_assignment
 from gpuwatch.config import KNOB_STACKS, KnobConfig
 from gpuwatch.fmt import clip
 
 if TYPE_CHECKING:
     from gpuwatch.control.knobs.base import Knob
 
+PROG = "gpuwatch limits"
 CREDENTIAL_HELP = "the stack's bearer token (LiteLLM's master key); never on the command line"
 
 
@@ -58,11 +58,7 @@ def stack_of(args: argparse.Namespace) -> tuple[str, str] | None:
 
 def parse_knob_assignment(text: str) -> tuple[str, str, Any]:
     """``llm/Forward.max_ongoing_requests=4`` -> ("llm/Forward", "max_ongoing_requests", 4)."""
-    where, sep, raw = text.partition("=")
-    target, dot, name = where.rpartition(".")
-    if not sep or not dot or not target or not name:
-        raise ValueError(f"expected TARGET.NAME=VALUE, got {text!r}")
-    return target, name, parse_value(raw)
+    return parse_assignment(text, "TARGET.NAME=VALUE", last_dot=True)
 
 
 def _configured(stack: str, url: str, settings: config.Settings) -> KnobConfig:

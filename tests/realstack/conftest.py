@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.helpers import eventually_sync, stop_process
+from tests.realstack.raykit import ray_serve as ray_serve  # one Ray Serve for the session
 from tests.realstack.tinymodel import write_tiny_llama
 
 

@@ -8,7 +8,9 @@ config back, so each test starts from it. At the end the cluster is stopped by e
 ``ray start --block`` process and then every process left in its session (by process id, never
 ``ray stop``, which would end any other Ray on the machine).
 
-Use it from a test module (or conftest) with ``from tests.realstack.raykit import ray_serve``.
+Tests under tests/realstack/ get the ``ray_serve`` fixture from its conftest: a test module must
+not import the fixture itself (a fixture imported into a module is that module's own, and a
+session-scoped one would then start a second cluster).
 """
 
 from __future__ import annotations
@@ -163,12 +165,13 @@ def _stop_cluster(head: subprocess.Popen[bytes]) -> None:
             proc.kill()
     psutil.wait_procs(alive, timeout=5)
     stop_process(head)  # reaped
+    left = _session_processes(sid)
+    assert not left, f"Ray left processes behind: {[p.pid for p in left]}"
 
 
 @contextlib.contextmanager
 def ray_serve_cluster() -> Iterator[RayServe]:
     ray = _ray()
-    sim_proc, sim = child("sim", "--time-scale", "1", "--served-model-name", "sim-model")
     # Sockets live under the temp dir: a short path (the limit on a socket's path is 107).
     temp = tempfile.mkdtemp(prefix="gwray", dir="/tmp")
     gcs, dashboard, client, agent, metrics, serve = _free_ports(6)
@@ -189,7 +192,10 @@ def ray_serve_cluster() -> Iterator[RayServe]:
         ],
         env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
+    sim_proc = None
     try:
+        # Started while Ray starts: `llm` forwards to it.
+        sim_proc, sim = child("sim", "--time-scale", "1", "--served-model-name", "sim-model")
         rs = RayServe(
             f"http://127.0.0.1:{dashboard}",
             f"http://127.0.0.1:{serve}",
@@ -212,10 +218,12 @@ def ray_serve_cluster() -> Iterator[RayServe]:
         rs.reset()
         yield rs
     finally:
-        _stop_cluster(head)
-        log.close()
         stop_process(sim_proc)
-        shutil.rmtree(temp, ignore_errors=True)
+        try:
+            _stop_cluster(head)
+        finally:
+            log.close()
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,7 @@ from gpuwatch.control.knobs.apply import apply_changes, find, open_audit
 from gpuwatch.control.knobs.base import Knob, KnobChange, KnobConflict, KnobEndpoint
 from gpuwatch.control.knobs.ray import RayServeKnobs
 from tests.helpers import eventually
-from tests.realstack.raykit import RayServe, ray_serve
-
-__all__ = ["ray_serve"]  # the session's cluster, a fixture
+from tests.realstack.raykit import ROOT, RayServe
 
 # Ray Serve's gauges: requests waiting at the caller (proxy or handle), and at a replica.
 QUEUED = "ray_serve_deployment_queued_queries"
@@ -156,3 +157,45 @@ async def test_read_only_refuses_and_ray_is_not_touched(
     for app in ("llm", "other"):
         assert after[app]["last_deployed_time_s"] == before[app]["last_deployed_time_s"]
         assert after[app]["deployed_app_config"] == before[app]["deployed_app_config"]
+
+
+def limits(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``gpuwatch limits ARGS`` as a user runs it, its state (the audit) and config under
+    ``tmp_path``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "limits", *args],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+
+
+def test_gpuwatch_limits_gets_sets_audits_and_refuses_read_only(
+    ray_serve: RayServe, tmp_path: Path
+) -> None:
+    ray_serve.reset()
+    ray = ("--ray", ray_serve.dashboard)
+    got = limits(tmp_path, "get", *ray, "--json")
+    assert got.returncode == 0, got.stderr
+    shown = {(k["target"], k["name"]): k["value"] for k in json.loads(got.stdout)}
+    assert shown[("llm/Forward", "max_ongoing_requests")] == 8
+    assert shown[("other/Echo", "max_ongoing_requests")] == 3
+
+    done = limits(tmp_path, "set", "llm/Forward.max_ongoing_requests=5", *ray)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ray llm/Forward max_ongoing_requests 8 -> 5"
+    assert ray_serve.deployment("llm", "Forward")["deployment_config"]["max_ongoing_requests"] == 5
+
+    refused = limits(tmp_path, "set", "llm/Forward.max_ongoing_requests=3", *ray, "--read-only")
+    assert refused.returncode == 1
+    assert "refused: read-only" in refused.stderr
+    assert ray_serve.deployment("llm", "Forward")["deployment_config"]["max_ongoing_requests"] == 5
+
+    audit = limits(tmp_path, "audit", *ray)
+    assert audit.returncode == 0, audit.stderr
+    (line,) = audit.stdout.splitlines()
+    assert line.endswith("ray llm/Forward max_ongoing_requests 8 -> 5")

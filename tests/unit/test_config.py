@@ -48,6 +48,18 @@ def test_precedence_cli_over_file_over_defaults(tmp_path: Path) -> None:
         ("[slo]\nttft_p99_s = nan\n", "key 'slo.ttft_p99_s' must be a finite number"),
         ("[slo]\ngoodput_min = 99\n", "key 'slo.goodput_min' must be at most 1"),
         ("[slo]\npreemptions_per_min = -1\n", "must be at least 0"),
+        ('[[knobs]]\nstack = "ray"\nurl = "u"\nport = 1\n', "unknown key 'knobs#1.port'"),
+        (
+            '[[knobs]]\nstack = "ray"\nurl = "u"\n[[knobs]]\nstack = "tgi"\nurl = "u"\n',
+            "key 'knobs#2.stack' must be one of ray, dynamo, litellm, sglang, vllm, got 'tgi'",
+        ),
+        ('[[knobs]]\nstack = "ray"\n', "key 'knobs#1.url' is required"),
+        ('[[knobs]]\nurl = "u"\n', "key 'knobs#1.stack' is required"),
+        ('[[knobs]]\nstack = "ray"\nurl = 8265\n', "key 'knobs#1.url' must be a string"),
+        ('[[knobs]]\nstack = "ray"\nurl = "u"\ntimeout_s = 0\n', "must be above 0"),
+        ('knobs = "ray"\n', "'knobs' must be an array of tables ([[knobs]])"),
+        ("knobs = [1]\n", "'knobs' must be an array of tables"),
+        ("knob_audit = 1\n", "key 'knob_audit' must be a string"),
     ],
 )
 def test_bad_config_is_one_line_naming_file_and_key(

@@ -99,6 +99,12 @@ def _limit(value: object) -> LimitValue:
     return value if isinstance(value, (int, float)) else None
 
 
+def _json(parts: dict[str, JsonObject]) -> JsonObject:
+    out: JsonObject = {}
+    out.update(parts)
+    return out
+
+
 def audit_entry(
     endpoint: KnobEndpoint,
     changes: Sequence[KnobChange],
@@ -110,28 +116,24 @@ def audit_entry(
     ``change`` holds the values asked for, ``before`` the values shown, ``after`` the values
     read back (absent where the knob could not be read), ``reason`` says which API it went to."""
     lanes: dict[str, dict[str, LimitValue]] = {}
-    before: JsonObject = {}
-    now: JsonObject = {}
+    before: dict[str, JsonObject] = {}
+    now: dict[str, JsonObject] = {}
     read = _by_key(after)
     for change in changes:
         where = f"{change.knob.stack} {change.knob.target}"
         lanes.setdefault(where, {})[change.knob.name] = _limit(change.value)
-        before_lane = before.setdefault(where, {})
-        assert isinstance(before_lane, dict)
-        before_lane[change.knob.name] = change.knob.value
+        before.setdefault(where, {})[change.knob.name] = change.knob.value
         back = read.get(change.knob.key)
         if back is not None:
-            after_lane = now.setdefault(where, {})
-            assert isinstance(after_lane, dict)
-            after_lane[change.knob.name] = back.value
+            now.setdefault(where, {})[change.knob.name] = back.value
     return AuditEntry(
         time.time() if when is None else when,
         actor,
         NO_VERSION,
         LimitsPatch(lanes=lanes),
         reason=f"{endpoint.stack} admin API {endpoint.base}",
-        before=before,
-        after=now or None,
+        before=_json(before),
+        after=_json(now) or None,
     )
 
 
