@@ -1,7 +1,8 @@
 """From the dashboard's keys to a real Ray Serve deployment's ``max_ongoing_requests``
 (tests/realstack/raykit.py: one cluster for the session, two applications): confirmed when cut
 by more than half, seen in Ray's own API, the other application untouched, audited in the local
-file, undone with ``u``, and refused read-only with nothing sent."""
+file, undone with ``u``, and refused read-only with nothing sent. The cluster is the
+session's ``ray_serve`` fixture (tests/realstack/conftest.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,7 @@ from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from tests.functional.test_tui import text
 from tests.helpers import eventually
-from tests.realstack.raykit import RayServe, ray_serve
-
-__all__ = ["ray_serve"]  # the session's cluster, a fixture
+from tests.realstack.raykit import RayServe
 
 MAX_ONGOING = "max_ongoing_requests"
 
