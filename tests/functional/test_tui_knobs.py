@@ -10,15 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from textual.pilot import Pilot
 from textual.widgets import Button, DataTable
 
 from gpuwatch.config import KnobConfig
 from gpuwatch.control.knobs.apply import open_audit
 from gpuwatch.session.node import DashboardOptions, live_session
+from gpuwatch.sim.profiles import get_profile
+from gpuwatch.sim.server import start_sim
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit_knobs import EditKnobs
+from tests.conftest import fixture_text
 from tests.functional.stackfakes.dynamo import DynamoFake
 from tests.functional.stackfakes.vllm import VLLMFake
 from tests.functional.test_tui import text
@@ -205,3 +209,59 @@ async def test_a_stack_that_stops_answering_is_na_and_one_event(stacks: Stacks) 
         # The other stack goes on being read and steered.
         assert "decode blocks 0.85" in text(app, "#admission")
         assert all(r.key[0] == "dynamo" for r in app.session.knobs.rows())
+
+
+@dataclass
+class DynamoWithMetrics(DynamoFake):
+    """The Dynamo fake on the frontend's own port with its /metrics too (a page Dynamo
+    served), as a dashboard pointed at the frontend scrapes it."""
+
+    def routes(self, app: web.Application) -> None:
+        super().routes(app)
+        app.router.add_get("/metrics", self.metrics)
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        return web.Response(text=fixture_text("dynamo-1.prom"), content_type="text/plain")
+
+
+async def test_an_engines_knobs_are_found_from_its_dialect_without_config() -> None:
+    """No [[knobs]]: the Dynamo frontend scraped at its port shows its thresholds; the
+    simulator (vLLM's dialect, no dev-mode routes) shows no knob row and no event."""
+    dynamo = DynamoWithMetrics()
+    dynamo.add(
+        "llama-8b", active_decode_blocks_threshold=0.85, active_prefill_tokens_threshold=8192
+    )
+    url = await dynamo.start()
+    node, sim = await start_sim(get_profile("rtx4090-llama3-8b-awq"), time_scale=2.0, seed=3)
+    app = GpuwatchApp(
+        live_session(
+            DashboardOptions(
+                urls=[f"{url}/metrics", f"{sim.url}/metrics"],
+                interval_s=0.25,
+                local=False,
+                knob_interval_s=0.25,
+            )
+        )
+    )
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await shown_dynamo(pilot, app)
+            reader = app.session.knob_reader
+            assert reader is not None
+            # The simulator was looked at (its dialect says vLLM) and has nothing to steer.
+            await eventually(
+                pause=pilot.pause,
+                condition=lambda: any(s.stack == "vllm" and s.read for s in reader.sources),
+            )
+            assert "vllm" not in text(app, "#admission")
+            assert not [e for e in app.session.monitor.events if "knobs" in e.text]
+    finally:
+        await sim.close()
+        await dynamo.stop()
+
+
+async def shown_dynamo(pilot: Pilot[None], app: GpuwatchApp) -> None:
+    await eventually(
+        pause=pilot.pause,
+        condition=lambda: "dynamo llama-8b  decode blocks 0.85" in text(app, "#admission"),
+    )
