@@ -53,6 +53,7 @@ class KnobReader:
         self.interval_s = interval_s
         self.sources: list[KnobSource] = []
         self._seen: set[tuple[str, str]] = set()  # (stack, url) already tried
+        self._looked: set[tuple[str, str]] = set()  # (metrics URL, dialect) already looked up
         for config in configured:
             try:
                 self._add(endpoint_of(config), config.engine or None)
@@ -71,6 +72,9 @@ class KnobReader:
         for url, endpoint in self._monitor().endpoints.items():
             for view in endpoint.engines.values():
                 dialect = view.snap.dialect
+                if (url, dialect) in self._looked:
+                    continue  # once: a credential file is not read again every few seconds
+                self._looked.add((url, dialect))
                 try:
                     found = discover(dialect, url, self.configured)
                     if found is not None:
@@ -97,6 +101,10 @@ class KnobReader:
             knobs = await source.adapter.read()
         except KnobError as exc:
             self._failed(source, str(exc))
+            return
+        except Exception as exc:
+            # An adapter's bug is that stack's N/A, not the end of every stack's reads.
+            self._failed(source, f"{type(exc).__name__}: {exc}")
             return
         if source.error is not None:
             self._say("info", f"knobs of {source.stack} {clip(source.url, 80)} read again")
