@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         read_only=settings.read_only,
         scrape=settings.scrape,
         alerts=settings.alerts,
+        knobs=settings.knobs,
+        knob_audit=settings.knob_audit,
     )
     from gpuwatch.record.store import RecordingError
 

@@ -133,8 +133,24 @@ def revert_of(before: Limits, patch: LimitsPatch) -> LimitsPatch:
     )
 
 
-class SteeringView(Protocol):
-    """What the control needs from whoever shows it."""
+class OperatorView(Protocol):
+    """What any steering needs from whoever shows it: tell, log, ask, repaint. The gate's
+    ``SteeringView`` and the native knobs' ``KnobView`` (control/knobs/steer.py) both build
+    on it, so one screen answers both."""
+
+    def event(self, level: EventLevel, text: str) -> None: ...
+
+    def notify(self, text: str, severity: Severity = "information") -> None: ...
+
+    async def confirm(self, title: str, details: list[str]) -> bool:
+        """Ask the operator; True to go ahead."""
+
+    def changed(self) -> None:
+        """Pending changes or the selection moved: show them."""
+
+
+class SteeringView(OperatorView, Protocol):
+    """What the gate's control needs from whoever shows it."""
 
     def limits(self) -> Limits | None:
         """The gate's limits as last answered, or None while there is no gate."""
@@ -145,21 +161,51 @@ class SteeringView(Protocol):
     def show_limits(self, limits: Limits) -> None:
         """The gate answered with these limits (a change's result or a 409's current ones)."""
 
-    def event(self, level: EventLevel, text: str) -> None: ...
-
-    def notify(self, text: str, severity: Severity = "information") -> None: ...
-
-    async def confirm(self, title: str, details: list[str]) -> bool:
-        """Ask the operator; True to go ahead."""
-
     async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         """The operator's changes to ``lane`` from a form, or None when cancelled."""
 
     def tenants(self, lane: str) -> list[str]:
         """The ids of the tenants the gate shows for ``lane`` now, busiest first."""
 
-    def changed(self) -> None:
-        """Pending changes or the selection moved: show them."""
+
+class InFlight:
+    """The changes a steering has in flight, each a task (they take the steering's lock in
+    turn): a failure is an event naming ``what``, every end a repaint; all are stopped when
+    the screen goes. The gate's ``Steering`` and the knobs' ``KnobSteering`` share it."""
+
+    def __init__(self, view: OperatorView, what: str) -> None:
+        self.view = view
+        self.what = what
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.tasks)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self.view.event("bad", f"{self.what}: {type(exc).__name__}: {exc}")
+        self.view.changed()
+
+    async def earlier(self) -> None:
+        """Wait for the changes spawned before the one asking (a form opens after them)."""
+        others = [t for t in self.tasks if t is not asyncio.current_task()]
+        await asyncio.gather(*others, return_exceptions=True)
+
+    async def wait(self) -> None:
+        """Until every change has been answered (those spawned meanwhile too)."""
+        while self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
 
 
 @dataclass
@@ -187,7 +233,7 @@ class Steering:
         self._timer: asyncio.TimerHandle | None = None
         self._own_versions: set[int] = set()
         self._lock = asyncio.Lock()  # one change at a time, in the order the keys came
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._inflight = InFlight(view, "control")
 
     # -- state ----------------------------------------------------------------------------
 
@@ -199,7 +245,7 @@ class Steering:
     @property
     def idle(self) -> bool:
         """No key waits to be sent and no change is in flight or awaiting confirmation."""
-        return not self._ops and self._timer is None and not self._tasks
+        return not self._ops and self._timer is None and not self._inflight
 
     def lanes(self) -> list[str]:
         limits = self.view.limits()
@@ -283,7 +329,7 @@ class Steering:
                 await self._apply(LimitsPatch(tenants={tenant: new.changes()}), base)
                 self.view.changed()
 
-        self._spawn(change())
+        self._inflight.spawn(change())
 
     # -- the keys -------------------------------------------------------------------------
 
@@ -333,7 +379,7 @@ class Steering:
                 await self._apply(LimitsPatch(lanes={lane: changes}), base, why=why)
                 self.view.changed()
 
-        self._spawn(toggle())
+        self._inflight.spawn(toggle())
 
     def _lane_now(self, lane: str) -> tuple[Limits, LaneLimits] | None:
         """The gate's limits now and ``lane``'s part of them; None (and a warning) when the
@@ -366,7 +412,7 @@ class Steering:
         ops, base = self._ops, self._base
         self._ops, self._base = [], None
         if ops and base is not None:
-            self._spawn(self._commit(ops, base))
+            self._inflight.spawn(self._commit(ops, base))
 
     def _rebased(self, base: Limits) -> Limits:
         """``base``, or the gate's present limits when only our own changes came between."""
@@ -432,7 +478,7 @@ class Steering:
                 await self._apply(LimitsPatch(lanes={lane: diff}), base, source=source)
                 self.view.changed()
 
-        self._spawn(apply())
+        self._inflight.spawn(apply())
 
     async def _send(self, patch: LimitsPatch, base: Limits, lines: list[str], undo: bool) -> bool:
         assert self.client is not None
@@ -476,10 +522,10 @@ class Steering:
         if not self.allowed("undo"):
             return
         self.flush()
-        if not self.history and not self._tasks:
+        if not self.history and not self._inflight:
             self.view.notify("nothing to undo from this screen")
             return
-        self._spawn(self._undo())
+        self._inflight.spawn(self._undo())
 
     async def _undo(self) -> None:
         async with self._lock:  # after the changes sent before it
@@ -500,11 +546,10 @@ class Steering:
         if not self.allowed("edit"):
             return
         self.flush()  # keys pressed before the form are a change of their own, sent first
-        self._spawn(self._edit(self.selected_lane))
+        self._inflight.spawn(self._edit(self.selected_lane))
 
     async def _edit(self, lane: str) -> None:
-        earlier = [t for t in self._tasks if t is not asyncio.current_task()]
-        await asyncio.gather(*earlier, return_exceptions=True)
+        await self._inflight.earlier()
         limits = self.view.limits()
         if limits is None:
             return
@@ -517,23 +562,10 @@ class Steering:
 
     # -- tasks ----------------------------------------------------------------------------
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            self.view.event("bad", f"control: {type(exc).__name__}: {exc}")
-        self.view.changed()
-
     async def settle(self) -> None:
         """Send what is pending now and wait until every change has been answered."""
         self.flush()
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._inflight.wait()
 
     def close(self) -> None:
         """Drop pending keys and stop changes in flight (the screen is going away)."""
@@ -541,5 +573,4 @@ class Steering:
             self._timer.cancel()
             self._timer = None
         self._ops, self._base = [], None
-        for task in self._tasks:
-            task.cancel()
+        self._inflight.cancel()

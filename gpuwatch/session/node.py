@@ -18,12 +18,17 @@ from typing import Any, Protocol
 from gpuwatch import polling
 from gpuwatch.adminapi import Limits, LimitValue
 from gpuwatch.alerts.node import NodeAlerts, node_alerts
-from gpuwatch.config import DEFAULT_THEME, AlertSettings, ScrapeSettings
-from gpuwatch.control.gate import GateClient
+from gpuwatch.config import DEFAULT_THEME, AlertSettings, KnobConfig, ScrapeSettings
+from gpuwatch.control.gate import GateClient, default_actor
 from gpuwatch.control.guard import Guard
+from gpuwatch.control.knobs.apply import default_audit_path
+from gpuwatch.control.knobs.base import Knob, KnobValue
+from gpuwatch.control.knobs.steer import KnobRef, KnobSource, KnobSteering
 from gpuwatch.control.steering import Severity, Steering
+from gpuwatch.gate.audit import AuditLog
 from gpuwatch.monitor.state import EventLevel, Monitor
 from gpuwatch.record.player import Player
+from gpuwatch.session.knobs import KNOB_READ_S, KnobReader, knob_audit
 from gpuwatch.sources.nvml import NvmlReader
 
 REPLAY_READ_ONLY = "a replay is read-only"
@@ -52,6 +57,11 @@ class DashboardOptions:
     engine_poll: EnginePoll | None = None
     local: bool = True
     clock_label: str = ""  # the header's clock is not now: REPLAY
+    # The stacks' own admin APIs (``[[knobs]]``), where their knob changes are audited (empty:
+    # the default path), and how often their knobs are read.
+    knobs: list[KnobConfig] = field(default_factory=list)
+    knob_audit: str = ""
+    knob_interval_s: float = KNOB_READ_S
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,9 @@ class SteeringUI(Protocol):
     async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         """The operator's changes to ``lane`` of the gate at ``gate``, or None."""
 
+    async def edit_knobs(self, title: str, knobs: list[Knob]) -> dict[str, KnobValue] | None:
+        """New values by name for some of ``knobs`` (one target of one stack), or None."""
+
     def changed(self) -> None: ...
 
 
@@ -94,16 +107,47 @@ class Unshown:
     async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         return None
 
+    async def edit_knobs(self, title: str, knobs: list[Knob]) -> dict[str, KnobValue] | None:
+        return None
+
     def changed(self) -> None:
         return None
 
 
-class NodeView:
-    """``SteeringView`` over a session: the gate's state from its monitor, the questions to
-    the screen that shows it."""
+class OnScreen:
+    """``OperatorView`` over a session: events into its monitor, the rest to the screen that
+    shows it (the gate's steering and the knobs' share one)."""
 
     def __init__(self, session: NodeSession) -> None:
         self.session = session
+
+    def event(self, level: EventLevel, text: str) -> None:
+        self.session.monitor.event(level, text)
+
+    def notify(self, text: str, severity: Severity = "information") -> None:
+        self.session.ui.notify(text, severity)
+
+    async def confirm(self, title: str, details: list[str]) -> bool:
+        return await self.session.ui.confirm(title, details)
+
+    def changed(self) -> None:
+        self.session.ui.changed()
+
+
+class KnobsView(OnScreen):
+    """``KnobView`` over a session: its knob sources, the form on its screen."""
+
+    def sources(self) -> list[KnobSource]:
+        reader = self.session.knob_reader
+        return reader.sources if reader is not None else []
+
+    async def edit_knobs(self, title: str, knobs: list[Knob]) -> dict[str, KnobValue] | None:
+        return await self.session.ui.edit_knobs(title, knobs)
+
+
+class NodeView(OnScreen):
+    """``SteeringView`` over a session: the gate's state from its monitor, the questions to
+    the screen that shows it."""
 
     def limits(self) -> Limits | None:
         # A gate that does not answer has no limits to steer: its last ones may be gone.
@@ -117,26 +161,14 @@ class NodeView:
     def show_limits(self, limits: Limits) -> None:
         self.session.monitor.apply_gate(limits, None, current=True)
 
-    def event(self, level: EventLevel, text: str) -> None:
-        self.session.monitor.event(level, text)
-
     def tenants(self, lane: str) -> list[str]:
         gate = self.session.monitor.gate
         live = gate.lanes.get(lane) if gate else None
         return [t.id for t in live.tenants] if live else []
 
-    def notify(self, text: str, severity: Severity = "information") -> None:
-        self.session.ui.notify(text, severity)
-
-    async def confirm(self, title: str, details: list[str]) -> bool:
-        return await self.session.ui.confirm(title, details)
-
     async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         gate = self.session.monitor.gate
         return await self.session.ui.edit_form(gate.url if gate else "?", lane, limits)
-
-    def changed(self) -> None:
-        self.session.ui.changed()
 
 
 class NodeSession:
@@ -151,6 +183,7 @@ class NodeSession:
         pollers: Callable[[NodeSession], list[Poller]] | None = None,
         replay: Player | None = None,
         alerts: NodeAlerts | None = None,
+        knobs: tuple[KnobReader, AuditLog] | None = None,
     ) -> None:
         self.options = options
         # The SLO's burn rates on what is polled (a recording shows its recorded events).
@@ -164,6 +197,11 @@ class NodeSession:
         self.replay = replay
         self.ui: SteeringUI = Unshown(self)
         self.steering = Steering(guard, NodeView(self), options.admin_url or "")
+        # The stacks' own knobs (none for a replay or a prebuilt monitor): read by a poller,
+        # steered by the same keys on their rows, through the same guard.
+        self.knob_reader: KnobReader | None = knobs[0] if knobs else None
+        audit = knobs[1] if knobs else AuditLog(default_audit_path())
+        self.knobs = KnobSteering(guard, KnobsView(self), audit, default_actor())
         self.pollers: list[Poller] = pollers(self) if pollers is not None else []
 
     @property
@@ -197,6 +235,42 @@ class NodeSession:
         """The screen now showing this session (None: none) takes the steering's questions."""
         self.ui = ui if ui is not None else Unshown(self)
 
+    # -- the admission panel's rows: the gate's lanes, then the stacks' knobs -------------
+
+    def next_row(self) -> None:
+        """``tab``: the next lane; after the last lane the first knob, after the last knob the
+        first lane again."""
+        lanes, rows = self.steering.lanes(), self.knobs.rows()
+        if self.knobs.selected in rows:
+            i = rows.index(self.knobs.selected) + 1
+            if i < len(rows):
+                self.knobs.select(rows[i])
+                return
+            self.knobs.select(None)
+            self.steering.select_lane(0)
+            return
+        self.knobs.selected = None  # gone with its stack's last read: a lane is selected
+        last_lane = not lanes or self.steering.selected_lane == lanes[-1]
+        if rows and last_lane:
+            self.knobs.select(rows[0])
+        else:
+            self.steering.next_lane()
+
+    def select_row(self, index: int) -> None:
+        """A number key: the lanes first, then the knobs, in the panel's order."""
+        lanes, rows = self.steering.lanes(), self.knobs.rows()
+        if index < len(lanes):
+            self.knobs.select(None)
+            self.steering.select_lane(index)
+        elif index - len(lanes) < len(rows):
+            self.knobs.select(rows[index - len(lanes)])
+
+    @property
+    def on_knob(self) -> KnobRef | None:
+        """The knob row selected (the keys act on it), or None: the gate's lane is."""
+        found = self.knobs.current()
+        return self.knobs.selected if found is not None else None
+
     async def poll_gate(self) -> None:
         """The gate's status into the monitor, through the client the steering sends with."""
         o = self.options
@@ -208,6 +282,7 @@ class NodeSession:
     def close(self) -> None:
         """The screen is going away: pending keys dropped, changes in flight stopped."""
         self.steering.close()
+        self.knobs.close()
         if self.options.nvml is not None:
             self.options.nvml.close()
 
@@ -234,6 +309,8 @@ def local_pollers(session: NodeSession) -> list[Poller]:
         found.append(Poller("gate", session.poll_gate))
     if session.alerts is not None:
         found.append(Poller("alerts", session.alerts.run, quiet=True))
+    if session.knob_reader is not None:
+        found.append(Poller("knobs", session.knob_reader.run, quiet=True))
     return found
 
 
@@ -246,7 +323,17 @@ def live_session(options: DashboardOptions, monitor: Monitor | None = None) -> N
     fresh = Monitor(options.urls, options.interval_s, options.slo, options.admin_url)
     session: NodeSession
     alerts = node_alerts(fresh, options.alerts, bell=lambda: session.ring())
-    session = NodeSession(options, fresh, guard, local_pollers, alerts=alerts)
+    reader = KnobReader(
+        lambda: fresh,
+        options.knobs,
+        fresh.event,
+        lambda: session.ui.changed(),
+        options.knob_interval_s,
+    )
+    audit = knob_audit(options.knob_audit, fresh.event)
+    session = NodeSession(
+        options, fresh, guard, local_pollers, alerts=alerts, knobs=(reader, audit)
+    )
     return session
 
 

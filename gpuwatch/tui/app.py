@@ -65,6 +65,13 @@ class Shell(App[None]):
         "[b]tenants[/]: n selects the next of the lane's busiest tenants (shown as "
         "in-flight·queued); x pauses or resumes it, c / C step its in-flight cap over 32 16 8 4 "
         "2 1 0 and none. Each is one change to the gate's limits (If-Match, audited, undo).",
+        "",
+        "[b]knobs[/]: a stack's own admission knobs (Ray Serve, Dynamo, LiteLLM, SGLang, vLLM) "
+        "are rows below the lanes; tab or the number keys move onto them. There + / - step the "
+        "knob (a fraction by 0.05, a switch on / off), * / / double / halve it, e edits its "
+        "target's knobs, p pauses its stack (vLLM), u undoes the last knob change. Same guard, "
+        "same confirmation; a knob moved elsewhere since it was shown is refused; every change "
+        "is in the local knob audit, shown by a.",
     ]
 
     def __init__(

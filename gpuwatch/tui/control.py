@@ -15,10 +15,17 @@ from typing import Any
 from textual.screen import Screen
 
 from gpuwatch.adminapi import Limits, LimitValue
+from gpuwatch.control.knobs.base import Knob, KnobValue
 from gpuwatch.control.steering import Severity
 from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
+from gpuwatch.tui.screens.edit_knobs import EditKnobs
 
+# What the keys do on a knob row (control/knobs/steer.py); the other control keys are the
+# gate's alone, greyed there.
+KNOB_ACTIONS = frozenset(
+    {"inflight", "scale_inflight", "pause", "edit", "undo", "select_lane", "next_lane"}
+)
 # The actions that steer: greyed in the footer when there is nothing to steer.
 CONTROL_ACTIONS = frozenset(
     {
@@ -55,6 +62,10 @@ class DashboardControl:
 
     async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         changes = await self._ask(EditLimits(gate, lane, limits))
+        return changes if isinstance(changes, dict) else None
+
+    async def edit_knobs(self, title: str, knobs: list[Knob]) -> dict[str, KnobValue] | None:
+        changes = await self._ask(EditKnobs(title, knobs))
         return changes if isinstance(changes, dict) else None
 
     def changed(self) -> None:

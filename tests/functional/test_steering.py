@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,20 +17,17 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
 from tests.helpers import eventually
+from tests.operatorview import RecordingOperator
 
 TOKEN = "s3cret"
 
 
 @dataclass
-class RecordingView:
+class RecordingView(RecordingOperator):
     """A SteeringView that remembers what it was told and answers modals as set."""
 
     current: Limits | None = None
-    confirm_answer: bool = True
     form_answer: dict[str, LimitValue] | None = None
-    notes: list[tuple[str, str]] = field(default_factory=list)
-    events: list[tuple[str, str]] = field(default_factory=list)
-    asked: list[list[str]] = field(default_factory=list)
 
     def limits(self) -> Limits | None:
         return self.current
@@ -41,24 +38,11 @@ class RecordingView:
     def show_limits(self, limits: Limits) -> None:
         self.current = limits
 
-    def event(self, level: str, text: str) -> None:
-        self.events.append((level, text))
-
-    def notify(self, text: str, severity: str = "information") -> None:
-        self.notes.append((severity, text))
-
-    async def confirm(self, title: str, details: list[str]) -> bool:
-        self.asked.append(details)
-        return self.confirm_answer
-
     async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
         return self.form_answer
 
     def tenants(self, lane: str) -> list[str]:
         return []  # these tests steer lanes; the tenant keys are tested with a real dashboard
-
-    def changed(self) -> None:
-        pass
 
 
 @dataclass

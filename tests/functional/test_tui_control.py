@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Button
+from textual.widgets import Button, DataTable
 
 from gpuwatch.adminapi import Limits, LimitsPatch
 from gpuwatch.aioserve import Served
@@ -114,6 +114,17 @@ async def confirm_shown(pilot: Pilot[None], app: GpuwatchApp) -> ConfirmationMod
     )
     screen = app.screen
     assert isinstance(screen, ConfirmationModal)
+    return screen
+
+
+async def audit_shown(pilot: Pilot[None], app: GpuwatchApp) -> AuditScreen:
+    """The audit screen (``a``), its table mounted."""
+    screen: AuditScreen = await eventually(
+        pause=pilot.pause,
+        condition=lambda: (
+            isinstance(app.screen, AuditScreen) and app.screen.query("DataTable") and app.screen
+        ),
+    )
     return screen
 
 
@@ -315,13 +326,8 @@ async def test_undo_restores(stack: Stack) -> None:
         entries = await client.audit(10)
         assert len(entries) == 2  # the undo is a change of its own, audited
         await pilot.press("a")
-        screen = await eventually(
-            pause=pilot.pause,
-            condition=lambda: (
-                isinstance(app.screen, AuditScreen) and app.screen.query("DataTable") and app.screen
-            ),
-        )
-        assert screen.query_one("DataTable").row_count == 2
+        screen = await audit_shown(pilot, app)
+        assert screen.query_one(DataTable).row_count == 2
 
 
 async def test_edit_form_validates_and_applies_one_patch(stack: Stack) -> None:

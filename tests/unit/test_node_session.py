@@ -11,6 +11,7 @@ import grimp
 import pytest
 
 from gpuwatch.adminapi import Limits
+from gpuwatch.control.knobs.base import Knob, KnobValue
 from gpuwatch.control.steering import Severity
 from gpuwatch.monitor.state import Monitor
 from gpuwatch.record.player import Player
@@ -37,11 +38,13 @@ def test_live_polls_each_source_into_a_fresh_monitor() -> None:
         "host",
         "gate",
         "alerts",  # the SLO burn rates: their notifier's sending loop
+        "knobs",  # the stacks' own knobs: configured, or found from an engine's dialect
     ]
     assert session.polls and not session.read_only and session.replay is None
     assert session.alerts is not None
     assert list(session.monitor.endpoints) == options.urls
     assert session.steering.guard is session.guard and session.steering.gate_url == "http://g:1"
+    assert session.knobs.guard is session.guard  # one guard for the gate's keys and the knobs'
 
 
 def test_live_on_a_prebuilt_monitor_polls_nothing_and_read_only_is_the_guards() -> None:
@@ -98,6 +101,9 @@ class Asking:
 
     async def edit_form(self, gate: str, lane: str, limits: Limits) -> dict[str, Any] | None:
         return {"gate": gate}
+
+    async def edit_knobs(self, title: str, knobs: list[Knob]) -> dict[str, KnobValue] | None:
+        return {k.name: k.value for k in knobs}
 
     def changed(self) -> None:
         self.repaints += 1

@@ -8,6 +8,7 @@ Charts rebuild only when their data moved and only while shown.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,14 +21,17 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
+from gpuwatch.adminapi import AuditEntry
 from gpuwatch.control.gate import GateError
 from gpuwatch.control.steering import QUEUE_STEP
 from gpuwatch.fmt import pct, seconds
+from gpuwatch.gate.audit import AuditError
 from gpuwatch.monitor.figures import ttft_breakdown, users_now
 from gpuwatch.monitor.state import Monitor, short_url
 from gpuwatch.series import RECENT_RATE_WINDOW_S, window_label
+from gpuwatch.session.knobs import read_audit
 from gpuwatch.session.node import NodeSession
-from gpuwatch.tui.control import CONTROL_ACTIONS, DashboardControl
+from gpuwatch.tui.control import CONTROL_ACTIONS, KNOB_ACTIONS, DashboardControl
 from gpuwatch.tui.screens.audit import AuditScreen
 from gpuwatch.tui.widgets.adaptive import AdaptivePanel
 from gpuwatch.tui.widgets.admission import AdmissionPanel
@@ -63,7 +67,8 @@ class Dashboard(Screen[None]):
     # The controls live on the dashboard (not the app), so a form's inputs keep their keys.
     BINDINGS = [
         Binding("tab", "next_lane", "lane", priority=True),
-        *[Binding(str(i + 1), f"select_lane({i})", f"lane {i + 1}", show=False) for i in range(4)],
+        # The number keys pick the panel's rows: the gate's lanes first, then the knobs.
+        *[Binding(str(i + 1), f"select_lane({i})", f"row {i + 1}", show=False) for i in range(9)],
         Binding("plus", "inflight(1)", "+in-flight", key_display="+"),
         Binding("minus", "inflight(-1)", "-in-flight", key_display="-"),
         Binding("asterisk", "scale_inflight(2.0)", "double in-flight", key_display="*", show=False),
@@ -185,6 +190,7 @@ class Dashboard(Screen[None]):
     def repaint(self, force_charts: bool = False) -> None:
         """Paint now, even if no source moved (a key changed what is pending or selected)."""
         self._painted_version = -1
+        self.refresh_bindings()  # a knob row selected (or gone) changes which keys apply
         self.paint(force_charts)
 
     def _paint(self, force_charts: bool) -> None:
@@ -218,13 +224,15 @@ class Dashboard(Screen[None]):
         self.query_one(EnginePanel).render_engines(
             list(m.endpoints.values()), m.health.slo.get("ttft_p99_s"), options.hint, users, at
         )
-        steering = s.steering
+        steering, knob = s.steering, s.on_knob
         self.query_one(AdmissionPanel).render_gate(
             m.gate,
-            steering.selected_lane,
-            steering.pending_lines(),
+            steering.selected_lane if knob is None else None,
+            steering.pending_lines() + s.knobs.pending_lines(),
             steering.selected_tenant,
             compact=narrow or short,
+            knobs=s.knobs.view.sources(),
+            selected_knob=knob,
         )
         self.query_one(AdaptivePanel).render_gate(m.gate, steering.selected_lane, wall)
         self.query_one(UsersPanel).render_users(
@@ -295,17 +303,25 @@ class Dashboard(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in CONTROL_ACTIONS:
-            if not self.session.options.admin_url:
-                return False  # no gate to steer: the keys are not offered at all
-            if not self.session.steering.can_steer:
+            s = self.session
+            if s.on_knob is not None:
+                # On a knob row its keys always run, so that read-only is refused by the
+                # guard, which says why; the gate's other keys are greyed there.
+                return True if action in KNOB_ACTIONS else None
+            if not s.options.admin_url:
+                # No gate: only the moves into the knob rows, if any (else nothing offered).
+                return action in ("select_lane", "next_lane") and bool(s.knobs.rows())
+            if not s.steering.can_steer:
+                if action in ("select_lane", "next_lane") and s.knobs.rows():
+                    return True  # the knob rows can still be reached
                 return None  # read-only, or the gate not answering: shown greyed
         return True
 
     def action_select_lane(self, index: int) -> None:
-        self.session.steering.select_lane(index)
+        self.session.select_row(index)
 
     def action_next_lane(self) -> None:
-        self.session.steering.next_lane()
+        self.session.next_row()
 
     def action_next_tenant(self) -> None:
         self.session.steering.next_tenant()
@@ -317,10 +333,16 @@ class Dashboard(Screen[None]):
         self.session.steering.tenant_cap(down)
 
     def action_inflight(self, delta: int) -> None:
-        self.session.steering.inflight(delta)
+        if self.session.on_knob is not None:
+            self.session.knobs.step("up" if delta > 0 else "down")
+        else:
+            self.session.steering.inflight(delta)
 
     def action_scale_inflight(self, factor: float) -> None:
-        self.session.steering.scale_inflight(factor)
+        if self.session.on_knob is not None:
+            self.session.knobs.step("double" if factor > 1 else "halve")
+        else:
+            self.session.steering.scale_inflight(factor)
 
     def action_queue(self, delta: int) -> None:
         self.session.steering.queue(delta)
@@ -332,7 +354,10 @@ class Dashboard(Screen[None]):
         self.session.steering.budget(down)
 
     def action_pause(self) -> None:
-        self.session.steering.pause()
+        if self.session.on_knob is not None:
+            self.session.knobs.pause()
+        else:
+            self.session.steering.pause()
 
     def action_adaptive(self) -> None:
         # A lane switched on without a target of its own gets the dashboard's TTFT SLO.
@@ -340,24 +365,43 @@ class Dashboard(Screen[None]):
         self.session.steering.toggle_adaptive(slo or 2.0)
 
     def action_undo(self) -> None:
-        self.session.steering.undo()
+        # On a knob row, this operator's last knob change; on a lane, the gate's.
+        if self.session.on_knob is not None:
+            self.session.knobs.undo()
+        else:
+            self.session.steering.undo()
 
     def action_edit(self) -> None:
-        self.session.steering.edit()
+        if self.session.on_knob is not None:
+            self.session.knobs.edit()
+        else:
+            self.session.steering.edit()
 
     def action_audit(self) -> None:
-        client = self.session.steering.client
-        if client is None:
+        """The gate's audit trail and, where this node steers a stack's own knobs, the local
+        knob audit beside it (read again: ``gpuwatch limits set`` appends to it too)."""
+        s = self.session
+        client = s.steering.client
+        knob_audit = s.knobs.audit.path if s.options.knobs or s.knobs.rows() else None
+        if client is None and knob_audit is None:
             self.notify("no gate: start gpuwatch with --admin URL", severity="warning")
             return
 
         async def show() -> None:
-            try:
-                entries = await client.audit(50)
-            except GateError as exc:
-                await self.app.push_screen(AuditScreen(None, str(exc)))
-                return
-            await self.app.push_screen(AuditScreen(entries))
+            entries: list[AuditEntry] | None = None
+            errors: list[str] = []
+            if client is not None:
+                try:
+                    entries = await client.audit(50)
+                except GateError as exc:
+                    errors.append(str(exc))
+            knobs: list[AuditEntry] | None = None
+            if knob_audit is not None:
+                try:
+                    knobs = await asyncio.to_thread(read_audit, knob_audit)
+                except AuditError as exc:
+                    errors.append(str(exc))
+            await self.app.push_screen(AuditScreen(entries, "; ".join(errors) or None, knobs))
 
         self.run_worker(show(), group="control")
 

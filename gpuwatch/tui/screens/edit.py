@@ -3,6 +3,8 @@ PATCH with what changed."""
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -20,6 +22,8 @@ from gpuwatch.adminapi import (
     LimitValue,
 )
 from gpuwatch.tui.markup import escape
+
+V = TypeVar("V")
 
 FIELDS = (
     ("max_inflight", "max in flight", "0 admits nothing new"),
@@ -118,8 +122,45 @@ def parse_field(key: str, text: str) -> LimitValue:
     return int(text)
 
 
-class EditLimits(ModalScreen[dict[str, LimitValue] | None]):
+class ChangeForm(ModalScreen[dict[str, V] | None], Generic[V]):
+    """A form of values checked as you type, each input's error on the line below it
+    (``#<id>-error``); Apply (or Enter in a field) dismisses it with ``changes()``, what
+    differs from the values it was opened with, unless a field is invalid. The gate lane's
+    form and a stack's knobs' form (``edit_knobs.py``) are both one."""
+
     BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def changes(self) -> dict[str, V] | None:
+        raise NotImplementedError
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self._show(event.input.id or "", event.validation_result)
+
+    def _show(self, key: str, result: ValidationResult | None) -> None:
+        message = (
+            "" if result is None or result.is_valid else "; ".join(result.failure_descriptions)
+        )
+        self.query_one(f"#{key}-error", Static).update(escape(message))
+
+    def on_input_submitted(self) -> None:
+        self._apply()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "apply":
+            self._apply()
+        else:
+            self.dismiss(None)
+
+    def _apply(self) -> None:
+        changes = self.changes()
+        if changes is not None:
+            self.dismiss(changes)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class EditLimits(ChangeForm[LimitValue]):
     DEFAULT_CSS = """
     EditLimits { align: center middle; }
     EditLimits > Vertical {
@@ -189,15 +230,6 @@ class EditLimits(ModalScreen[dict[str, LimitValue] | None]):
                 yield Button("Cancel", id="cancel")
                 yield Button("Apply", id="apply", variant="primary")
 
-    def on_input_changed(self, event: Input.Changed) -> None:
-        self._show(event.input.id or "", event.validation_result)
-
-    def _show(self, key: str, result: ValidationResult | None) -> None:
-        message = (
-            "" if result is None or result.is_valid else "; ".join(result.failure_descriptions)
-        )
-        self.query_one(f"#{key}-error", Static).update(message)
-
     def changes(self) -> dict[str, LimitValue] | None:
         """What differs from the lane's current limits, or None when a field is invalid."""
         lane = self.limits.lanes[self.lane]
@@ -224,20 +256,3 @@ class EditLimits(ModalScreen[dict[str, LimitValue] | None]):
             if str(media.value) != lane.media_policy:
                 out["media_policy"] = str(media.value)
         return out if valid else None
-
-    def on_input_submitted(self) -> None:
-        self._apply()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "apply":
-            self._apply()
-        else:
-            self.dismiss(None)
-
-    def _apply(self) -> None:
-        changes = self.changes()
-        if changes is not None:
-            self.dismiss(changes)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)

@@ -40,7 +40,14 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         lines = ["[b]gpuwatch keys[/]", ""]
+        # The number keys are one line: they pick a row of the admission panel, in its order.
+        digits = [b.key for b in self._keys if b.key.isdigit()]
         for b in self._keys:
+            if b.key.isdigit():
+                if b.key == digits[0]:
+                    key = f"{digits[0]}..{digits[-1]}".ljust(12)
+                    lines.append(f"  [b $accent]{key}[/] pick a row: the gate's lanes, then knobs")
+                continue
             # A lone "[" is left as it is by markup escapes, and then opens a tag: backslash
             # every bracket of the key itself (after padding, so the column stays 12 wide).
             key = key_label(b).ljust(12).replace("[", r"\[")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from gpuwatch.adminapi import REASONS, LaneLimits, LaneStatus
+from gpuwatch.control.knobs.steer import KnobRef, KnobSource
 from gpuwatch.monitor.state import GateView
 from gpuwatch.tui.markup import escape
+from gpuwatch.tui.widgets.knobs import knob_lines
 from gpuwatch.tui.widgets.panel import Panel
 from gpuwatch.tui.widgets.tenants import tenant_lines
 
@@ -65,14 +67,22 @@ class AdmissionPanel(Panel):
         pending: list[str] | None = None,
         selected_tenant: str | None = None,
         compact: bool = False,
+        knobs: list[KnobSource] | None = None,
+        selected_knob: KnobRef | None = None,
     ) -> None:
+        """The gate's lanes (``selected``: the lane the keys act on, None when a knob row is),
+        then the stacks' own knobs (``knobs``), then what is being sent."""
+        knob_rows = knob_lines(knobs or [], selected_knob, compact, self.content_size.width)
+        sending = [f" [$warn]sending: {escape('; '.join(pending))}[/]"] if pending else []
         if gate is None:
-            self.display = False
+            self.display = bool(knob_rows)
+            self.show("\n".join(["[b]admission[/] the stacks' own knobs", *knob_rows, *sending]))
             return
         self.display = True
         if gate.limits is None:
             reason = gate.status.reason or "reading…"
-            self.show(f"[b]admission[/] {escape(gate.url)} [$warn]{escape(reason)}[/]")
+            head = f"[b]admission[/] {escape(gate.url)} [$warn]{escape(reason)}[/]"
+            self.show("\n".join([head, *knob_rows, *sending]))
             return
         limits = gate.limits
         paused = " [b $bad]PAUSED (draining)[/]" if limits.paused else ""
@@ -129,6 +139,4 @@ class AdmissionPanel(Panel):
             )
             tenant = selected_tenant if name == selected else None
             out.extend(tenant_lines(live, tenant, compact))
-        if pending:
-            out.append(f" [$warn]sending: {escape('; '.join(pending))}[/]")
-        self.show("\n".join(out))
+        self.show("\n".join([*out, *knob_rows, *sending]))
