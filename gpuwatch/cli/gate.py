@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+from dataclasses import replace
 from pathlib import Path
 
 from gpuwatch.admintoken import read_token
@@ -62,6 +63,12 @@ def register(gate: argparse.ArgumentParser) -> None:
         metavar="LANE,...",
         help="the lanes a stall sheds (default: the lanes of chat, completions, responses)",
     )
+    gate.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="send a span per request and the GenAI metrics to this OpenTelemetry collector "
+        "(OTLP/HTTP, e.g. http://127.0.0.1:4318; overrides [otlp] endpoint; docs/otel.md)",
+    )
     gate.set_defaults(func=run)
 
 
@@ -90,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuwatch.gate.config import load_gate_config
     from gpuwatch.gate.server import start_gate
     from gpuwatch.gate.state import StateError
+    from gpuwatch.otlp import check_endpoint
 
     try:
         host, port = parse_listen(args.listen, 9000)
@@ -103,6 +111,12 @@ def run(args: argparse.Namespace) -> int:
             "could change the limits. Set --admin-token-file or GPUWATCH_ADMIN_TOKEN.",
         )
     gate_config = load_gate_config(args.config)
+    if args.otlp_endpoint is not None:
+        try:
+            endpoint = check_endpoint(args.otlp_endpoint)
+        except ValueError as exc:
+            return fail(PROG, f"--otlp-endpoint {exc}")
+        gate_config = replace(gate_config, otlp=replace(gate_config.otlp, endpoint=endpoint))
     stall_lanes = None
     if args.stall_lanes is not None:
         names = {lane.name for lane in gate_config.lanes}

@@ -1,0 +1,326 @@
+"""Each inference request's story as an OpenTelemetry span, and the GenAI metrics, exported
+over OTLP (``gpuwatch/otlp.py``) when the gate is given an endpoint.
+
+One SERVER span per inference request (a POST to a path a lane routes), named and attributed
+by the GenAI semantic conventions (``gen_ai.*``) plus the gate's own (``gpuwatch.*``): lane,
+class, tenant (the id the gate keys on, a hash for API keys, never a key), queue wait, the
+refusal or shed reason, clamps applied, the upstream's status. Events mark admission, the
+first token and the end. The span's context goes upstream as ``traceparent``/``tracestate``
+(W3C Trace Context), continuing the client's trace when it sent one, so the engine's spans
+nest under the gate's.
+
+The proxy calls in at a few points (``RequestTrace``); with export off none of this runs and
+the SDK is never imported. What a span learns of the answer (model, token usage, finish
+reasons) is read from the bytes relayed anyway by one regular expression per chunk: the answer
+is never parsed as JSON for the span's sake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from gpuwatch.gate.classes import Who
+from gpuwatch.otlp import Exporting, OtlpConfig, wall_ns
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from gpuwatch.gate.request import InferenceRequest
+
+# The reasons a request is shed rather than refused at the door (gpuwatch.shed = true).
+SHED = frozenset(("evicted", "upstream_stalled"))
+# The GenAI operation of each path (gen_ai.operation.name); another path is named by itself.
+OPERATIONS = (
+    ("/v1/chat/completions", "chat"),
+    ("/v1/responses", "chat"),
+    ("/v1/completions", "text_completion"),
+    ("/v1/embeddings", "embeddings"),
+)
+# The GenAI conventions' advised bucket boundaries for each histogram.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                5.0, 7.5, 10.0)  # fmt: skip
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                    40.96, 81.92)  # fmt: skip
+TOKEN_BUCKETS = tuple(float(4**k) for k in range(14))  # 1, 4, 16 ... 67108864
+# What the span reads of an answer (whole or streamed): the model, the token counts by any of
+# the names servers use (chat/completions' and the Responses API's), finish reasons. JSON
+# escapes quotes inside strings, so a key can only match as a key, never inside content.
+_FACTS = re.compile(
+    rb'"(model|id|finish_reason|prompt_tokens|completion_tokens|input_tokens|output_tokens)"'
+    rb'\s*:\s*(?:"([^"\\]{1,200})"|(\d{1,12}))'
+)
+_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
+_TAIL = 256  # bytes of the last chunk kept, for a fact split across two chunks
+
+
+def operation(path: str) -> str:
+    for prefix, name in OPERATIONS:
+        if path.startswith(prefix):
+            return name
+    return path.rsplit("/", 1)[-1] or path
+
+
+class GateTelemetry:
+    """The gate's exporter, tracer, propagator and GenAI instruments; one per gate."""
+
+    def __init__(self, config: OtlpConfig) -> None:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self.exporting = Exporting(config, "gpuwatch-gate")
+        self.tracer = self.exporting.tracer("gpuwatch.gate")
+        self.propagator = TraceContextTextMapPropagator()
+        meter = self.exporting.meter("gpuwatch.gate")
+        self.ttft = meter.create_histogram(
+            "gen_ai.server.time_to_first_token",
+            unit="s",
+            description="Time to the first token (the upstream's first body byte), from arrival",
+            explicit_bucket_boundaries_advisory=TTFT_BUCKETS,
+        )
+        self.duration = meter.create_histogram(
+            "gen_ai.server.request.duration",
+            unit="s",
+            description="Arrival to the last byte of the answer (refusals included)",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Input and output tokens of each answer, as the upstream counted them",
+            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+        )
+
+    def begin(
+        self, request: web.Request, lane: str, path: str, who: Who, received: float
+    ) -> RequestTrace:
+        """The span of one inference request, from ``received`` (monotonic), stored on the
+        request for the proxy's later steps (``trace_of``)."""
+        trace = RequestTrace(self, request.headers, lane, path, who, received)
+        request[TRACE_KEY] = trace
+        return trace
+
+    async def close(self) -> None:
+        # Flushing waits on the collector (at most its timeout): not on the event loop.
+        await asyncio.to_thread(self.exporting.shutdown)
+
+
+class Untraced:
+    """A request without a span (export off, or not an inference request): every hook does
+    nothing, so the proxy calls them without asking."""
+
+    def read(self, req: InferenceRequest) -> None:
+        pass
+
+    def queueing(self) -> None:
+        pass
+
+    def admitted(self, queue_wait_s: float, clamps: tuple[str, ...]) -> None:
+        pass
+
+    def refused(self, reason: str) -> None:
+        pass
+
+    def inject(self, headers: dict[str, str]) -> None:
+        pass
+
+    def upstream(self, status: int) -> None:
+        pass
+
+    def failed_upstream(self, kind: str) -> None:
+        pass
+
+    def first_token(self) -> None:
+        pass
+
+    def answer(self, data: bytes | bytearray) -> None:
+        pass
+
+    def end(self, status: int | None) -> None:
+        pass
+
+
+UNTRACED = Untraced()
+# Where a request's trace rides on the aiohttp request, for the proxy's later steps.
+TRACE_KEY = web.RequestKey("gpuwatch.trace", Untraced)
+
+
+def trace_of(request: web.Request) -> Untraced:
+    """The request's trace (``GateTelemetry.begin``), or ``UNTRACED``."""
+    return request.get(TRACE_KEY, UNTRACED)
+
+
+class RequestTrace(Untraced):
+    """One request's span, filled in as the proxy goes; ``end`` ends it and records the
+    metrics. Every method is cheap: attribute writes on the span and a regex over a chunk."""
+
+    def __init__(
+        self,
+        telemetry: GateTelemetry,
+        headers: MutableMapping[str, str] | Any,
+        lane: str,
+        path: str,
+        who: Who,
+        received: float,
+    ) -> None:
+        from opentelemetry.trace import SpanKind
+
+        self.telemetry = telemetry
+        self.received = received
+        self.operation = operation(path)
+        # The client's trace, when it sent a traceparent; else this span starts one.
+        parent = telemetry.propagator.extract(headers)
+        self.span: Span = telemetry.tracer.start_span(
+            self.operation,
+            context=parent,
+            kind=SpanKind.SERVER,
+            start_time=wall_ns(received),
+            attributes={
+                "gen_ai.operation.name": self.operation,
+                "url.path": path,
+                "gpuwatch.lane": lane,
+                "gpuwatch.class": who.klass,
+                "gpuwatch.tenant": who.tenant,
+            },
+        )
+        self.metric_attrs: dict[str, str] = {
+            "gen_ai.operation.name": self.operation,
+            "gpuwatch.lane": lane,
+            "gpuwatch.class": who.klass,
+        }
+        self._queued_at: float | None = None
+        self._first_at: float | None = None
+        self._tail = b""
+        self._facts: dict[bytes, bytes] = {}
+        self._finish: list[str] = []
+        self.refusal: str | None = None
+        self.failed = False
+
+    # -- what the proxy tells it ---------------------------------------------------------
+
+    def read(self, req: InferenceRequest) -> None:
+        """The request as read: its model (the span's name is ``{operation} {model}``)."""
+        facts = req.facts
+        model = facts.model if facts is not None else None
+        if model is None:
+            # A lane without caps parses no JSON: the model is looked up in the raw body.
+            found = _MODEL.search(req.raw)
+            model = found.group(1).decode("utf-8", "replace") if found else None
+        if model:
+            self.span.set_attribute("gen_ai.request.model", model)
+            self.span.update_name(f"{self.operation} {model}")
+        if req.stream:
+            self.span.set_attribute("gpuwatch.stream", True)
+
+    def queueing(self) -> None:
+        self._queued_at = time.monotonic()
+
+    def admitted(self, queue_wait_s: float, clamps: tuple[str, ...]) -> None:
+        self._queued_at = None
+        self.span.set_attribute("gpuwatch.queue_wait_s", queue_wait_s)
+        if clamps:
+            self.span.set_attribute("gpuwatch.clamps", list(clamps))
+        self.span.add_event("gpuwatch.admitted", {"gpuwatch.queue_wait_s": queue_wait_s})
+
+    def refused(self, reason: str) -> None:
+        """Refused (at the door, by a cap, from the queue) or shed, for ``reason``."""
+        self.refusal = reason
+        self.span.set_attribute("gpuwatch.refusal.reason", reason)
+        self.span.set_attribute("gpuwatch.shed", reason in SHED)
+        self.span.set_attribute("error.type", reason)
+        if self._queued_at is not None:
+            self.span.set_attribute("gpuwatch.queue_wait_s", time.monotonic() - self._queued_at)
+            self._queued_at = None
+
+    def inject(self, headers: dict[str, str]) -> None:
+        """The span's context into the upstream's headers (replacing the client's own)."""
+        from opentelemetry.trace import set_span_in_context
+
+        for name in list(headers):
+            if name.lower() in ("traceparent", "tracestate"):
+                del headers[name]
+        self.telemetry.propagator.inject(headers, context=set_span_in_context(self.span))
+
+    def upstream(self, status: int) -> None:
+        self.span.set_attribute("gpuwatch.upstream.status_code", status)
+
+    def failed_upstream(self, kind: str) -> None:
+        """The upstream failed this request (unreachable, silent, broke)."""
+        self.failed = True
+        self.span.set_attribute("error.type", kind)
+
+    def first_token(self) -> None:
+        if self._first_at is None:
+            self._first_at = time.monotonic()
+            self.span.add_event("gpuwatch.first_token")
+
+    def answer(self, data: bytes | bytearray) -> None:
+        """A piece of the answer as relayed (a whole body, or a stream's chunk): its facts."""
+        window = self._tail + data
+        for match in _FACTS.finditer(window):
+            key, text, number = match.groups()
+            if key == b"finish_reason":
+                reason = text.decode("utf-8", "replace") if text else None
+                if reason and reason not in self._finish:
+                    self._finish.append(reason)
+            elif key in (b"model", b"id"):
+                # The answer's own come first; a tool call's id later is not the answer's.
+                self._facts.setdefault(key, text or b"")
+            else:
+                self._facts[key] = text if text is not None else number  # the latest count
+        self._tail = window[-_TAIL:]
+
+    # -- the end -------------------------------------------------------------------------
+
+    def end(self, status: int | None) -> None:
+        """The answer is out (``status``), or the client left (None)."""
+        from opentelemetry.trace import Status, StatusCode
+
+        now = time.monotonic()
+        span = self.span
+        attrs = self.metric_attrs
+        facts = self._facts
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        model = facts.get(b"model")
+        if model:
+            attrs["gen_ai.response.model"] = model.decode("utf-8", "replace")
+            span.set_attribute("gen_ai.response.model", attrs["gen_ai.response.model"])
+        if b"id" in facts:
+            span.set_attribute("gen_ai.response.id", facts[b"id"].decode("utf-8", "replace"))
+        if self._finish:
+            span.set_attribute("gen_ai.response.finish_reasons", self._finish)
+        tokens = (
+            ("input", facts.get(b"prompt_tokens") or facts.get(b"input_tokens")),
+            ("output", facts.get(b"completion_tokens") or facts.get(b"output_tokens")),
+        )
+        for kind, count in tokens:
+            if count is not None and count.isdigit():
+                span.set_attribute(f"gen_ai.usage.{kind}_tokens", int(count))
+                self.telemetry.tokens.record(int(count), {**attrs, "gen_ai.token.type": kind})
+        outcome = "ok"
+        if status is None:
+            outcome = "abandoned"
+            span.set_attribute("error.type", "client_closed")
+        elif self.refusal is not None:
+            outcome = "refused"
+        elif self.failed or status >= 500:
+            outcome = "failed"
+            if not self.failed:
+                span.set_attribute("error.type", str(status))
+        elif status >= 400:
+            outcome = "invalid"
+            span.set_attribute("error.type", str(status))
+        span.set_attribute("gpuwatch.outcome", outcome)
+        if outcome != "ok":
+            attrs["error.type"] = self.refusal or ("client_closed" if status is None else "error")
+            span.set_status(Status(StatusCode.ERROR, outcome))
+        elif self._first_at is not None:
+            self.telemetry.ttft.record(self._first_at - self.received, attrs)
+        self.telemetry.duration.record(now - self.received, attrs)
+        span.add_event("gpuwatch.end", {"gpuwatch.outcome": outcome})
+        span.end(end_time=wall_ns(now))
