@@ -66,6 +66,59 @@ def operation(path: str) -> str:
     return path.rsplit("/", 1)[-1] or path
 
 
+class AnswerFacts:
+    """What an answer says of itself, read from its bytes as they pass (a whole body, or a
+    stream's chunks, split anywhere): the model, the response id, token usage, finish reasons.
+    Pure."""
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._facts: dict[bytes, bytes] = {}
+        self.finish_reasons: list[str] = []
+
+    def feed(self, data: bytes | bytearray) -> None:
+        window = self._tail + data
+        for match in _FACTS.finditer(window):
+            key, text, number = match.groups()
+            if key == b"finish_reason":
+                reason = text.decode("utf-8", "replace") if text else None
+                if reason and reason not in self.finish_reasons:
+                    self.finish_reasons.append(reason)
+            elif key in (b"model", b"id"):
+                # The answer's own come first; a tool call's id later is not the answer's.
+                self._facts.setdefault(key, text or b"")
+            else:
+                self._facts[key] = text if text is not None else number  # the latest count
+        self._tail = window[-_TAIL:]
+
+    def _text(self, key: bytes) -> str | None:
+        value = self._facts.get(key)
+        return value.decode("utf-8", "replace") if value else None
+
+    def _count(self, *keys: bytes) -> int | None:
+        for key in keys:
+            value = self._facts.get(key)
+            if value is not None and value.isdigit():
+                return int(value)
+        return None
+
+    @property
+    def model(self) -> str | None:
+        return self._text(b"model")
+
+    @property
+    def id(self) -> str | None:
+        return self._text(b"id")
+
+    @property
+    def input_tokens(self) -> int | None:
+        return self._count(b"prompt_tokens", b"input_tokens")
+
+    @property
+    def output_tokens(self) -> int | None:
+        return self._count(b"completion_tokens", b"output_tokens")
+
+
 class GateTelemetry:
     """The gate's exporter, tracer, propagator and GenAI instruments; one per gate."""
 
@@ -151,7 +204,8 @@ TRACE_KEY = web.RequestKey("gpuwatch.trace", Untraced)
 
 def trace_of(request: web.Request) -> Untraced:
     """The request's trace (``GateTelemetry.begin``), or ``UNTRACED``."""
-    return request.get(TRACE_KEY, UNTRACED)
+    trace: Untraced | None = request.get(TRACE_KEY)
+    return UNTRACED if trace is None else trace
 
 
 class RequestTrace(Untraced):
@@ -194,9 +248,7 @@ class RequestTrace(Untraced):
         }
         self._queued_at: float | None = None
         self._first_at: float | None = None
-        self._tail = b""
-        self._facts: dict[bytes, bytes] = {}
-        self._finish: list[str] = []
+        self.facts = AnswerFacts()
         self.refusal: str | None = None
         self.failed = False
 
@@ -259,20 +311,8 @@ class RequestTrace(Untraced):
             self.span.add_event("gpuwatch.first_token")
 
     def answer(self, data: bytes | bytearray) -> None:
-        """A piece of the answer as relayed (a whole body, or a stream's chunk): its facts."""
-        window = self._tail + data
-        for match in _FACTS.finditer(window):
-            key, text, number = match.groups()
-            if key == b"finish_reason":
-                reason = text.decode("utf-8", "replace") if text else None
-                if reason and reason not in self._finish:
-                    self._finish.append(reason)
-            elif key in (b"model", b"id"):
-                # The answer's own come first; a tool call's id later is not the answer's.
-                self._facts.setdefault(key, text or b"")
-            else:
-                self._facts[key] = text if text is not None else number  # the latest count
-        self._tail = window[-_TAIL:]
+        """A piece of the answer as relayed (a whole body, or a stream's chunk)."""
+        self.facts.feed(data)
 
     # -- the end -------------------------------------------------------------------------
 
@@ -283,25 +323,20 @@ class RequestTrace(Untraced):
         now = time.monotonic()
         span = self.span
         attrs = self.metric_attrs
-        facts = self._facts
+        facts = self.facts
         if status is not None:
             span.set_attribute("http.response.status_code", status)
-        model = facts.get(b"model")
-        if model:
-            attrs["gen_ai.response.model"] = model.decode("utf-8", "replace")
-            span.set_attribute("gen_ai.response.model", attrs["gen_ai.response.model"])
-        if b"id" in facts:
-            span.set_attribute("gen_ai.response.id", facts[b"id"].decode("utf-8", "replace"))
-        if self._finish:
-            span.set_attribute("gen_ai.response.finish_reasons", self._finish)
-        tokens = (
-            ("input", facts.get(b"prompt_tokens") or facts.get(b"input_tokens")),
-            ("output", facts.get(b"completion_tokens") or facts.get(b"output_tokens")),
-        )
-        for kind, count in tokens:
-            if count is not None and count.isdigit():
-                span.set_attribute(f"gen_ai.usage.{kind}_tokens", int(count))
-                self.telemetry.tokens.record(int(count), {**attrs, "gen_ai.token.type": kind})
+        if facts.model:
+            attrs["gen_ai.response.model"] = facts.model
+            span.set_attribute("gen_ai.response.model", facts.model)
+        if facts.id:
+            span.set_attribute("gen_ai.response.id", facts.id)
+        if facts.finish_reasons:
+            span.set_attribute("gen_ai.response.finish_reasons", facts.finish_reasons)
+        for kind, count in (("input", facts.input_tokens), ("output", facts.output_tokens)):
+            if count is not None:
+                span.set_attribute(f"gen_ai.usage.{kind}_tokens", count)
+                self.telemetry.tokens.record(count, {**attrs, "gen_ai.token.type": kind})
         outcome = "ok"
         if status is None:
             outcome = "abandoned"
