@@ -23,7 +23,9 @@ from gpuwatch.errors import GpuwatchError
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
     from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import Tracer
 
 log = logging.getLogger("gpuwatch.otlp")
@@ -56,6 +58,9 @@ class OtlpConfig:
     timeout_s: float = 10.0
     # Metrics are read and sent this often.
     metrics_interval_s: float = 30.0
+    # The share of traces recorded (a client's sampled flag is followed where it sent one);
+    # a request left out still carries its context upstream and counts in every metric.
+    sample_ratio: float = 1.0
 
     @property
     def enabled(self) -> bool:
@@ -130,7 +135,11 @@ class _Outage:
 
 class Exporting:
     """The SDK's tracer and meter providers exporting to one collector. Built only when export
-    is on; ``shutdown`` (blocking, at most about ``timeout_s``) flushes what is held."""
+    is on; ``shutdown`` (blocking, at most about ``timeout_s``) flushes what is held. A span
+    made without the tracer (the gate's, ``gate/otel.py``) goes to ``processor.on_end``."""
+
+    resource: Resource
+    processor: BatchSpanProcessor
 
     def __init__(self, config: OtlpConfig, service_name: str) -> None:
         from opentelemetry.sdk.metrics import MeterProvider
@@ -138,6 +147,7 @@ class Exporting:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         assert config.endpoint is not None
         self.config = config
@@ -145,16 +155,18 @@ class Exporting:
         spans, metrics = _exporters(config, self.outage)
         for name in _NOISY:
             logging.getLogger(name).setLevel(logging.CRITICAL)
-        resource = Resource.create({"service.name": service_name})
+        resource = self.resource = Resource.create({"service.name": service_name})
         timeout_ms = int(config.timeout_s * 1000)
-        processor = BatchSpanProcessor(
+        processor = self.processor = BatchSpanProcessor(
             spans,
             max_queue_size=config.max_queue,
             schedule_delay_millis=config.schedule_delay_s * 1000,
             max_export_batch_size=min(512, config.max_queue),
             export_timeout_millis=timeout_ms,
         )
-        self.tracer_provider: TracerProvider = TracerProvider(resource=resource)
+        self.tracer_provider: TracerProvider = TracerProvider(
+            resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio))
+        )
         self.tracer_provider.add_span_processor(processor)
         reader = PeriodicExportingMetricReader(
             metrics,

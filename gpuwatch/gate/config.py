@@ -27,6 +27,7 @@ schedule_delay_s = 1.0                      # the batch processor's pace
 max_queue = 2048                            # spans held while the collector is away
 timeout_s = 10                              # one export's limit, retries included
 metrics_interval_s = 30                     # how often the GenAI metrics are sent
+sample_ratio = 1.0                          # the share of traces recorded (metrics: all)
 ```
 Limits given here are the starting point; limits persisted in the state file win over them.
 """
@@ -167,6 +168,7 @@ _OTLP_NUMBERS = (
     ("max_queue", 16, 1_000_000, True),
     ("timeout_s", 0.1, 120.0, False),
     ("metrics_interval_s", 0.05, 3600.0, False),
+    ("sample_ratio", 0.0, 1.0, False),
 )
 
 

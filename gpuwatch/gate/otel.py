@@ -18,6 +18,7 @@ is never parsed as JSON for the span's sake.
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import time
 from collections.abc import MutableMapping
@@ -29,7 +30,7 @@ from gpuwatch.gate.classes import Who
 from gpuwatch.otlp import Exporting, OtlpConfig, wall_ns
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
+    from opentelemetry.trace import SpanContext
 
     from gpuwatch.gate.request import InferenceRequest
 
@@ -123,11 +124,15 @@ class GateTelemetry:
     """The gate's exporter, tracer, propagator and GenAI instruments; one per gate."""
 
     def __init__(self, config: OtlpConfig) -> None:
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.exporting = Exporting(config, "gpuwatch-gate")
-        self.tracer = self.exporting.tracer("gpuwatch.gate")
+        self.scope = InstrumentationScope("gpuwatch.gate")
         self.propagator = TraceContextTextMapPropagator()
+        # The ratio sampler's rule (TraceIdRatioBased): a trace is kept when the low 64 bits
+        # of its id are under this bound, so every service sampling by ratio agrees.
+        self.sample_bound = round(config.sample_ratio * 2**64)
         meter = self.exporting.meter("gpuwatch.gate")
         self.ttft = meter.create_histogram(
             "gen_ai.server.time_to_first_token",
@@ -209,8 +214,14 @@ def trace_of(request: web.Request) -> Untraced:
 
 
 class RequestTrace(Untraced):
-    """One request's span, filled in as the proxy goes; ``end`` ends it and records the
-    metrics. Every method is cheap: attribute writes on the span and a regex over a chunk."""
+    """One request's span, filled in as the proxy goes; ``end`` hands it to the SDK's batch
+    processor and records the metrics.
+
+    The span is not the SDK's live ``Span``: its ids are drawn here, what the proxy learns is
+    kept in a plain dict, and ``end`` builds the finished ``ReadableSpan`` in one go. The
+    live span's start (sampler, id generator, locks) and its per-attribute validation cost
+    more than the gate's whole handling of a short request; the exported span is the same.
+    """
 
     def __init__(
         self,
@@ -221,32 +232,36 @@ class RequestTrace(Untraced):
         who: Who,
         received: float,
     ) -> None:
-        from opentelemetry.trace import SpanKind
-
         self.telemetry = telemetry
         self.received = received
         self.operation = operation(path)
-        # The client's trace, when it sent a traceparent; else this span starts one.
-        parent = telemetry.propagator.extract(headers)
-        self.span: Span = telemetry.tracer.start_span(
-            self.operation,
-            context=parent,
-            kind=SpanKind.SERVER,
-            start_time=wall_ns(received),
-            attributes={
-                "gen_ai.operation.name": self.operation,
-                "url.path": path,
-                "gpuwatch.lane": lane,
-                "gpuwatch.class": who.klass,
-                "gpuwatch.tenant": who.tenant,
-            },
-        )
+        self.parent: SpanContext | None = None
+        self.tracestate = ""
+        if "traceparent" in headers:
+            # The client's trace: this span continues it, and follows its sampled flag.
+            self.parent = _remote_parent(telemetry, headers)
+        if self.parent is not None:
+            self.trace_id = self.parent.trace_id
+            self.recording = self.parent.trace_flags.sampled
+            self.tracestate = self.parent.trace_state.to_header()
+        else:
+            self.trace_id = random.getrandbits(128) or 1
+            self.recording = (self.trace_id & 0xFFFFFFFFFFFFFFFF) < telemetry.sample_bound
+        self.span_id = random.getrandbits(64) or 1
+        self.attrs: dict[str, Any] = {
+            "gen_ai.operation.name": self.operation,
+            "gpuwatch.lane": lane,
+            "gpuwatch.class": who.klass,
+            "gpuwatch.tenant": who.tenant,
+        }
         self.metric_attrs: dict[str, str] = {
             "gen_ai.operation.name": self.operation,
             "gpuwatch.lane": lane,
             "gpuwatch.class": who.klass,
         }
+        self.model: str | None = None
         self._queued_at: float | None = None
+        self._admitted_at: float | None = None
         self._first_at: float | None = None
         self.facts = AnswerFacts()
         self.refusal: str | None = None
@@ -256,6 +271,8 @@ class RequestTrace(Untraced):
 
     def read(self, req: InferenceRequest) -> None:
         """The request as read: its model (the span's name is ``{operation} {model}``)."""
+        if not self.recording:
+            return
         facts = req.facts
         model = facts.model if facts is not None else None
         if model is None:
@@ -263,52 +280,54 @@ class RequestTrace(Untraced):
             found = _MODEL.search(req.raw)
             model = found.group(1).decode("utf-8", "replace") if found else None
         if model:
-            self.span.set_attribute("gen_ai.request.model", model)
-            self.span.update_name(f"{self.operation} {model}")
+            self.model = model
+            self.attrs["gen_ai.request.model"] = model
         if req.stream:
-            self.span.set_attribute("gpuwatch.stream", True)
+            self.attrs["gpuwatch.stream"] = True
 
     def queueing(self) -> None:
         self._queued_at = time.monotonic()
 
     def admitted(self, queue_wait_s: float, clamps: tuple[str, ...]) -> None:
         self._queued_at = None
-        self.span.set_attribute("gpuwatch.queue_wait_s", queue_wait_s)
+        self._admitted_at = time.monotonic()
+        self.attrs["gpuwatch.queue_wait_s"] = queue_wait_s
         if clamps:
-            self.span.set_attribute("gpuwatch.clamps", list(clamps))
-        self.span.add_event("gpuwatch.admitted", {"gpuwatch.queue_wait_s": queue_wait_s})
+            self.attrs["gpuwatch.clamps"] = list(clamps)
 
     def refused(self, reason: str) -> None:
         """Refused (at the door, by a cap, from the queue) or shed, for ``reason``."""
         self.refusal = reason
-        self.span.set_attribute("gpuwatch.refusal.reason", reason)
-        self.span.set_attribute("gpuwatch.shed", reason in SHED)
-        self.span.set_attribute("error.type", reason)
+        attrs = self.attrs
+        attrs["gpuwatch.refusal.reason"] = reason
+        attrs["gpuwatch.shed"] = reason in SHED
+        attrs["error.type"] = reason
         if self._queued_at is not None:
-            self.span.set_attribute("gpuwatch.queue_wait_s", time.monotonic() - self._queued_at)
+            attrs["gpuwatch.queue_wait_s"] = time.monotonic() - self._queued_at
             self._queued_at = None
 
     def inject(self, headers: dict[str, str]) -> None:
-        """The span's context into the upstream's headers (replacing the client's own)."""
-        from opentelemetry.trace import set_span_in_context
-
+        """The span's context into the upstream's headers (W3C Trace Context), replacing the
+        client's own; a client's tracestate goes on as it came."""
         for name in list(headers):
             if name.lower() in ("traceparent", "tracestate"):
                 del headers[name]
-        self.telemetry.propagator.inject(headers, context=set_span_in_context(self.span))
+        flags = "01" if self.recording else "00"
+        headers["traceparent"] = f"00-{self.trace_id:032x}-{self.span_id:016x}-{flags}"
+        if self.tracestate:
+            headers["tracestate"] = self.tracestate
 
     def upstream(self, status: int) -> None:
-        self.span.set_attribute("gpuwatch.upstream.status_code", status)
+        self.attrs["gpuwatch.upstream.status_code"] = status
 
     def failed_upstream(self, kind: str) -> None:
         """The upstream failed this request (unreachable, silent, broke)."""
         self.failed = True
-        self.span.set_attribute("error.type", kind)
+        self.attrs["error.type"] = kind
 
     def first_token(self) -> None:
         if self._first_at is None:
             self._first_at = time.monotonic()
-            self.span.add_event("gpuwatch.first_token")
 
     def answer(self, data: bytes | bytearray) -> None:
         """A piece of the answer as relayed (a whole body, or a stream's chunk)."""
@@ -318,44 +337,93 @@ class RequestTrace(Untraced):
 
     def end(self, status: int | None) -> None:
         """The answer is out (``status``), or the client left (None)."""
-        from opentelemetry.trace import Status, StatusCode
-
         now = time.monotonic()
-        span = self.span
-        attrs = self.metric_attrs
         facts = self.facts
+        metric_attrs = self.metric_attrs
+        if facts.model:
+            metric_attrs["gen_ai.response.model"] = facts.model
+        outcome = _outcome(status, self.refusal, self.failed)
+        if outcome != "ok":
+            metric_attrs["error.type"] = self.refusal or (
+                "client_closed" if status is None else "error"
+            )
+        elif self._first_at is not None:
+            self.telemetry.ttft.record(self._first_at - self.received, metric_attrs)
+        self.telemetry.duration.record(now - self.received, metric_attrs)
+        tokens = (("input", facts.input_tokens), ("output", facts.output_tokens))
+        for kind, count in tokens:
+            if count is not None:
+                self.telemetry.tokens.record(count, {**metric_attrs, "gen_ai.token.type": kind})
+        if self.recording:
+            self._fill(status, outcome, tokens, now)
+
+    def _fill(
+        self,
+        status: int | None,
+        outcome: str,
+        tokens: tuple[tuple[str, int | None], ...],
+        now: float,
+    ) -> None:
+        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+        attrs, facts = self.attrs, self.facts
+        status_of = Status(StatusCode.UNSET)
         if status is not None:
-            span.set_attribute("http.response.status_code", status)
+            attrs["http.response.status_code"] = status
         if facts.model:
             attrs["gen_ai.response.model"] = facts.model
-            span.set_attribute("gen_ai.response.model", facts.model)
         if facts.id:
-            span.set_attribute("gen_ai.response.id", facts.id)
+            attrs["gen_ai.response.id"] = facts.id
         if facts.finish_reasons:
-            span.set_attribute("gen_ai.response.finish_reasons", facts.finish_reasons)
-        for kind, count in (("input", facts.input_tokens), ("output", facts.output_tokens)):
+            attrs["gen_ai.response.finish_reasons"] = facts.finish_reasons
+        for kind, count in tokens:
             if count is not None:
-                span.set_attribute(f"gen_ai.usage.{kind}_tokens", count)
-                self.telemetry.tokens.record(count, {**attrs, "gen_ai.token.type": kind})
-        outcome = "ok"
-        if status is None:
-            outcome = "abandoned"
-            span.set_attribute("error.type", "client_closed")
-        elif self.refusal is not None:
-            outcome = "refused"
-        elif self.failed or status >= 500:
-            outcome = "failed"
-            if not self.failed:
-                span.set_attribute("error.type", str(status))
-        elif status >= 400:
-            outcome = "invalid"
-            span.set_attribute("error.type", str(status))
-        span.set_attribute("gpuwatch.outcome", outcome)
+                attrs[f"gen_ai.usage.{kind}_tokens"] = count
+        attrs["gpuwatch.outcome"] = outcome
         if outcome != "ok":
-            attrs["error.type"] = self.refusal or ("client_closed" if status is None else "error")
-            span.set_status(Status(StatusCode.ERROR, outcome))
-        elif self._first_at is not None:
-            self.telemetry.ttft.record(self._first_at - self.received, attrs)
-        self.telemetry.duration.record(now - self.received, attrs)
-        span.add_event("gpuwatch.end", {"gpuwatch.outcome": outcome})
-        span.end(end_time=wall_ns(now))
+            attrs.setdefault("error.type", "client_closed" if status is None else str(status))
+            status_of = Status(StatusCode.ERROR, outcome)
+        events = tuple(
+            Event(name, timestamp=wall_ns(at))
+            for name, at in (
+                ("gpuwatch.admitted", self._admitted_at),
+                ("gpuwatch.first_token", self._first_at),
+                ("gpuwatch.end", now),
+            )
+            if at is not None
+        )
+        telemetry = self.telemetry
+        context = SpanContext(self.trace_id, self.span_id, False, TraceFlags(TraceFlags.SAMPLED))
+        span = ReadableSpan(
+            f"{self.operation} {self.model}" if self.model else self.operation,
+            context=context,
+            parent=self.parent,
+            resource=telemetry.exporting.resource,
+            attributes=attrs,
+            events=events,
+            kind=SpanKind.SERVER,
+            status=status_of,
+            start_time=wall_ns(self.received),
+            end_time=wall_ns(now),
+            instrumentation_scope=telemetry.scope,
+        )
+        telemetry.exporting.processor.on_end(span)
+
+
+def _remote_parent(telemetry: GateTelemetry, headers: Any) -> SpanContext | None:
+    """The client's span context from its traceparent/tracestate; None when not valid."""
+    from opentelemetry.trace import get_current_span
+
+    context = get_current_span(telemetry.propagator.extract(headers)).get_span_context()
+    return context if context.is_valid else None
+
+
+def _outcome(status: int | None, refusal: str | None, failed: bool) -> str:
+    if status is None:
+        return "abandoned"  # the client left
+    if refusal is not None:
+        return "refused"
+    if failed or status >= 500:
+        return "failed"
+    return "invalid" if status >= 400 else "ok"

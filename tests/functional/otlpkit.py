@@ -68,15 +68,19 @@ class OtlpReceiver:
     spans: list[Span] = field(default_factory=list)
     points: list[Point] = field(default_factory=list)
     url: str = ""
+    # False: decode and count spans, keep none (a bench's receiver, for hours of load).
+    keep: bool = True
+    received: int = 0  # spans decoded, kept or not
     _runner: web.AppRunner | None = None
 
-    async def start(self) -> str:
+    async def start(self, port: int = 0) -> str:
         app = web.Application()
         app.router.add_post("/v1/traces", self._traces)
         app.router.add_post("/v1/metrics", self._metrics)
+        app.router.add_get("/count", self._count)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         port = self._runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{port}"
@@ -99,7 +103,8 @@ class OtlpReceiver:
         for resource_spans in message.resource_spans:
             service = attributes(resource_spans.resource.attributes).get("service.name", "")
             for scope in resource_spans.scope_spans:
-                for s in scope.spans:
+                self.received += len(scope.spans)
+                for s in scope.spans if self.keep else ():
                     self.spans.append(
                         Span(
                             service,
@@ -117,6 +122,9 @@ class OtlpReceiver:
                     )
         answer = ExportTraceServiceResponse().SerializeToString()
         return web.Response(body=answer, content_type=PROTOBUF)
+
+    async def _count(self, _: web.Request) -> web.Response:
+        return web.json_response({"spans": self.received})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         message = ExportMetricsServiceRequest.FromString(await self._body(request))

@@ -27,9 +27,10 @@ def test_every_key_read(tmp_path: Path) -> None:
     path.write_text(
         '[otlp]\nendpoint = "http://collector:4318/"\nprotocol = "grpc"\n'
         "schedule_delay_s = 0.5\nmax_queue = 100\ntimeout_s = 2\nmetrics_interval_s = 15\n"
+        "sample_ratio = 0.25\n"
     )
     assert load_gate_config(path).otlp == OtlpConfig(
-        "http://collector:4318", "grpc", 0.5, 100, 2.0, 15.0
+        "http://collector:4318", "grpc", 0.5, 100, 2.0, 15.0, 0.25
     )
 
 
@@ -48,6 +49,7 @@ def test_every_key_read(tmp_path: Path) -> None:
         ("[otlp]\ntimeout_s = true\n", "key 'otlp.timeout_s' must be a number"),
         ("[otlp]\nschedule_delay_s = 0\n", "key 'otlp.schedule_delay_s' must be a number"),
         ("[otlp]\nheaders = {}\n", "unknown key 'otlp.headers'"),
+        ("[otlp]\nsample_ratio = 1.5\n", "key 'otlp.sample_ratio' must be a number in [0, 1]"),
     ],
 )
 def test_hostile_values_refused_naming_the_key(tmp_path: Path, text: str, reason: str) -> None:
