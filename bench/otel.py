@@ -130,7 +130,8 @@ def main() -> None:
         # What the receiver got once the batch processor's last batch (1 s schedule) is in.
         spans = spans_received(receiver_port)
     finally:
-        for proc in procs:
+        # The gates first: each sends what it holds on the way out, to a receiver still up.
+        for proc in reversed(procs):
             stop_process(proc)
     report(rounds, latencies, args.seconds, spans, answered_on)
 
