@@ -11,7 +11,9 @@ bound are dropped, and the log says so once (``_Outage``), not once per batch.
 
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -21,8 +23,6 @@ from urllib.parse import urlsplit
 from gpuwatch.errors import GpuwatchError
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import Meter
-    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -81,6 +81,16 @@ def check_endpoint(text: str) -> str:
     return text.strip().rstrip("/")
 
 
+def endpoint_argument(text: str) -> str:
+    """``--otlp-endpoint`` (the gate's, the simulator's): a usage error names what is wrong."""
+    import argparse
+
+    try:
+        return check_endpoint(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def signal_url(endpoint: str, signal: str) -> str:
     """The OTLP/HTTP URL of one signal (``traces``, ``metrics``) under a base endpoint; an
     endpoint already naming a signal path loses it, so either form may be given."""
@@ -133,61 +143,154 @@ class _Outage:
                 )
 
 
+# Attribute sets a histogram keeps apart; past this, new sets are dropped (as the SDK's
+# default cardinality limit does): a metric's series stay bounded whatever clients send.
+MAX_SERIES = 2000
+Attributes = tuple[tuple[str, str], ...]
+
+
+class _Cell:
+    __slots__ = ("count", "counts", "max", "min", "sum")
+
+    def __init__(self, buckets: int) -> None:
+        self.counts = [0] * buckets
+        self.count = 0
+        self.sum = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+
+
+class Histogram:
+    """A histogram aggregated here, cumulative since the start: per attribute set, the bucket
+    counts, count, sum, min and max, sent as an OTLP histogram by ``Exporting``'s metric
+    thread. ``record`` is a bisect and a few additions: the SDK's instrument cleans, sorts and
+    hashes the attributes on every call, which cost the gate more per request than its span."""
+
+    def __init__(self, name: str, unit: str, description: str, bounds: tuple[float, ...]) -> None:
+        self.name, self.unit, self.description = name, unit, description
+        self.bounds = bounds
+        self._cells: dict[Attributes, _Cell] = {}
+        self._lock = threading.Lock()  # the event loop records, the export thread reads
+        self.dropped = 0  # values of attribute sets past MAX_SERIES
+
+    def record(self, value: float, attributes: Attributes) -> None:
+        # OTLP's explicit buckets are (previous bound, bound]: bisect_left finds it.
+        i = bisect.bisect_left(self.bounds, value)
+        with self._lock:
+            cell = self._cells.get(attributes)
+            if cell is None:
+                if len(self._cells) >= MAX_SERIES:
+                    self.dropped += 1
+                    return
+                cell = self._cells[attributes] = _Cell(len(self.bounds) + 1)
+            cell.counts[i] += 1
+            cell.count += 1
+            cell.sum += value
+            cell.min = min(cell.min, value)
+            cell.max = max(cell.max, value)
+
+    def snapshot(self) -> list[tuple[Attributes, list[int], int, float, float, float]]:
+        with self._lock:
+            return [
+                (key, list(c.counts), c.count, c.sum, c.min, c.max)
+                for key, c in self._cells.items()
+            ]
+
+
 class Exporting:
-    """The SDK's tracer and meter providers exporting to one collector. Built only when export
-    is on; ``shutdown`` (blocking, at most about ``timeout_s``) flushes what is held. A span
-    made without the tracer (the gate's, ``gate/otel.py``) goes to ``processor.on_end``."""
+    """The SDK's batch span processor and OTLP exporters sending to one collector, and a
+    thread sending this process's histograms every ``metrics_interval_s``. Built only when
+    export is on; ``shutdown`` (blocking, at most about ``timeout_s``) sends what is held. A
+    span made without the tracer (the gate's, ``gate/otel.py``) goes to ``processor.on_end``.
+    """
 
     resource: Resource
     processor: BatchSpanProcessor
 
     def __init__(self, config: OtlpConfig, service_name: str) -> None:
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         assert config.endpoint is not None
         self.config = config
         self.outage = _Outage(config.endpoint)
-        spans, metrics = _exporters(config, self.outage)
+        spans, self._metric_exporter = _exporters(config, self.outage)
         for name in _NOISY:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         resource = self.resource = Resource.create({"service.name": service_name})
-        timeout_ms = int(config.timeout_s * 1000)
+        self.scope = InstrumentationScope(service_name.replace("-", "."))
         processor = self.processor = BatchSpanProcessor(
             spans,
             max_queue_size=config.max_queue,
             schedule_delay_millis=config.schedule_delay_s * 1000,
             max_export_batch_size=min(512, config.max_queue),
-            export_timeout_millis=timeout_ms,
+            export_timeout_millis=int(config.timeout_s * 1000),
         )
         self.tracer_provider: TracerProvider = TracerProvider(
             resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio))
         )
         self.tracer_provider.add_span_processor(processor)
-        reader = PeriodicExportingMetricReader(
-            metrics,
-            export_interval_millis=config.metrics_interval_s * 1000,
-            export_timeout_millis=timeout_ms,
-        )
-        self.meter_provider: MeterProvider = MeterProvider(
-            resource=resource, metric_readers=[reader]
-        )
+        self.histograms: list[Histogram] = []
+        self._started_ns = time.time_ns()
+        self._stop = threading.Event()
+        self._pump = threading.Thread(target=self._send_metrics, name="otlp-metrics", daemon=True)
+        self._pump.start()
 
     def tracer(self, name: str) -> Tracer:
         return self.tracer_provider.get_tracer(name)
 
-    def meter(self, name: str) -> Meter:
-        return self.meter_provider.get_meter(name)
+    def histogram(
+        self, name: str, unit: str, description: str, bounds: tuple[float, ...]
+    ) -> Histogram:
+        histogram = Histogram(name, unit, description, bounds)
+        self.histograms.append(histogram)
+        return histogram
+
+    def _send_metrics(self) -> None:
+        while not self._stop.wait(self.config.metrics_interval_s):
+            self.send_metrics()
+
+    def send_metrics(self) -> None:
+        """Every histogram's points as they stand, in one export (none: nothing is sent)."""
+        from opentelemetry.sdk.metrics.export import (
+            AggregationTemporality,
+            HistogramDataPoint,
+            Metric,
+            MetricsData,
+            ResourceMetrics,
+            ScopeMetrics,
+        )
+        from opentelemetry.sdk.metrics.export import Histogram as HistogramData
+
+        now = time.time_ns()
+        metrics = []
+        for h in self.histograms:
+            points = [
+                HistogramDataPoint(
+                    dict(key), self._started_ns, now, count, total, counts, h.bounds, low, high
+                )
+                for key, counts, count, total, low, high in h.snapshot()
+            ]
+            if points:
+                data = HistogramData(points, AggregationTemporality.CUMULATIVE)
+                metrics.append(Metric(h.name, h.description, h.unit, data))
+        if not metrics:
+            return
+        scoped = ScopeMetrics(self.scope, metrics, "")
+        batch = MetricsData([ResourceMetrics(self.resource, [scoped], "")])
+        self._metric_exporter.export(batch, timeout_millis=self.config.timeout_s * 1000)
 
     def shutdown(self) -> None:
         """Send what is held and stop the export threads; blocks (call it in a thread)."""
         self.outage.closing = True
+        self._stop.set()
+        self._pump.join(self.config.timeout_s)
         self.tracer_provider.shutdown()
-        self.meter_provider.shutdown(timeout_millis=int(self.config.timeout_s * 1000))
+        self.send_metrics()  # the last figures
+        self._metric_exporter.shutdown()
 
 
 def _exporters(config: OtlpConfig, outage: _Outage) -> tuple[Any, Any]:

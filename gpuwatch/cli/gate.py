@@ -18,6 +18,7 @@ from gpuwatch.cli.common import (
     use_uvloop,
 )
 from gpuwatch.fmt import clip
+from gpuwatch.otlp import endpoint_argument
 from gpuwatch.stall import DEFAULT_STALL_AFTER_S
 
 PROG = "gpuwatch gate"
@@ -65,6 +66,7 @@ def register(gate: argparse.ArgumentParser) -> None:
     )
     gate.add_argument(
         "--otlp-endpoint",
+        type=endpoint_argument,
         metavar="URL",
         help="send a span per request and the GenAI metrics to this OpenTelemetry collector "
         "(OTLP/HTTP, e.g. http://127.0.0.1:4318; overrides [otlp] endpoint; docs/otel.md)",
@@ -97,7 +99,6 @@ def run(args: argparse.Namespace) -> int:
     from gpuwatch.gate.config import load_gate_config
     from gpuwatch.gate.server import start_gate
     from gpuwatch.gate.state import StateError
-    from gpuwatch.otlp import check_endpoint
 
     try:
         host, port = parse_listen(args.listen, 9000)
@@ -112,11 +113,8 @@ def run(args: argparse.Namespace) -> int:
         )
     gate_config = load_gate_config(args.config)
     if args.otlp_endpoint is not None:
-        try:
-            endpoint = check_endpoint(args.otlp_endpoint)
-        except ValueError as exc:
-            return fail(PROG, f"--otlp-endpoint {exc}")
-        gate_config = replace(gate_config, otlp=replace(gate_config.otlp, endpoint=endpoint))
+        otlp = replace(gate_config.otlp, endpoint=args.otlp_endpoint)
+        gate_config = replace(gate_config, otlp=otlp)
     stall_lanes = None
     if args.stall_lanes is not None:
         names = {lane.name for lane in gate_config.lanes}

@@ -7,6 +7,7 @@ import asyncio
 import signal
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail, positive_float, positive_int
+from gpuwatch.otlp import endpoint_argument
 
 
 def register(sim: argparse.ArgumentParser) -> None:
@@ -40,6 +41,7 @@ def register(sim: argparse.ArgumentParser) -> None:
     )
     sim.add_argument(
         "--otlp-endpoint",
+        type=endpoint_argument,
         metavar="URL",
         help="export each request's spans (queue, prefill, decode) under the incoming "
         "traceparent to this OpenTelemetry collector (OTLP/HTTP; docs/otel.md)",
@@ -49,7 +51,7 @@ def register(sim: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuwatch.aioserve import parse_listen, run_until_signalled
-    from gpuwatch.otlp import OtlpConfig, check_endpoint
+    from gpuwatch.otlp import OtlpConfig
     from gpuwatch.sim.mig import parse_layout
     from gpuwatch.sim.profiles import (
         DEFAULT_PROFILE,
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         # Checked here so that a mix that does not fit is a usage error, not a traceback.
         shared = with_side_models(profile, "embed" in workloads, "image" in workloads, reserve)
         mig = parse_layout(args.mig, profile.gpu.name, profile.gpu.vram_bytes) if args.mig else []
-        otlp = OtlpConfig(check_endpoint(args.otlp_endpoint)) if args.otlp_endpoint else None
+        otlp = OtlpConfig(args.otlp_endpoint) if args.otlp_endpoint else None
     except (ProfileError, ValueError) as exc:
         return fail("gpuwatch sim", str(exc))
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gpuwatch.gate.classes import Who
-from gpuwatch.otlp import Exporting, OtlpConfig, wall_ns
+from gpuwatch.otlp import Attributes, Exporting, OtlpConfig, wall_ns
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
@@ -124,33 +124,30 @@ class GateTelemetry:
     """The gate's exporter, tracer, propagator and GenAI instruments; one per gate."""
 
     def __init__(self, config: OtlpConfig) -> None:
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        self.exporting = Exporting(config, "gpuwatch-gate")
-        self.scope = InstrumentationScope("gpuwatch.gate")
+        self.exporting = exporting = Exporting(config, "gpuwatch-gate")
         self.propagator = TraceContextTextMapPropagator()
         # The ratio sampler's rule (TraceIdRatioBased): a trace is kept when the low 64 bits
         # of its id are under this bound, so every service sampling by ratio agrees.
         self.sample_bound = round(config.sample_ratio * 2**64)
-        meter = self.exporting.meter("gpuwatch.gate")
-        self.ttft = meter.create_histogram(
+        self.ttft = exporting.histogram(
             "gen_ai.server.time_to_first_token",
-            unit="s",
-            description="Time to the first token (the upstream's first body byte), from arrival",
-            explicit_bucket_boundaries_advisory=TTFT_BUCKETS,
+            "s",
+            "Time to the first token (the upstream's first body byte), from arrival",
+            TTFT_BUCKETS,
         )
-        self.duration = meter.create_histogram(
+        self.duration = exporting.histogram(
             "gen_ai.server.request.duration",
-            unit="s",
-            description="Arrival to the last byte of the answer (refusals included)",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+            "s",
+            "Arrival to the last byte of the answer (refusals included)",
+            DURATION_BUCKETS,
         )
-        self.tokens = meter.create_histogram(
+        self.tokens = exporting.histogram(
             "gen_ai.client.token.usage",
-            unit="{token}",
-            description="Input and output tokens of each answer, as the upstream counted them",
-            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+            "{token}",
+            "Input and output tokens of each answer, as the upstream counted them",
+            TOKEN_BUCKETS,
         )
 
     def begin(
@@ -254,11 +251,8 @@ class RequestTrace(Untraced):
             "gpuwatch.class": who.klass,
             "gpuwatch.tenant": who.tenant,
         }
-        self.metric_attrs: dict[str, str] = {
-            "gen_ai.operation.name": self.operation,
-            "gpuwatch.lane": lane,
-            "gpuwatch.class": who.klass,
-        }
+        self.lane = lane
+        self.klass = who.klass
         self.model: str | None = None
         self._queued_at: float | None = None
         self._admitted_at: float | None = None
@@ -339,21 +333,27 @@ class RequestTrace(Untraced):
         """The answer is out (``status``), or the client left (None)."""
         now = time.monotonic()
         facts = self.facts
-        metric_attrs = self.metric_attrs
+        telemetry = self.telemetry
+        # The metrics' attributes: a handful of values each (the request's model, any string
+        # a client sends, and the tenant stay on the span).
+        key: Attributes = (
+            ("gen_ai.operation.name", self.operation),
+            ("gpuwatch.lane", self.lane),
+            ("gpuwatch.class", self.klass),
+        )
         if facts.model:
-            metric_attrs["gen_ai.response.model"] = facts.model
+            key += (("gen_ai.response.model", facts.model),)
         outcome = _outcome(status, self.refusal, self.failed)
         if outcome != "ok":
-            metric_attrs["error.type"] = self.refusal or (
-                "client_closed" if status is None else "error"
-            )
+            error = self.refusal or ("client_closed" if status is None else "error")
+            key += (("error.type", error),)
         elif self._first_at is not None:
-            self.telemetry.ttft.record(self._first_at - self.received, metric_attrs)
-        self.telemetry.duration.record(now - self.received, metric_attrs)
+            telemetry.ttft.record(self._first_at - self.received, key)
+        telemetry.duration.record(now - self.received, key)
         tokens = (("input", facts.input_tokens), ("output", facts.output_tokens))
         for kind, count in tokens:
             if count is not None:
-                self.telemetry.tokens.record(count, {**metric_attrs, "gen_ai.token.type": kind})
+                telemetry.tokens.record(count, (*key, ("gen_ai.token.type", kind)))
         if self.recording:
             self._fill(status, outcome, tokens, now)
 
@@ -406,7 +406,7 @@ class RequestTrace(Untraced):
             status=status_of,
             start_time=wall_ns(self.received),
             end_time=wall_ns(now),
-            instrumentation_scope=telemetry.scope,
+            instrumentation_scope=telemetry.exporting.scope,
         )
         telemetry.exporting.processor.on_end(span)
 

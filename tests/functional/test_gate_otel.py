@@ -10,7 +10,7 @@ import json
 import logging
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -281,3 +281,29 @@ async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
     assert dead in said[0].getMessage()
     # The SDK's own per-batch lines are not in the log.
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
+
+
+async def test_a_trace_sampled_out_still_propagates_and_counts(tmp_path: Path) -> None:
+    """sample_ratio 0: no span recorded, yet the context goes upstream (not sampled) and the
+    request is in the metrics."""
+    receiver = OtlpReceiver()
+    endpoint = await receiver.start()
+    node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
+    otlp = replace(quick(endpoint), sample_ratio=0.0)
+    _, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
+    )
+    try:
+        async with aiohttp.ClientSession() as s:
+            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=True))
+        assert status == 200
+        await eventually(
+            lambda: any(p.metric == "gen_ai.server.request.duration" for p in receiver.points)
+        )
+        [sent] = node.tracing.seen
+        assert sent.endswith("-00")  # not sampled: the engine records nothing either
+    finally:
+        await served.close()
+        await sim.close()
+        await receiver.stop()
+    assert not gate_spans(receiver)  # and none came at shutdown's flush either

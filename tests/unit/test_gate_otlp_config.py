@@ -66,10 +66,14 @@ def test_signal_urls_from_either_form() -> None:
     assert signal_url("https://c/otlp", "traces") == "https://c/otlp/v1/traces"
 
 
-def test_bad_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["gate", "--upstream", "http://127.0.0.1:1", "--otlp-endpoint", "nope"])
-    assert code == 2
-    assert "gpuwatch gate: --otlp-endpoint must be an http://" in capsys.readouterr().err
+@pytest.mark.parametrize("command", [["gate", "--upstream", "http://127.0.0.1:1"], ["sim"]])
+def test_a_bad_flag_is_a_usage_error(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([*command, "--otlp-endpoint", "collector:4318"])
+    assert info.value.code == 2
+    assert "argument --otlp-endpoint: must be an http://" in capsys.readouterr().err
 
 
 def test_grpc_without_its_extra_is_one_clear_line() -> None:
