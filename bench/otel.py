@@ -2,14 +2,16 @@
 OTLP/HTTP receiver that decodes every span, in its own process) and on to a dead collector
 (nothing listens), each in front of the same fast stub upstream (bench/gate.py's).
 
-Run: python bench/otel.py [--seconds 10] [--repeat 1]   (needs Debian's wrk)
+Run: python bench/otel.py [--seconds 10] [--repeat 1] [--sample-ratio 1]   (needs wrk)
 
 - short requests: wrk, 64 connections, small JSON POSTs, for --seconds: requests/s and the
   gate's CPU per request (its process CPU time over the run / requests, the export thread's
   encoding and sending included);
 - streamed requests (32 chunks each): requests/s and CPU per request, the same way;
 - added latency at a fixed 200 requests/s (an aiohttp client on a schedule): p50 / p99 over
-  the run, against export off.
+  the run, against export off;
+- export's two costs apart, in-process: the request path's per request, the export thread's
+  encoding per span (steadier than whole-process figures on a shared machine).
 Goal (issue 30): at most 10% more CPU per request with export on. With ``--repeat N`` each
 figure is the median of N rounds. The receiver's count of spans is printed beside the number
 of requests the gates answered with export on, so a run that lost spans says so.
@@ -25,8 +27,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -52,6 +56,51 @@ def run_receiver(port: int) -> None:
     asyncio.run(serve())
 
 
+def parts(n: int = 5000) -> tuple[float, float]:
+    """Export's two costs measured apart, in this process: the request path's (a span's hooks
+    and its metrics, per request, CPU time of this thread) and the export thread's (encoding a
+    span as the OTLP exporter does, per span). On a busy machine the gates' CPU per request
+    moves from round to round; these two say where export's share of it goes."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from gpuwatch.gate.classes import Who
+    from gpuwatch.gate.limits import LaneLimits
+    from gpuwatch.gate.otel import GateTelemetry, RequestTrace
+    from gpuwatch.gate.request import read_request
+    from gpuwatch.otlp import OtlpConfig
+
+    # Nothing listens on port 9 and nothing is sent: the spans are kept to be encoded here.
+    telemetry = GateTelemetry(OtlpConfig("http://127.0.0.1:9", metrics_interval_s=3600))
+    spans: list[Any] = []
+    telemetry.exporting.processor.on_end = spans.append  # type: ignore[method-assign,assignment]
+    req = read_request(SHORT.encode(), LaneLimits(), lane="chat", path="/v1/completions",
+                       query="", who=Who(), inference=True)  # fmt: skip
+    answer = (b'{"id":"cmpl-1","model":"m","choices":[{"text":"ok","finish_reason":"stop"}],'
+              b'"usage":{"prompt_tokens":3,"completion_tokens":1}}')  # fmt: skip
+    on_path = 0.0
+    for _ in range(2):  # the second pass is measured
+        spans.clear()
+        start = time.thread_time()
+        for _ in range(n):
+            trace = RequestTrace(telemetry, {}, "chat", "/v1/completions", Who(), time.monotonic())
+            trace.read(req)
+            trace.queueing()
+            trace.admitted(0.0, ())
+            trace.inject({})
+            trace.upstream(200)
+            trace.first_token()
+            trace.answer(answer)
+            trace.end(200)
+        on_path = (time.thread_time() - start) / n * 1e6
+    start = time.thread_time()
+    for k in range(0, len(spans), 512):
+        encode_spans(spans[k : k + 512]).SerializePartialToString()
+    encoding = (time.thread_time() - start) / len(spans) * 1e6
+    telemetry.exporting.outage.closing = telemetry.exporting.outage.down = True
+    telemetry.exporting.shutdown()
+    return on_path, encoding
+
+
 def spans_received(port: int) -> int:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/count", timeout=5) as r:
         count: int = json.load(r)["spans"]
@@ -67,6 +116,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--sample-ratio", type=float, default=1.0, help="[otlp] sample_ratio of the gates"
+    )
     parser.add_argument("--role", default="bench")
     parser.add_argument("--port", type=int)
     args = parser.parse_args()
@@ -85,7 +137,10 @@ def main() -> None:
                 subprocess.Popen([sys.executable, __file__, "--role", role, "--port", str(port)])
             )
         config = tmp / "gate.toml"
-        config.write_text("[lanes.chat]\nmax_inflight = 4096\nmax_queue = 4096\n")
+        config.write_text(
+            "[lanes.chat]\nmax_inflight = 4096\nmax_queue = 4096\n"
+            f"[otlp]\nsample_ratio = {args.sample_ratio}\n"
+        )
         endpoints = {"on": receiver_port, "dead": dead_port}
         ports = {mode: free_port() for mode in MODES}
         gates: dict[str, psutil.Process] = {}
@@ -104,7 +159,7 @@ def main() -> None:
             procs.append(proc)
             gates[mode] = psutil.Process(proc.pid)
         for port in (up, receiver_port, *ports.values()):
-            wait_port(port)
+            wait_port(port, timeout=60)  # a loaded machine starts them slowly
         urls = {m: f"http://127.0.0.1:{p}/v1/completions" for m, p in ports.items()}
         rounds: list[dict[str, dict[str, float]]] = []
         latencies: list[dict[str, list[float]]] = []
@@ -133,7 +188,12 @@ def main() -> None:
         # The gates first: each sends what it holds on the way out, to a receiver still up.
         for proc in reversed(procs):
             stop_process(proc)
+    print(f"sample_ratio {args.sample_ratio:g}")
     report(rounds, latencies, args.seconds, spans, answered_on)
+    on_path, encoding = parts()
+    print(f"export's parts, in-process: {on_path:.0f} us per request on the request path "
+          f"(span hooks and metrics), {encoding:.0f} us per span in the export thread "
+          "(encoding)")  # fmt: skip
 
 
 def report(
