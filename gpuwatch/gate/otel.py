@@ -58,6 +58,7 @@ _FACTS = re.compile(
 )
 _MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 _TAIL = 256  # bytes of the last chunk kept, for a fact split across two chunks
+_EDGE = 64  # bytes each side of a chunk boundary that a split key lies within
 
 
 def operation(path: str) -> str:
@@ -78,7 +79,25 @@ class AnswerFacts:
         self.finish_reasons: list[str] = []
 
     def feed(self, data: bytes | bytearray) -> None:
-        window = self._tail + data
+        # Most chunks of a stream say nothing new (a token, "finish_reason":null): a few
+        # substring tests, at C speed, pass them by; the regex reads only those that may
+        # hold a fact, or the edge with the last chunk where a key may be split.
+        edge = self._tail[-_EDGE:] + data[:_EDGE]
+        if self._may_tell(data) or self._may_tell(edge):
+            self._scan(self._tail + data)
+        self._tail = bytes(data[-_TAIL:]) if len(data) >= _TAIL else (self._tail + data)[-_TAIL:]
+
+    def _may_tell(self, data: bytes | bytearray) -> bool:
+        if b'_tokens"' in data:
+            return True
+        if (b"model" not in self._facts or b"id" not in self._facts) and (
+            b'"model"' in data or b'"id"' in data
+        ):
+            return True
+        finishes = data.count(b'"finish_reason"')
+        return finishes > data.count(b'"finish_reason":null') + data.count(b'"finish_reason": null')
+
+    def _scan(self, window: bytes | bytearray) -> None:
         for match in _FACTS.finditer(window):
             key, text, number = match.groups()
             if key == b"finish_reason":
@@ -90,7 +109,6 @@ class AnswerFacts:
                 self._facts.setdefault(key, text or b"")
             else:
                 self._facts[key] = text if text is not None else number  # the latest count
-        self._tail = window[-_TAIL:]
 
     def _text(self, key: bytes) -> str | None:
         value = self._facts.get(key)

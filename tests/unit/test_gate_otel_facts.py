@@ -36,10 +36,25 @@ def test_a_stream_read_whole() -> None:
     assert summary(facts_of(STREAM)) == ("m-7b", "chatcmpl-1", 1234, 56, ["length"])
 
 
-def test_split_anywhere_reads_the_same() -> None:
-    whole = summary(facts_of(STREAM))
-    for at in range(1, len(STREAM)):
-        assert summary(facts_of(STREAM[:at], STREAM[at:])) == whole, STREAM[:at]
+COMPACT = b"".join(
+    b"data: " + json.dumps(c, separators=(",", ":")).encode() + b"\n\n" for c in CHUNKS
+)
+
+
+@pytest.mark.parametrize("stream", [STREAM, COMPACT], ids=["spaced", "compact"])
+def test_split_anywhere_reads_the_same(stream: bytes) -> None:
+    whole = summary(facts_of(stream))
+    assert whole == ("m-7b", "chatcmpl-1", 1234, 56, ["length"])
+    for at in range(1, len(stream)):
+        assert summary(facts_of(stream[:at], stream[at:])) == whole, stream[:at]
+
+
+def test_a_finish_beside_a_null_one_is_read() -> None:
+    """Two choices in one chunk: one still going (null), one done."""
+    chunk = {"id": "c", "model": "m", "choices": [
+        {"index": 0, "finish_reason": None}, {"index": 1, "finish_reason": "stop"}]}  # fmt: skip
+    facts = facts_of(json.dumps(chunk).encode())
+    assert facts.finish_reasons == ["stop"]
 
 
 def test_byte_by_byte() -> None:
