@@ -148,13 +148,16 @@ def run(args: argparse.Namespace) -> int:
             )
         except OSError as exc:
             return fail(PROG, f"cannot listen on {host}:{port}: {exc.strerror}", EXIT_FAILED)
+        endpoint = gate_config.otlp.endpoint
+        otlp_note = f"; spans and GenAI metrics to {endpoint}" if endpoint else ""
         lanes = ", ".join(
             f"{n} {lane.limits.max_inflight}/{lane.limits.max_queue}"
             for n, lane in gate.lanes.items()
         )
         print(
             f"{PROG}: {served.url} -> {args.upstream} (lanes in-flight/queue: {lanes}; "
-            f"state {gate.state.path}; admin {'token required' if token else 'open on loopback'})",
+            f"state {gate.state.path}; admin {'token required' if token else 'open on loopback'}"
+            f"{otlp_note})",
             flush=True,
         )
         await run_until_signalled(served)
