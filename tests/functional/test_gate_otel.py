@@ -31,7 +31,7 @@ from tests.helpers import eventually
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 CHAT = "/v1/chat/completions"
 SERVER = 2  # the proto's SpanKind
-FAIRNESS = Fairness(objectives={"interactive": "critical"})
+FAIRNESS = Fairness(objectives={"interactive": "critical", "batch": "sheddable"})
 
 
 def quick(endpoint: str) -> OtlpConfig:
@@ -45,6 +45,7 @@ class Stack:
     gate: Gate
     gate_url: str
     node: SimNode
+    sim_url: str
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     config = GateConfig(DEFAULT_LANES, fairness=FAIRNESS, otlp=quick(endpoint))
     gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
     try:
-        yield Stack(receiver, gate, served.url, node)
+        yield Stack(receiver, gate, served.url, node, sim.url)
     finally:
         await served.close()
         await sim.close()
@@ -216,6 +217,45 @@ async def test_clamped_refused_and_invalid_requests_spans_say_so(stack: Stack) -
         assert "gpuwatch.admitted" not in by[reason].events
         assert "gpuwatch.upstream.status_code" not in a  # it never went upstream
     assert len(stack.node.tracing.seen) == 1  # only the clamped one went upstream
+
+
+async def test_a_shed_requests_span_says_shed_with_its_queue_wait(stack: Stack) -> None:
+    """A sheddable request waiting in a full queue, evicted for a critical one."""
+    url = f"{stack.gate_url}{CHAT}"
+    lane = stack.gate.lanes["chat"]
+    async with aiohttp.ClientSession() as s:
+        async with s.patch(
+            f"{stack.gate_url}/admin/limits",
+            json={"lanes": {"chat": {"max_inflight": 1, "max_queue": 1}}},
+        ) as r:
+            assert r.status == 200
+        async with s.post(f"{stack.sim_url}/sim/stall", json={}) as r:
+            assert r.status == 200  # the engine holds what it has: the lane stays full
+        holder = asyncio.create_task(
+            post(s, url, chat(stream=False), **{OBJECTIVE_HEADER: "interactive"})
+        )
+        await eventually(lambda: lane.inflight == 1)
+        batch = asyncio.create_task(post(s, url, chat(stream=False), **{OBJECTIVE_HEADER: "batch"}))
+        await eventually(lambda: len(lane.queue) == 1)
+        critical = asyncio.create_task(
+            post(s, url, chat(stream=False), **{OBJECTIVE_HEADER: "interactive"})
+        )
+        status, data = await batch
+        assert status == 429 and data["error"]["code"] == "evicted"
+        async with s.post(f"{stack.sim_url}/sim/resume") as r:
+            assert r.status == 200
+        assert [(await holder)[0], (await critical)[0]] == [200, 200]
+    spans = await eventually(
+        lambda: len(gate_spans(stack.receiver)) == 3 and gate_spans(stack.receiver)
+    )
+    [shed] = [span for span in spans if "gpuwatch.refusal.reason" in span.attributes]
+    a = shed.attributes
+    assert (a["gpuwatch.refusal.reason"], a["gpuwatch.shed"]) == ("evicted", True)
+    assert a["gpuwatch.class"] == "sheddable" and a["http.response.status_code"] == 429
+    assert a["gpuwatch.queue_wait_s"] > 0  # it waited, then was shed
+    served = [span for span in spans if span is not shed]
+    assert all(span.attributes["gpuwatch.class"] == "critical" for span in served)
+    assert all(span.attributes["gpuwatch.outcome"] == "ok" for span in served)
 
 
 async def test_genai_metrics_are_exported(stack: Stack) -> None:
