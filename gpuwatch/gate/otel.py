@@ -210,6 +210,9 @@ class Untraced:
     def first_token(self) -> None:
         pass
 
+    def left(self) -> None:
+        pass
+
     def answer(self, data: bytes | bytearray) -> None:
         pass
 
@@ -278,6 +281,7 @@ class RequestTrace(Untraced):
         self.facts = AnswerFacts()
         self.refusal: str | None = None
         self.failed = False
+        self.gone = False  # the client left mid-answer (a failed write, not a cancel)
 
     # -- what the proxy tells it ---------------------------------------------------------
 
@@ -345,11 +349,16 @@ class RequestTrace(Untraced):
         """A piece of the answer as relayed (a whole body, or a stream's chunk)."""
         self.facts.feed(data)
 
+    def left(self) -> None:
+        self.gone = True
+
     # -- the end -------------------------------------------------------------------------
 
     def end(self, status: int | None) -> None:
         """The answer is out (``status``), or the client left (None)."""
         now = time.monotonic()
+        if self.gone:
+            status = None
         facts = self.facts
         telemetry = self.telemetry
         # The metrics' attributes: a handful of values each (the request's model, any string

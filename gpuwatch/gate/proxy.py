@@ -459,6 +459,7 @@ class Proxy:
             # The client left while a write was under way (headers, a chunk, the last chunk):
             # a failed write to the client, not an upstream problem.
             if not ex.answered:
+                trace_of(request).left()
                 self.metrics.streams_broken.labels("client").inc()
             log.debug("client left mid-stream")
             return response
