@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+from dataclasses import replace
 from pathlib import Path
 
 from gpuwatch.admintoken import read_token
@@ -17,6 +18,7 @@ from gpuwatch.cli.common import (
     use_uvloop,
 )
 from gpuwatch.fmt import clip
+from gpuwatch.otlp import endpoint_argument
 from gpuwatch.stall import DEFAULT_STALL_AFTER_S
 
 PROG = "gpuwatch gate"
@@ -62,6 +64,13 @@ def register(gate: argparse.ArgumentParser) -> None:
         metavar="LANE,...",
         help="the lanes a stall sheds (default: the lanes of chat, completions, responses)",
     )
+    gate.add_argument(
+        "--otlp-endpoint",
+        type=endpoint_argument,
+        metavar="URL",
+        help="send a span per request and the GenAI metrics to this OpenTelemetry collector "
+        "(OTLP/HTTP, e.g. http://127.0.0.1:4318; overrides [otlp] endpoint; docs/otel.md)",
+    )
     gate.set_defaults(func=run)
 
 
@@ -103,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
             "could change the limits. Set --admin-token-file or GPUWATCH_ADMIN_TOKEN.",
         )
     gate_config = load_gate_config(args.config)
+    if args.otlp_endpoint is not None:
+        otlp = replace(gate_config.otlp, endpoint=args.otlp_endpoint)
+        gate_config = replace(gate_config, otlp=otlp)
     stall_lanes = None
     if args.stall_lanes is not None:
         names = {lane.name for lane in gate_config.lanes}
@@ -136,13 +148,16 @@ def run(args: argparse.Namespace) -> int:
             )
         except OSError as exc:
             return fail(PROG, f"cannot listen on {host}:{port}: {exc.strerror}", EXIT_FAILED)
+        endpoint = gate_config.otlp.endpoint
+        otlp_note = f"; spans and GenAI metrics to {endpoint}" if endpoint else ""
         lanes = ", ".join(
             f"{n} {lane.limits.max_inflight}/{lane.limits.max_queue}"
             for n, lane in gate.lanes.items()
         )
         print(
             f"{PROG}: {served.url} -> {args.upstream} (lanes in-flight/queue: {lanes}; "
-            f"state {gate.state.path}; admin {'token required' if token else 'open on loopback'})",
+            f"state {gate.state.path}; admin {'token required' if token else 'open on loopback'}"
+            f"{otlp_note})",
             flush=True,
         )
         await run_until_signalled(served)

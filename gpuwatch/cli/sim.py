@@ -7,6 +7,7 @@ import asyncio
 import signal
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail, positive_float, positive_int
+from gpuwatch.otlp import endpoint_argument
 
 
 def register(sim: argparse.ArgumentParser) -> None:
@@ -38,11 +39,19 @@ def register(sim: argparse.ArgumentParser) -> None:
         metavar="LAYOUT",
         help="each GPU in MIG mode with these devices: 3g.40gb+4g.40gb, 7x1g.10gb (docs/sim.md)",
     )
+    sim.add_argument(
+        "--otlp-endpoint",
+        type=endpoint_argument,
+        metavar="URL",
+        help="export each request's spans (queue, prefill, decode) under the incoming "
+        "traceparent to this OpenTelemetry collector (OTLP/HTTP; docs/otel.md)",
+    )
     sim.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from gpuwatch.aioserve import parse_listen, run_until_signalled
+    from gpuwatch.otlp import OtlpConfig
     from gpuwatch.sim.mig import parse_layout
     from gpuwatch.sim.profiles import (
         DEFAULT_PROFILE,
@@ -68,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         # Checked here so that a mix that does not fit is a usage error, not a traceback.
         shared = with_side_models(profile, "embed" in workloads, "image" in workloads, reserve)
         mig = parse_layout(args.mig, profile.gpu.name, profile.gpu.vram_bytes) if args.mig else []
+        otlp = OtlpConfig(args.otlp_endpoint) if args.otlp_endpoint else None
     except (ProfileError, ValueError) as exc:
         return fail("gpuwatch sim", str(exc))
 
@@ -85,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
                 image="image" in workloads,
                 image_reserve=reserve,
                 mig=mig,
+                otlp=otlp,
             )
         except OSError as exc:
             return fail(

@@ -20,6 +20,14 @@ tokenize = false                            # true: count prompts with the upstr
 max_body = "4MiB"                           # bytes, or a size with KiB / MiB / GiB
 [lanes.batch]                               # a new lane needs its prefixes
 prefixes = ["/v1/batch"]
+[otlp]                                      # OpenTelemetry export (docs/otel.md); off without
+endpoint = "http://127.0.0.1:4318"          # an endpoint (--otlp-endpoint sets it too)
+protocol = "http/protobuf"                  # or "grpc" (the otlp-grpc extra)
+schedule_delay_s = 1.0                      # the batch processor's pace
+max_queue = 2048                            # spans held while the collector is away
+timeout_s = 10                              # one export's limit, retries included
+metrics_interval_s = 30                     # how often the GenAI metrics are sent
+sample_ratio = 1.0                          # the share of traces recorded (metrics: all)
 ```
 Limits given here are the starting point; limits persisted in the state file win over them.
 """
@@ -42,6 +50,7 @@ from gpuwatch.gate.limits import (
     LimitsError,
     apply_patch,
 )
+from gpuwatch.otlp import PROTOCOLS, OtlpConfig, check_endpoint
 from gpuwatch.tomlfile import read_toml
 
 
@@ -68,6 +77,8 @@ class GateConfig:
     # The lanes slo_ttft_s is for: those that stream tokens. An image or an embedding has no
     # first token before its whole answer, so a TTFT budget would refuse all its queue.
     slo_lanes: tuple[str, ...] = ("chat",)
+    # [otlp]: spans and GenAI metrics to an OpenTelemetry collector (off: no endpoint).
+    otlp: OtlpConfig = field(default_factory=OtlpConfig)
 
 
 TIMEOUT_KEYS = ("client_header_timeout_s", "client_body_timeout_s", "client_send_timeout_s")
@@ -114,6 +125,7 @@ def load_gate_config(path: Path | None) -> GateConfig:
     default_output = GateConfig.default_output_tokens
     fairness = Fairness()
     slo: dict[str, Any] = {}
+    otlp = OtlpConfig()
     for key, value in data.items():
         if key == "extra_paths":
             extra = _strings(path, key, value)
@@ -129,6 +141,8 @@ def load_gate_config(path: Path | None) -> GateConfig:
             fairness = parse_fairness(path, value)
         elif key == "slo":
             slo = _slo(path, value)
+        elif key == "otlp":
+            otlp = _otlp(path, value)
         elif key == "lanes":
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: 'lanes' must be a table ([lanes.NAME])")
@@ -143,7 +157,51 @@ def load_gate_config(path: Path | None) -> GateConfig:
         default_output_tokens=default_output,
         fairness=fairness,
         **slo,
+        otlp=otlp,
     )
+
+
+# [otlp]'s numbers: (key, low, high, whole number); the bounds keep a typo from holding a
+# million spans or exporting every microsecond.
+_OTLP_NUMBERS = (
+    ("schedule_delay_s", 0.01, 60.0, False),
+    ("max_queue", 16, 1_000_000, True),
+    ("timeout_s", 0.1, 120.0, False),
+    ("metrics_interval_s", 0.05, 3600.0, False),
+    ("sample_ratio", 0.0, 1.0, False),
+)
+
+
+def _otlp(path: Path, value: Any) -> OtlpConfig:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: 'otlp' must be a table ([otlp])")
+    out: dict[str, Any] = {}
+    spec = dict(value)
+    if "endpoint" in spec:
+        endpoint = spec.pop("endpoint")
+        if not isinstance(endpoint, str):
+            raise ConfigError(f"{path}: key 'otlp.endpoint' must be a URL string")
+        try:
+            out["endpoint"] = check_endpoint(endpoint)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: key 'otlp.endpoint' {exc}") from None
+    if "protocol" in spec:
+        protocol = spec.pop("protocol")
+        if protocol not in PROTOCOLS:
+            raise ConfigError(f"{path}: key 'otlp.protocol' must be one of {', '.join(PROTOCOLS)}")
+        out["protocol"] = protocol
+    for key, low, high, whole in _OTLP_NUMBERS:
+        if key not in spec:
+            continue
+        item = spec.pop(key)
+        kind = int if whole else (int, float)
+        if isinstance(item, bool) or not isinstance(item, kind) or not low <= item <= high:
+            what = "an integer" if whole else "a number"
+            raise ConfigError(f"{path}: key 'otlp.{key}' must be {what} in [{low:g}, {high:g}]")
+        out[key] = item if whole else float(item)
+    for key in spec:
+        raise ConfigError(f"{path}: unknown key 'otlp.{key}'")
+    return OtlpConfig(**out)
 
 
 def _slo(path: Path, value: Any) -> dict[str, Any]:

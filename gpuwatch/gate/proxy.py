@@ -31,6 +31,7 @@ from gpuwatch.gate.latency import LaneLatency
 from gpuwatch.gate.limits import MEDIA_CAPS, Lane, LaneLimits
 from gpuwatch.gate.mediacaps import CLAMP_HEADER, MediaRefused, check_media
 from gpuwatch.gate.metrics import GateMetrics
+from gpuwatch.gate.otel import UNTRACED, GateTelemetry, trace_of
 from gpuwatch.gate.paths import PathError, split_target
 from gpuwatch.gate.request import BodyFacts, InferenceRequest, read_request
 from gpuwatch.gate.stallwatch import StreamTally
@@ -117,8 +118,10 @@ class Proxy:
         metrics: GateMetrics,
         upstream: Upstream,
         latency: Mapping[str, LaneLatency],
+        telemetry: GateTelemetry | None = None,
     ) -> None:
         self.config = config
+        self.telemetry = telemetry  # None: export off, no spans (otel.py)
         self.lanes = lanes
         self.lane_defs: dict[str, Lane] = {lane.name: lane for lane in config.lanes}
         self.metrics = metrics
@@ -191,6 +194,17 @@ class Proxy:
         return None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self.telemetry is None:
+            return await self._handle(request)
+        try:
+            response = await self._handle(request)
+        except BaseException:
+            trace_of(request).end(None)  # the client left (its handler was cancelled)
+            raise
+        trace_of(request).end(response.status)
+        return response
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         received = time.monotonic()
         try:
             path, query = split_target(request.raw_path)
@@ -200,14 +214,20 @@ class Proxy:
         if name is None:
             return openai_error(f"{path} is not routed by this gate", 404, "not_found_error")
         lane = self.lanes[name]
+        who = self.config.fairness.who(request.headers)
+        inference = self.is_inference(request.method, path)
+        trace = (
+            self.telemetry.begin(request, name, path, who, received)
+            if self.telemetry is not None and inference
+            else UNTRACED
+        )
         try:
             raw = await read_body(
                 request, self.lane_defs[name].max_body, self.config.client_body_timeout_s
             )
         except BodyRefused as exc:
+            trace.refused(exc.code)
             return self._client_error(exc.status, exc.code, str(exc), close=True)
-        who = self.config.fairness.who(request.headers)
-        inference = self.is_inference(request.method, path)
         ex = Exchange(self.metrics.lanes[name], self.latency[name] if inference else None, received)
         try:
             try:
@@ -225,14 +245,19 @@ class Proxy:
                     stream_matters=deadline.engine_target(lane.limits, lane.slo_ttft_s) is not None,
                 )
             except BodyError as exc:
+                trace.refused("invalid_body")
                 ex.outcome("invalid")
                 return self._client_error(400, "invalid_body", str(exc), param=exc.field)
+            trace.read(req)
             req, tokens = await self._check(lane, req)
             ex.queueing()
+            trace.queueing()
             async with lane.slot(tokens, req.who, req.stream) as ticket:
                 ex.admitted(ticket.queue_wait_s, ticket.first_token)
+                trace.admitted(ticket.queue_wait_s, req.notes)
                 return await self._forward(request, ex, req, lane.limits)
         except Refused as refused:
+            trace.refused(refused.reason)
             lane.tenants.refused[(who.klass, refused.reason)] += 1
             ex.outcome("refused")
             return self._refusal(name, refused)
@@ -324,6 +349,8 @@ class Proxy:
             for k, v in request.headers.items()
             if k.lower() not in HOP_BY_HOP and not (decoded and k.lower() == "content-encoding")
         }
+        trace = trace_of(request)
+        trace.inject(headers)  # the engine's spans nest under the gate's
         first_s = limits.upstream_first_byte_timeout_s
         lane = req.lane
         body = req.payload()
@@ -340,6 +367,7 @@ class Proxy:
             return self._timed_out(ex, lane, UpstreamTimeout("first_byte", first_s))
         except UpstreamError as exc:
             ex.outcome("failed")
+            trace.failed_upstream(f"upstream_{exc.kind}")
             self.metrics.upstream_errors.inc()
             # The upstream's address stays in the log: clients learn only that it failed.
             self._unreachable.warning("upstream %s unreachable: %s", self.upstream.base, exc.kind)
@@ -350,6 +378,7 @@ class Proxy:
             first_s,
             limits.upstream_idle_timeout_s,
         )
+        trace.upstream(upstream.status)
         try:
             if upstream.status >= 400:
                 ex.outcome("failed")  # answered, but not with what the user asked for
@@ -417,6 +446,9 @@ class Proxy:
             return openai_error(f"upstream broke: {type(exc).__name__}", 502, "upstream_error")
         if whole:
             ex.first_byte()
+            trace = trace_of(request)
+            trace.first_token()
+            trace.answer(data)
             return web.Response(body=bytes(data), status=upstream.status, headers=out_headers)
         response = web.StreamResponse(status=upstream.status, headers=out_headers)
         try:
@@ -427,6 +459,7 @@ class Proxy:
             # The client left while a write was under way (headers, a chunk, the last chunk):
             # a failed write to the client, not an upstream problem.
             if not ex.answered:
+                trace_of(request).left()
                 self.metrics.streams_broken.labels("client").inc()
             log.debug("client left mid-stream")
             return response
@@ -473,10 +506,13 @@ class Proxy:
         """Relay ``chunk`` (the first, already read) and every next one to the client."""
         first = True
         tail = b""  # the last bytes written, for a [DONE] split across two chunks
+        trace = trace_of(request)
         while chunk:
             self.streams.chunk()
+            trace.answer(chunk)
             if first:
                 ex.first_byte()
+                trace.first_token()
                 first = False
             else:
                 ex.chunk()
@@ -496,6 +532,7 @@ class Proxy:
                 aiohttp.ClientConnectionError,
             ) as exc:
                 ex.outcome("failed")
+                trace.failed_upstream("upstream_broke_mid_stream")
                 self.metrics.streams_broken.labels("upstream").inc()
                 if isinstance(exc, UpstreamTimeout):
                     self.metrics.upstream_timeouts.labels(lane, exc.kind).inc()

@@ -23,6 +23,7 @@ from gpuwatch.gate.latency import LaneLatency
 from gpuwatch.gate.limits import Limits
 from gpuwatch.gate.listener import Listening, listen, track_requests
 from gpuwatch.gate.metrics import GateMetrics
+from gpuwatch.gate.otel import GateTelemetry
 from gpuwatch.gate.proxy import Proxy
 from gpuwatch.gate.stallwatch import StallWatch, generation_lanes
 from gpuwatch.gate.state import GateState
@@ -95,7 +96,11 @@ class Gate:
         self.metrics = GateMetrics(list(self.lanes))
         self.upstream = Upstream(upstream, on_retry=self.metrics.upstream_retries.inc)
         self.latency = {name: LaneLatency() for name in self.lanes}
-        self.proxy = Proxy(config, self.lanes, self.metrics, self.upstream, self.latency)
+        # Spans and GenAI metrics over OTLP, only with an endpoint (otel.py; the SDK loads then).
+        self.telemetry = GateTelemetry(config.otlp) if config.otlp.enabled else None
+        self.proxy = Proxy(
+            config, self.lanes, self.metrics, self.upstream, self.latency, self.telemetry
+        )
         # Read as often as the controller decides (once a second of the upstream's time): a
         # reading older than a decision would be judged again as if it were new.
         self.upstream_metrics = (
@@ -177,6 +182,8 @@ class Gate:
         if self.upstream_metrics is not None:
             await self.upstream_metrics.stop()
         await self.upstream.close()
+        if self.telemetry is not None:
+            await self.telemetry.close()  # what the batch processor holds goes out
 
     async def get_metrics(self, _: web.Request) -> web.Response:
         return web.Response(

@@ -29,6 +29,7 @@ from gpuwatch.sim.mig import MigSlice
 from gpuwatch.sim.profiles import IMAGE_RESERVE_BYTES, Profile, with_side_models
 from gpuwatch.sim.siderun import SideWork
 from gpuwatch.sim.sidework import text_slowdown
+from gpuwatch.sim.tracing import SimTracing
 
 # Back-to-back steps keep simulated time continuous (a busy GPU has no gaps) unless the event
 # loop falls this far behind the wall clock.
@@ -100,13 +101,15 @@ class SimNode:
         self._t0 = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
         self.created = int(time.time())
+        # The traceparents requests came with; spans too where export is on (start_sim).
+        self.tracing = SimTracing()
 
     # -- time -----------------------------------------------------------------------------
 
     def sim_now(self) -> float:
         return (time.monotonic() - self._t0) * self.time_scale
 
-    def _wall_at(self, sim_t: float) -> float:
+    def wall_at(self, sim_t: float) -> float:
         return self._t0 + sim_t / self.time_scale
 
     # -- engine loops ---------------------------------------------------------------------
@@ -149,11 +152,11 @@ class SimNode:
                 wake.clear()
                 await wake.wait()
                 continue
-            end = self._wall_at(engine.now)
+            end = self.wall_at(engine.now)
             delay = end - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            gpu.busy(self._wall_at(result.start), end, result.intensity)
+            gpu.busy(self.wall_at(result.start), end, result.intensity)
             recorder.step(result)
             for ev in result.events:
                 slot = self._slots.get(ev.request.rid)

@@ -61,6 +61,7 @@ class OpenAIApi:
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         arrival = self.node.sim_now()  # the request is here: reading its body is part of TTFT
+        self.node.tracing.received(request.headers)
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:
@@ -77,6 +78,9 @@ class OpenAIApi:
             return await self._whole(req, slot, chat)
         finally:
             self.node.release(i, req)
+            operation = "chat" if chat else "text_completion"
+            node = self.node
+            node.tracing.finished(request.headers, req, operation, node.model_name, node.wall_at)
 
     def _chunk(
         self, req: Request, chat: bool, text: str | None, finish: str | None

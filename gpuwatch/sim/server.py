@@ -4,12 +4,14 @@ it (gpuwatch/sim/openai.py), composed into one aiohttp application.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gpuwatch.aioserve import Served, serve
+from gpuwatch.otlp import OtlpConfig
 from gpuwatch.sim.mig import MigSlice
 from gpuwatch.sim.node import NodeRoutes, SimNode
 from gpuwatch.sim.openai import OpenAIApi
@@ -17,6 +19,7 @@ from gpuwatch.sim.profiles import IMAGE_RESERVE_BYTES, Profile
 from gpuwatch.sim.request import error_response
 from gpuwatch.sim.sideapi import SideApi
 from gpuwatch.sim.stallapi import StallRoutes
+from gpuwatch.sim.tracing import SimTracing
 
 __all__ = ["SimNode", "build_app", "start_sim"]
 
@@ -45,6 +48,7 @@ def build_app(node: SimNode) -> web.Application:
 
     async def stop(_: web.Application) -> None:
         await node.stop()
+        await asyncio.to_thread(node.tracing.shutdown)  # the last spans go out
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
@@ -64,13 +68,17 @@ async def start_sim(
     image: bool = False,
     image_reserve: int = IMAGE_RESERVE_BYTES,
     mig: Sequence[MigSlice] = (),
+    otlp: OtlpConfig | None = None,
 ) -> tuple[SimNode, Served]:
     """Start a simulator on ``host:port`` (0 = a free port); close with ``served.close()``.
     ``embed`` and ``image`` serve embeddings and image generation on the same GPU too; ``mig``
-    puts each virtual GPU in MIG mode with these devices (gpuwatch/sim/mig.py)."""
+    puts each virtual GPU in MIG mode with these devices (gpuwatch/sim/mig.py); ``otlp`` with
+    an endpoint exports each request's spans (gpuwatch/sim/tracing.py)."""
     node = SimNode(
         profile, engines, time_scale, seed, model_name,
         embed=embed, image=image, image_reserve=image_reserve, mig=mig,
     )  # fmt: skip
+    if otlp is not None and otlp.enabled:
+        node.tracing = SimTracing(otlp)
     served = await serve(build_app(node), host, port)
     return node, served

@@ -1,6 +1,7 @@
 """`gpuwatch --help` and `gpuwatch snapshot` load only what they use: neither Textual nor aiohttp
 (nor plotext, nor for `--help` httpx, rich or prometheus_client). Each runs as the console script
-does, in a fresh interpreter, and reports the modules it loaded."""
+does, in a fresh interpreter, and reports the modules it loaded. The OpenTelemetry SDK loads only
+where export is on: not for these, nor for a gate and a simulator serving without an endpoint."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ runpy.run_module("gpuwatch", run_name="__main__", alter_sys=True)
 
 WIDGETS_AND_SERVERS = {"textual", "aiohttp", "plotext"}
 CLIENTS_AND_RENDERING = {"httpx", "rich", "prometheus_client", "pynvml", "psutil"}
+EXPORT = {"opentelemetry", "google"}  # the SDK, and protobuf under it
 
 
 def run_gpuwatch(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
@@ -53,7 +55,7 @@ def test_help_loads_no_ui_server_or_client(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "snapshot" in proc.stdout and "usage: gpuwatch" in proc.stdout
     assert "gpuwatch.cli.main" in modules  # the check sees what ran
-    assert not tops(modules) & (WIDGETS_AND_SERVERS | CLIENTS_AND_RENDERING)
+    assert not tops(modules) & (WIDGETS_AND_SERVERS | CLIENTS_AND_RENDERING | EXPORT)
     # No subcommand's module either: each is imported only when it runs.
     assert not {m for m in modules if m.startswith("gpuwatch.cli.")} - {
         "gpuwatch.cli.main",
@@ -71,7 +73,7 @@ def test_snapshot_loads_neither_textual_nor_aiohttp(tmp_path: Path, form: list[s
     assert "vllm" in proc.stdout.lower()
     # It really read and parsed the page: the scraper and its parser were loaded.
     assert {"gpuwatch.snapshot", "gpuwatch.sources.scrape", "prometheus_client"} <= modules
-    assert not tops(modules) & WIDGETS_AND_SERVERS
+    assert not tops(modules) & (WIDGETS_AND_SERVERS | EXPORT)
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -87,3 +89,47 @@ def test_every_command_in_the_table_registers_its_arguments(
     # The module's register ran: its description follows the usage.
     description = out.split("\n\n")[1]
     assert not description.startswith(("options:", "positional arguments:")), out
+
+
+# A simulator and a gate in front of it, export off, one chat request through both; then the
+# names in sys.modules.
+SERVING = """
+import asyncio, json, sys, tempfile
+from pathlib import Path
+import aiohttp
+from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.server import start_gate
+from gpuwatch.sim.profiles import get_profile
+from gpuwatch.sim.server import start_sim
+
+async def main() -> int:
+    node, sim = await start_sim(get_profile("rtx4090-llama3-8b-awq"), time_scale=50.0)
+    state = Path(tempfile.mkdtemp()) / "state.json"
+    _, gate = await start_gate(sim.url, GateConfig(DEFAULT_LANES), state_file=state)
+    body = {"model": node.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{gate.url}/v1/chat/completions", json=body) as r:
+            status = r.status
+            await r.read()
+    await gate.close()
+    await sim.close()
+    return status
+
+status = asyncio.run(main())
+print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_gate_and_sim_without_an_endpoint_never_load_the_sdk() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVING], capture_output=True, text=True, env=env, cwd=ROOT,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["status"] == 200  # a request really went through the gate to the sim
+    modules = set(report["modules"])
+    assert {"gpuwatch.gate.otel", "gpuwatch.sim.tracing", "gpuwatch.otlp"} <= modules
+    assert not tops(modules) & EXPORT

@@ -1,0 +1,348 @@
+"""OpenTelemetry export over OTLP, shared by the gate (``gate/otel.py``) and the simulator
+(``sim/tracing.py``): the settings, their checks, and the SDK's providers behind one object.
+
+The SDK is imported only here and in those two modules, and only when export is on
+(``Exporting`` is built): ``gpuwatch --help``, ``snapshot`` and a gate without an endpoint never
+load it. Export is off the request path: a span ends into the SDK's batch processor (a bounded
+queue, drained by its own thread), and metrics are read by the periodic reader's thread. A
+collector that does not answer costs its thread the export's timeout; spans past the queue's
+bound are dropped, and the log says so once (``_Outage``), not once per batch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from gpuwatch.errors import GpuwatchError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import Tracer
+
+log = logging.getLogger("gpuwatch.otlp")
+
+PROTOCOLS = ("http/protobuf", "grpc")
+GRPC_MISSING = (
+    "OTLP over gRPC needs the otlp-grpc extra: pip install 'gpuwatch[otlp-grpc]' "
+    "(or use protocol http/protobuf)"
+)
+# The SDK's own loggers: each failed batch, retry and full queue is a line of theirs; a dead
+# collector would fill the log. ``_Outage`` says it once instead.
+_NOISY = ("opentelemetry.exporter.otlp", "opentelemetry.sdk._shared_internal")
+
+
+class OtlpError(GpuwatchError):
+    """Export asked for and not possible (the gRPC exporter is not installed)."""
+
+
+@dataclass(frozen=True)
+class OtlpConfig:
+    # The collector's base URL (http://host:4318 for OTLP/HTTP, whose /v1/traces and
+    # /v1/metrics are added; http://host:4317 for gRPC). None: export is off.
+    endpoint: str | None = None
+    protocol: str = "http/protobuf"
+    # The batch processor sends what it holds this often (or sooner, at a full batch).
+    schedule_delay_s: float = 1.0
+    # Spans held while the collector is slow or away; past this, new spans are dropped.
+    max_queue: int = 2048
+    # One export's limit, its retries included; also the most a shutdown waits to flush.
+    timeout_s: float = 10.0
+    # Metrics are read and sent this often.
+    metrics_interval_s: float = 30.0
+    # The share of traces recorded (a client's sampled flag is followed where it sent one);
+    # a request left out still carries its context upstream and counts in every metric.
+    sample_ratio: float = 1.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.endpoint is not None
+
+
+def check_endpoint(text: str) -> str:
+    """An OTLP endpoint: an http(s) URL with a host; ValueError with the reason."""
+    try:
+        parts = urlsplit(text.strip())
+        parts.port  # noqa: B018 (a bad port raises here)
+    except ValueError:
+        raise ValueError(f"not a URL: {text[:80]!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL with a host, got {text[:80]!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"must have no query or fragment, got {text[:80]!r}")
+    return text.strip().rstrip("/")
+
+
+def endpoint_argument(text: str) -> str:
+    """``--otlp-endpoint`` (the gate's, the simulator's): a usage error names what is wrong."""
+    import argparse
+
+    try:
+        return check_endpoint(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def signal_url(endpoint: str, signal: str) -> str:
+    """The OTLP/HTTP URL of one signal (``traces``, ``metrics``) under a base endpoint; an
+    endpoint already naming a signal path loses it, so either form may be given."""
+    base = endpoint.rstrip("/")
+    for known in ("/v1/traces", "/v1/metrics"):
+        if base.endswith(known):
+            base = base[: -len(known)]
+    return f"{base}/v1/{signal}"
+
+
+def wall_ns(monotonic_s: float) -> int:
+    """A ``time.monotonic()`` reading as epoch nanoseconds: spans carry wall times, the gate
+    measures with the monotonic clock."""
+    return time.time_ns() - int((time.monotonic() - monotonic_s) * 1e9)
+
+
+class _Outage:
+    """Failed exports, said once: a line when export starts failing (spans and metrics are
+    dropped while it does), one when it works again; nothing per batch. Called from the SDK's
+    export threads."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._lock = threading.Lock()
+        self.down = False
+        self.dropped = 0  # spans in batches that failed, since the start
+        self.failures = 0  # export calls that failed, since the start
+        # Shutting down: a collector already down is not waited for again (each batch
+        # would cost the export's timeout, and the process is leaving).
+        self.closing = False
+
+    def skip(self) -> bool:
+        return self.closing and self.down
+
+    def saw(self, ok: bool, spans: int) -> None:
+        with self._lock:
+            if ok:
+                if self.down:
+                    self.down = False
+                    log.info("OTLP export to %s works again", self.endpoint)
+                return
+            self.failures += 1
+            self.dropped += spans
+            if not self.down:
+                self.down = True
+                log.warning(
+                    "OTLP export to %s failed: spans and metrics are dropped until it "
+                    "answers (said once; requests are not affected)",
+                    self.endpoint,
+                )
+
+
+# Attribute sets a histogram keeps apart; past this, new sets are dropped (as the SDK's
+# default cardinality limit does): a metric's series stay bounded whatever clients send.
+MAX_SERIES = 2000
+Attributes = tuple[tuple[str, str], ...]
+
+
+class _Cell:
+    __slots__ = ("count", "counts", "max", "min", "sum")
+
+    def __init__(self, buckets: int) -> None:
+        self.counts = [0] * buckets
+        self.count = 0
+        self.sum = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+
+
+class Histogram:
+    """A histogram aggregated here, cumulative since the start: per attribute set, the bucket
+    counts, count, sum, min and max, sent as an OTLP histogram by ``Exporting``'s metric
+    thread. ``record`` is a bisect and a few additions: the SDK's instrument cleans, sorts and
+    hashes the attributes on every call, which cost the gate more per request than its span."""
+
+    def __init__(self, name: str, unit: str, description: str, bounds: tuple[float, ...]) -> None:
+        self.name, self.unit, self.description = name, unit, description
+        self.bounds = bounds
+        self._cells: dict[Attributes, _Cell] = {}
+        self._lock = threading.Lock()  # the event loop records, the export thread reads
+        self.dropped = 0  # values of attribute sets past MAX_SERIES
+
+    def record(self, value: float, attributes: Attributes) -> None:
+        # OTLP's explicit buckets are (previous bound, bound]: bisect_left finds it.
+        i = bisect.bisect_left(self.bounds, value)
+        with self._lock:
+            cell = self._cells.get(attributes)
+            if cell is None:
+                if len(self._cells) >= MAX_SERIES:
+                    self.dropped += 1
+                    return
+                cell = self._cells[attributes] = _Cell(len(self.bounds) + 1)
+            cell.counts[i] += 1
+            cell.count += 1
+            cell.sum += value
+            cell.min = min(cell.min, value)
+            cell.max = max(cell.max, value)
+
+    def snapshot(self) -> list[tuple[Attributes, list[int], int, float, float, float]]:
+        with self._lock:
+            return [
+                (key, list(c.counts), c.count, c.sum, c.min, c.max)
+                for key, c in self._cells.items()
+            ]
+
+
+class Exporting:
+    """The SDK's batch span processor and OTLP exporters sending to one collector, and a
+    thread sending this process's histograms every ``metrics_interval_s``. Built only when
+    export is on; ``shutdown`` (blocking, at most about ``timeout_s``) sends what is held. A
+    span made without the tracer (the gate's, ``gate/otel.py``) goes to ``processor.on_end``.
+    """
+
+    resource: Resource
+    processor: BatchSpanProcessor
+
+    def __init__(self, config: OtlpConfig, service_name: str) -> None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        assert config.endpoint is not None
+        self.config = config
+        self.outage = _Outage(config.endpoint)
+        spans, self._metric_exporter = _exporters(config, self.outage)
+        for name in _NOISY:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        resource = self.resource = Resource.create({"service.name": service_name})
+        self.scope = InstrumentationScope(service_name.replace("-", "."))
+        processor = self.processor = BatchSpanProcessor(
+            spans,
+            max_queue_size=config.max_queue,
+            schedule_delay_millis=config.schedule_delay_s * 1000,
+            max_export_batch_size=min(512, config.max_queue),
+            export_timeout_millis=int(config.timeout_s * 1000),
+        )
+        self.tracer_provider: TracerProvider = TracerProvider(
+            resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio))
+        )
+        self.tracer_provider.add_span_processor(processor)
+        self.histograms: list[Histogram] = []
+        self._started_ns = time.time_ns()
+        self._stop = threading.Event()
+        self._pump = threading.Thread(target=self._send_metrics, name="otlp-metrics", daemon=True)
+        self._pump.start()
+
+    def tracer(self, name: str) -> Tracer:
+        return self.tracer_provider.get_tracer(name)
+
+    def histogram(
+        self, name: str, unit: str, description: str, bounds: tuple[float, ...]
+    ) -> Histogram:
+        histogram = Histogram(name, unit, description, bounds)
+        self.histograms.append(histogram)
+        return histogram
+
+    def _send_metrics(self) -> None:
+        while not self._stop.wait(self.config.metrics_interval_s):
+            self.send_metrics()
+
+    def send_metrics(self) -> None:
+        """Every histogram's points as they stand, in one export (none: nothing is sent)."""
+        from opentelemetry.sdk.metrics.export import (
+            AggregationTemporality,
+            HistogramDataPoint,
+            Metric,
+            MetricsData,
+            ResourceMetrics,
+            ScopeMetrics,
+        )
+        from opentelemetry.sdk.metrics.export import Histogram as HistogramData
+
+        now = time.time_ns()
+        metrics = []
+        for h in self.histograms:
+            points = [
+                HistogramDataPoint(
+                    dict(key), self._started_ns, now, count, total, counts, h.bounds, low, high
+                )
+                for key, counts, count, total, low, high in h.snapshot()
+            ]
+            if points:
+                data = HistogramData(points, AggregationTemporality.CUMULATIVE)
+                metrics.append(Metric(h.name, h.description, h.unit, data))
+        if not metrics:
+            return
+        scoped = ScopeMetrics(self.scope, metrics, "")
+        batch = MetricsData([ResourceMetrics(self.resource, [scoped], "")])
+        self._metric_exporter.export(batch, timeout_millis=self.config.timeout_s * 1000)
+
+    def shutdown(self) -> None:
+        """Send what is held and stop the export threads; blocks (call it in a thread)."""
+        self.outage.closing = True
+        self._stop.set()
+        self._pump.join(self.config.timeout_s)
+        self.tracer_provider.shutdown()
+        self.send_metrics()  # the last figures
+        self._metric_exporter.shutdown()
+
+
+def _exporters(config: OtlpConfig, outage: _Outage) -> tuple[Any, Any]:
+    """The span and metric exporters of the configured protocol, each telling ``outage`` how
+    its exports went."""
+    from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    assert config.endpoint is not None
+    if config.protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter,
+            )
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter,
+            )
+        except ImportError:
+            raise OtlpError(GRPC_MISSING) from None
+        span_url = metric_url = config.endpoint
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+            OTLPMetricExporter,
+        )
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter,
+        )
+
+        span_url = signal_url(config.endpoint, "traces")
+        metric_url = signal_url(config.endpoint, "metrics")
+
+    class Spans(OTLPSpanExporter):  # type: ignore[misc]
+        def export(self, spans: Any) -> SpanExportResult:
+            batch: list[ReadableSpan] = list(spans)
+            if outage.skip():
+                return SpanExportResult.FAILURE
+            result: SpanExportResult = super().export(batch)
+            outage.saw(result is SpanExportResult.SUCCESS, len(batch))
+            return result
+
+    class Metrics(OTLPMetricExporter):  # type: ignore[misc]
+        def export(
+            self, metrics_data: MetricsData, timeout_millis: float | None = 10_000, **kwargs: Any
+        ) -> MetricExportResult:
+            if outage.skip():
+                return MetricExportResult.FAILURE
+            result: MetricExportResult = super().export(metrics_data, timeout_millis, **kwargs)
+            outage.saw(result is MetricExportResult.SUCCESS, 0)
+            return result
+
+    return (
+        Spans(endpoint=span_url, timeout=config.timeout_s),
+        Metrics(endpoint=metric_url, timeout=config.timeout_s),
+    )

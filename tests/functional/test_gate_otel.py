@@ -1,0 +1,349 @@
+"""OpenTelemetry export from the gate and the simulator, against a real OTLP/HTTP receiver
+(``otlpkit.py``): load through the gate to the simulator, then what the receiver decoded. The
+batch processor runs on a short schedule (the config's ``schedule_delay_s``); every check
+waits for its condition."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness
+from gpuwatch.gate.config import GateConfig
+from gpuwatch.gate.limits import DEFAULT_LANES
+from gpuwatch.gate.server import Gate, start_gate
+from gpuwatch.otlp import OtlpConfig
+from gpuwatch.sim.node import SimNode
+from gpuwatch.sim.profiles import get_profile
+from gpuwatch.sim.server import start_sim
+from tests.functional.otlpkit import OtlpReceiver, Span
+from tests.helpers import eventually
+
+PROFILE = get_profile("rtx4090-llama3-8b-awq")
+CHAT = "/v1/chat/completions"
+SERVER = 2  # the proto's SpanKind
+FAIRNESS = Fairness(objectives={"interactive": "critical", "batch": "sheddable"})
+
+
+def quick(endpoint: str) -> OtlpConfig:
+    """Export on a short schedule, so a test waits milliseconds for what it checks."""
+    return OtlpConfig(endpoint, schedule_delay_s=0.05, timeout_s=1.0, metrics_interval_s=0.2)
+
+
+@dataclass
+class Stack:
+    receiver: OtlpReceiver
+    gate: Gate
+    gate_url: str
+    node: SimNode
+    sim_url: str
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
+    receiver = OtlpReceiver()
+    endpoint = await receiver.start()
+    node, sim = await start_sim(
+        PROFILE, time_scale=20.0, seed=3, model_name="llama", otlp=quick(endpoint)
+    )
+    config = GateConfig(DEFAULT_LANES, fairness=FAIRNESS, otlp=quick(endpoint))
+    gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
+    try:
+        yield Stack(receiver, gate, served.url, node, sim.url)
+    finally:
+        await served.close()
+        await sim.close()
+        await receiver.stop()
+
+
+def chat(stream: bool, max_tokens: int = 6) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "llama",
+        "messages": [{"role": "user", "content": 'say "model": "not-this" please'}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+async def post(
+    s: aiohttp.ClientSession, url: str, body: dict[str, Any], **headers: str
+) -> tuple[int, dict[str, Any]]:
+    """One request; a stream's facts (id, usage, finish reason) gathered from its events."""
+    async with s.post(url, json=body, headers=headers) as r:
+        if not body.get("stream") or r.status != 200:
+            return r.status, await r.json()
+        facts: dict[str, Any] = {}
+        async for line in r.content:
+            if line.startswith(b"data: {"):
+                event = json.loads(line[6:])
+                facts.setdefault("id", event["id"])
+                if event.get("usage"):
+                    facts["usage"] = event["usage"]
+                for choice in event["choices"]:
+                    if choice["finish_reason"]:
+                        facts["choices"] = [choice]
+        return r.status, facts
+
+
+def ids(traceparent: str) -> tuple[str, str]:
+    """A W3C traceparent's trace id and parent id; its flags say sampled."""
+    version, trace_id, parent, flags = traceparent.split("-")
+    assert version == "00" and int(flags, 16) & 1, traceparent
+    return trace_id, parent
+
+
+def gate_spans(receiver: OtlpReceiver) -> list[Span]:
+    return receiver.of("gpuwatch-gate")
+
+
+async def test_one_span_per_request_with_genai_and_gate_attributes(stack: Stack) -> None:
+    url = f"{stack.gate_url}{CHAT}"
+    headers = {FAIRNESS_HEADER: "team-a", OBJECTIVE_HEADER: "interactive"}
+    async with aiohttp.ClientSession() as s:
+        answers = await asyncio.gather(
+            *(post(s, url, chat(stream=k % 2 == 0), **headers) for k in range(8))
+        )
+    assert all(status == 200 for status, _ in answers), answers
+    await eventually(lambda: len(gate_spans(stack.receiver)) >= 8)
+    spans = {span.attributes["gen_ai.response.id"]: span for span in gate_spans(stack.receiver)}
+    assert len(gate_spans(stack.receiver)) == 8  # exactly one each
+    assert set(spans) == {data["id"] for _, data in answers}
+    for _, data in answers:
+        span = spans[data["id"]]
+        a = span.attributes
+        assert span.kind == SERVER and span.name == "chat llama"
+        assert a["gen_ai.operation.name"] == "chat"
+        assert a["gen_ai.request.model"] == "llama"  # the body's key, not the content's
+        assert a["gen_ai.response.model"] == stack.node.model_name
+        assert a["gen_ai.usage.input_tokens"] == data["usage"]["prompt_tokens"]
+        assert a["gen_ai.usage.output_tokens"] == data["usage"]["completion_tokens"]
+        assert a["gen_ai.response.finish_reasons"] == [data["choices"][0]["finish_reason"]]
+        assert (a["gpuwatch.lane"], a["gpuwatch.class"], a["gpuwatch.tenant"]) == (
+            "chat",
+            "critical",
+            "team-a",
+        )
+        assert a["gpuwatch.queue_wait_s"] >= 0
+        assert a["gpuwatch.upstream.status_code"] == 200
+        assert a["http.response.status_code"] == 200
+        assert a["gpuwatch.outcome"] == "ok" and span.status != 2
+        assert span.events == ("gpuwatch.admitted", "gpuwatch.first_token", "gpuwatch.end")
+        assert span.parent_id == ""  # no traceparent came in: the gate's span is the root
+
+
+async def test_traceparent_reached_the_simulator_whose_spans_nest_under_the_gates(
+    stack: Stack,
+) -> None:
+    async with aiohttp.ClientSession() as s:
+        status, _ = await post(s, f"{stack.gate_url}{CHAT}", chat(stream=True))
+    assert status == 200
+    [gate] = await eventually(lambda: gate_spans(stack.receiver))
+    # The simulator got the gate span's context (it keeps each traceparent it was sent).
+    assert [ids(sent) for sent in stack.node.tracing.seen] == [(gate.trace_id, gate.span_id)]
+    sim = await eventually(lambda: len(stack.receiver.of("gpuwatch-sim")) == 4)
+    del sim
+    by_name = {span.name: span for span in stack.receiver.of("gpuwatch-sim")}
+    engine = by_name[f"chat {stack.node.model_name}"]
+    assert (engine.trace_id, engine.parent_id, engine.kind) == (gate.trace_id, gate.span_id, SERVER)
+    for phase in ("queue", "prefill", "decode"):
+        assert by_name[phase].trace_id == gate.trace_id
+        assert by_name[phase].parent_id == engine.span_id
+    # The phases follow one another, inside the gate's span.
+    assert by_name["queue"].end_ns <= by_name["prefill"].end_ns <= by_name["decode"].end_ns
+    assert gate.start_ns <= engine.start_ns and engine.end_ns <= gate.end_ns
+
+
+async def test_a_clients_trace_is_continued(stack: Stack) -> None:
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    incoming = f"00-{trace_id}-{parent}-01"
+    async with aiohttp.ClientSession() as s:
+        status, _ = await post(
+            s, f"{stack.gate_url}{CHAT}", chat(stream=False), traceparent=incoming,
+            tracestate="vendor=abc",
+        )  # fmt: skip
+    assert status == 200
+    [gate] = await eventually(lambda: gate_spans(stack.receiver))
+    assert (gate.trace_id, gate.parent_id) == (trace_id, parent)
+    # The upstream got the gate's span as its parent, in the client's trace, not the client's
+    # own header passed through.
+    [sent] = stack.node.tracing.seen
+    assert ids(sent) == (trace_id, gate.span_id)
+
+
+async def test_clamped_refused_and_invalid_requests_spans_say_so(stack: Stack) -> None:
+    url = f"{stack.gate_url}{CHAT}"
+
+    async def patch(s: aiohttp.ClientSession, body: dict[str, Any]) -> None:
+        async with s.patch(f"{stack.gate_url}/admin/limits", json=body) as r:
+            assert r.status == 200, await r.text()
+
+    async with aiohttp.ClientSession() as s:
+        await patch(s, {"lanes": {"chat": {"max_output_tokens": 4}}})
+        status, _ = await post(s, url, chat(stream=False, max_tokens=6))
+        assert status == 200  # clamped to 4
+        async with s.post(url, data=b"[1, 2]", headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 400
+        await patch(s, {"lanes": {"chat": {"output_tokens_policy": "reject"}}})
+        status, data = await post(s, url, chat(stream=False, max_tokens=6))
+        assert status == 400 and data["error"]["code"] == "max_tokens"
+        await patch(s, {"paused": True})
+        status, data = await post(s, url, chat(stream=False, max_tokens=2))
+        assert status == 503 and data["error"]["code"] == "paused"
+    spans = await eventually(
+        lambda: len(gate_spans(stack.receiver)) == 4 and gate_spans(stack.receiver)
+    )
+    by = {span.attributes.get("gpuwatch.refusal.reason", "clamped"): span for span in spans}
+    assert set(by) == {"clamped", "invalid_body", "max_tokens", "paused"}
+    clamped = by["clamped"].attributes
+    assert clamped["gpuwatch.clamps"] == ["max_tokens 6->4"]
+    assert clamped["gen_ai.usage.output_tokens"] <= 4 and clamped["gpuwatch.outcome"] == "ok"
+    for reason, status in (("invalid_body", 400), ("max_tokens", 400), ("paused", 503)):
+        a = by[reason].attributes
+        assert (a["error.type"], a["http.response.status_code"]) == (reason, status)
+        assert a["gpuwatch.outcome"] == "refused" and a["gpuwatch.shed"] is False
+        assert by[reason].status == 2  # ERROR
+        assert "gpuwatch.admitted" not in by[reason].events
+        assert "gpuwatch.upstream.status_code" not in a  # it never went upstream
+    assert len(stack.node.tracing.seen) == 1  # only the clamped one went upstream
+
+
+async def test_a_shed_requests_span_says_shed_with_its_queue_wait(stack: Stack) -> None:
+    """A sheddable request waiting in a full queue, evicted for a critical one."""
+    url = f"{stack.gate_url}{CHAT}"
+    lane = stack.gate.lanes["chat"]
+    async with aiohttp.ClientSession() as s:
+        async with s.patch(
+            f"{stack.gate_url}/admin/limits",
+            json={"lanes": {"chat": {"max_inflight": 1, "max_queue": 1}}},
+        ) as r:
+            assert r.status == 200
+        async with s.post(f"{stack.sim_url}/sim/stall", json={}) as r:
+            assert r.status == 200  # the engine holds what it has: the lane stays full
+        holder = asyncio.create_task(
+            post(s, url, chat(stream=False), **{OBJECTIVE_HEADER: "interactive"})
+        )
+        await eventually(lambda: lane.inflight == 1)
+        batch = asyncio.create_task(post(s, url, chat(stream=False), **{OBJECTIVE_HEADER: "batch"}))
+        await eventually(lambda: len(lane.queue) == 1)
+        critical = asyncio.create_task(
+            post(s, url, chat(stream=False), **{OBJECTIVE_HEADER: "interactive"})
+        )
+        status, data = await batch
+        assert status == 429 and data["error"]["code"] == "evicted"
+        async with s.post(f"{stack.sim_url}/sim/resume") as r:
+            assert r.status == 200
+        assert [(await holder)[0], (await critical)[0]] == [200, 200]
+    spans = await eventually(
+        lambda: len(gate_spans(stack.receiver)) == 3 and gate_spans(stack.receiver)
+    )
+    [shed] = [span for span in spans if "gpuwatch.refusal.reason" in span.attributes]
+    a = shed.attributes
+    assert (a["gpuwatch.refusal.reason"], a["gpuwatch.shed"]) == ("evicted", True)
+    assert a["gpuwatch.class"] == "sheddable" and a["http.response.status_code"] == 429
+    assert a["gpuwatch.queue_wait_s"] > 0  # it waited, then was shed
+    served = [span for span in spans if span is not shed]
+    assert all(span.attributes["gpuwatch.class"] == "critical" for span in served)
+    assert all(span.attributes["gpuwatch.outcome"] == "ok" for span in served)
+
+
+async def test_genai_metrics_are_exported(stack: Stack) -> None:
+    async with aiohttp.ClientSession() as s:
+        for stream in (True, False, True):
+            status, _ = await post(s, f"{stack.gate_url}{CHAT}", chat(stream=stream))
+            assert status == 200
+
+    def latest(name: str, **attrs: str) -> int:
+        """The newest cumulative count of a gate histogram's point with these attributes."""
+        counts = [
+            p.count
+            for p in stack.receiver.points
+            if p.service == "gpuwatch-gate"
+            and p.metric == name
+            and all(p.attributes.get(k) == v for k, v in attrs.items())
+        ]
+        return counts[-1] if counts else 0
+
+    await eventually(lambda: latest("gen_ai.server.request.duration") == 3)
+    await eventually(lambda: latest("gen_ai.server.time_to_first_token") == 3)
+    tokens = "gen_ai.client.token.usage"
+    await eventually(lambda: latest(tokens, **{"gen_ai.token.type": "input"}) == 3)
+    await eventually(lambda: latest(tokens, **{"gen_ai.token.type": "output"}) == 3)
+    [point] = {
+        (p.unit, p.attributes["gpuwatch.lane"], p.attributes["gen_ai.operation.name"])
+        for p in stack.receiver.points
+        if p.metric == "gen_ai.server.time_to_first_token"
+    }
+    assert point == ("s", "chat", "chat")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
+    config = GateConfig(DEFAULT_LANES, otlp=quick(dead))
+    gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
+    assert gate.telemetry is not None
+    outage = gate.telemetry.exporting.outage
+    caplog.set_level(logging.INFO)
+    try:
+        async with aiohttp.ClientSession() as s:
+            for k in range(6):
+                status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=k % 2 == 0))
+                assert status == 200
+                # Several exports fail while requests go on: each batch is a failure.
+                if k == 2:
+                    await eventually(lambda: outage.failures >= 2, timeout=20)
+        assert len(node.tracing.seen) == 6  # the spans' contexts still went upstream
+    finally:
+        await served.close()
+        await sim.close()
+    said = [r for r in caplog.records if "OTLP export to" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING], said
+    assert dead in said[0].getMessage()
+    # The SDK's own per-batch lines are not in the log.
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
+
+
+async def test_a_trace_sampled_out_still_propagates_and_counts(tmp_path: Path) -> None:
+    """sample_ratio 0: no span recorded, yet the context goes upstream (not sampled) and the
+    request is in the metrics."""
+    receiver = OtlpReceiver()
+    endpoint = await receiver.start()
+    node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
+    otlp = replace(quick(endpoint), sample_ratio=0.0)
+    _, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
+    )
+    try:
+        async with aiohttp.ClientSession() as s:
+            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=True))
+        assert status == 200
+        await eventually(
+            lambda: any(p.metric == "gen_ai.server.request.duration" for p in receiver.points)
+        )
+        [sent] = node.tracing.seen
+        assert sent.endswith("-00")  # not sampled: the engine records nothing either
+    finally:
+        await served.close()
+        await sim.close()
+        await receiver.stop()
+    assert not gate_spans(receiver)  # and none came at shutdown's flush either
