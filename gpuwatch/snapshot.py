@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import httpx
 
@@ -30,7 +30,6 @@ from gpuwatch.model import (
 )
 from gpuwatch.series import HistogramError, histogram_quantile
 from gpuwatch.sources import host as host_source
-from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.sources.scrape import (
     ScrapeError,
     decode_body,
@@ -38,6 +37,9 @@ from gpuwatch.sources.scrape import (
     scrape,
 )
 from gpuwatch.stall import StallDetector, progress_of
+
+if TYPE_CHECKING:  # NVML (pynvml) loads only when GPUs are read: not for `--no-gpu`
+    from gpuwatch.sources.nvml import NvmlReader
 
 SCHEMA_VERSION = 1
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))

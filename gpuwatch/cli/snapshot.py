@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 
 from gpuwatch import config
@@ -58,6 +59,11 @@ def register(snap: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpuwatch import snapshot
 
+    if not args.stall_after:
+        # One read makes a few hundred thousand objects (a big page's samples and labels) that
+        # all live until the process ends; the cycle collector would walk them again and again
+        # for garbage there is none of (a third of the parse). A stall watch runs longer: on.
+        gc.disable()
     settings = config.apply_cli(
         config.load(args.config),
         {

@@ -17,11 +17,14 @@ from gpuwatch.cli.main import COMMANDS, main
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-# `python -m gpuwatch ARGS`, then the names in sys.modules into the file $MODULES_OUT.
+# `python -m gpuwatch ARGS`, then the names of the modules loaded into the file $MODULES_OUT (a
+# None entry in sys.modules is an import blocked on purpose, not a module: cli/main.py's
+# httpx._main).
 RUNNER = """
 import atexit, json, os, runpy, sys
 out = os.environ["MODULES_OUT"]
-atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+loaded = lambda: sorted(name for name, module in sys.modules.items() if module is not None)
+atexit.register(lambda: open(out, "w").write(json.dumps(loaded())))
 sys.argv = ["gpuwatch", *sys.argv[1:]]
 runpy.run_module("gpuwatch", run_name="__main__", alter_sys=True)
 """
