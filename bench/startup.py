@@ -13,7 +13,9 @@ every V1 histogram: bench/parse.py's page, grown) served on 127.0.0.1, read by `
 medians is the goal's number (0.5 or less); the spread (min-max) says how noisy the machine was.
 
 `--tree DIR` times another checkout the same way; `--before REV` times REV's code beside this
-checkout's, interleaved run by run (a detached worktree, removed afterwards).
+checkout's, interleaved run by run (a detached worktree, removed afterwards). Each tree's
+package is compiled to bytecode first, as an installed one is: otherwise every run would
+compile gpuwatch's modules again (PYTHONDONTWRITEBYTECODE), 100 ms and more of what is timed.
 
 Run: python bench/startup.py [--runs 21] [--big-page] [--tree DIR | --before REV]
 """
@@ -164,6 +166,10 @@ def main() -> None:
         trees = {"": opts.tree}
         if opts.before:
             trees = {" (before)": stack.enter_context(checkout(opts.before)), " (after)": opts.tree}
+        for tree in trees.values():
+            subprocess.run(
+                [sys.executable, "-m", "compileall", "-q", str(tree / "gpuwatch")], check=True
+            )
         if opts.big_page:
             held_out(trees, opts.runs)
             return
