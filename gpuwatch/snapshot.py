@@ -346,7 +346,8 @@ def render_text(snap: Snapshot, out: IO[str]) -> None:
         if snap.gpus.error:
             lines.append(f"GPUs: {clip(snap.gpus.error)}")
         else:
-            rows, failed = [], set()
+            rows: list[list[str]] = []
+            failed: set[int] = set()
             for g in snap.gpus.gpus:
                 if g.error:
                     failed.add(len(rows))
