@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from gpuwatch.adminapi import Limits, LimitsPatch, LimitValue
+from gpuwatch.adminapi import LimitsPatch
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.control.steering import Steering
@@ -17,48 +17,9 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
 from tests.helpers import eventually
+from tests.steeringfake import RecordingView
 
 TOKEN = "s3cret"
-
-
-@dataclass
-class RecordingView:
-    """A SteeringView that remembers what it was told and answers modals as set."""
-
-    current: Limits | None = None
-    confirm_answer: bool = True
-    form_answer: dict[str, LimitValue] | None = None
-    notes: list[tuple[str, str]] = field(default_factory=list)
-    events: list[tuple[str, str]] = field(default_factory=list)
-    asked: list[list[str]] = field(default_factory=list)
-
-    def limits(self) -> Limits | None:
-        return self.current
-
-    def gate_reason(self) -> str | None:
-        return None
-
-    def show_limits(self, limits: Limits) -> None:
-        self.current = limits
-
-    def event(self, level: str, text: str) -> None:
-        self.events.append((level, text))
-
-    def notify(self, text: str, severity: str = "information") -> None:
-        self.notes.append((severity, text))
-
-    async def confirm(self, title: str, details: list[str]) -> bool:
-        self.asked.append(details)
-        return self.confirm_answer
-
-    async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
-        return self.form_answer
-
-    def tenants(self, lane: str) -> list[str]:
-        return []  # these tests steer lanes; the tenant keys are tested with a real dashboard
-
-    def changed(self) -> None:
-        pass
 
 
 @dataclass
