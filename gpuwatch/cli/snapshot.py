@@ -57,13 +57,14 @@ def register(snap: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.stall_after:
+        # One read makes a few hundred thousand objects (the modules it imports, a big page's
+        # samples and labels) that all live until the process ends; the cycle collector would
+        # walk them again and again for garbage there is none of (a third of the parse). A
+        # stall watch runs longer: on.
+        gc.disable()
     from gpuwatch import snapshot
 
-    if not args.stall_after:
-        # One read makes a few hundred thousand objects (a big page's samples and labels) that
-        # all live until the process ends; the cycle collector would walk them again and again
-        # for garbage there is none of (a third of the parse). A stall watch runs longer: on.
-        gc.disable()
     settings = config.apply_cli(
         config.load(args.config),
         {
