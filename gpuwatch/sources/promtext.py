@@ -14,11 +14,14 @@ parser's own. The result equals ``list(text_string_to_metric_families(text))``, 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+T = TypeVar("T")
 _WS = " \t\n\r\x0b\x0c"  # string.whitespace: what prometheus_client splits comment lines on
 # A stripped HELP or TYPE line with a plain metric name: for these lines, and only these, the
 # parser's family name is the name matched. Quoted (UTF-8) names are left to the parser.
@@ -92,24 +95,39 @@ def split_blocks(text: str) -> list[list[str]]:
     return blocks
 
 
+def _munged(name: str, typ: str, samples: list[Sample]) -> tuple[str, list[Sample]]:
+    """The parser's rule for counters (its ``build_metric``): the family name loses ``_total``,
+    or the samples gain it."""
+    if typ != "counter":
+        return name, samples
+    if name.endswith("_total"):
+        return name[:-6], samples
+    return name, [Sample(s.name + "_total", *s[1:]) for s in samples]
+
+
 def _metric(name: str, documentation: str, typ: str, samples: list[Sample]) -> Metric:
-    """The parser's ``build_metric``: a counter's family name loses ``_total``, or its samples
-    gain it."""
-    if typ == "counter":
-        if name.endswith("_total"):
-            name = name[:-6]
-        else:
-            samples = [Sample(s.name + "_total", *s[1:]) for s in samples]
-    metric = Metric(name, documentation, typ)
+    family, samples = _munged(name, typ, samples)
+    metric = Metric(family, documentation, typ)
     metric.samples = samples
     return metric
 
 
-def _plain_block(block: list[str]) -> list[Metric] | None:
+def _samples(name: str, documentation: str, typ: str, samples: list[Sample]) -> list[Sample]:
+    """A family's samples without the family: a page of one-sample families (the parser makes
+    one of each series after a ``_created`` line) spends a fifth of its reading on them."""
+    family, samples = _munged(name, typ, samples)
+    if not family:  # "_total" less its suffix: the error the parser's ``Metric`` raises
+        Metric(family, documentation, typ)
+    return samples
+
+
+def _plain_block(
+    block: list[str], build: Callable[[str, str, str, list[Sample]], T]
+) -> list[T] | None:
     """The parser's families of a block (stripped, non-blank lines) where every line is plain,
-    read as ``text_fd_to_metric_families`` reads them, state for state; None at the first line
-    that is not plain."""
-    out: list[Metric] = []
+    read as ``text_fd_to_metric_families`` reads them, state for state, each made by ``build``
+    (name, documentation, type, samples); None at the first line that is not plain."""
+    out: list[T] = []
     name, documentation, typ = "", "", "untyped"
     samples: list[Sample] = []
     allowed: tuple[str, ...] = ()
@@ -135,9 +153,9 @@ def _plain_block(block: list[str]) -> list[Metric] | None:
                 samples.append(sample)
                 continue
             if name:
-                out.append(_metric(name, documentation, typ, samples))
+                out.append(build(name, documentation, typ, samples))
             name, documentation, typ, samples, allowed = "", "", "untyped", [], ()
-            out.append(_metric(sample_name, "", "untyped", [sample]))
+            out.append(build(sample_name, "", "untyped", [sample]))
             continue
         comment = _COMMENT.fullmatch(line)
         if comment is None:
@@ -146,7 +164,7 @@ def _plain_block(block: list[str]) -> list[Metric] | None:
         if kind == "HELP":
             if candidate != name:
                 if name:
-                    out.append(_metric(name, documentation, typ, samples))
+                    out.append(build(name, documentation, typ, samples))
                 name, typ, samples, allowed = candidate, "untyped", [], (candidate,)
             documentation = rest or ""
         else:
@@ -154,21 +172,23 @@ def _plain_block(block: list[str]) -> list[Metric] | None:
                 return None
             if candidate != name:
                 if name:
-                    out.append(_metric(name, documentation, typ, samples))
+                    out.append(build(name, documentation, typ, samples))
                 name, documentation, samples = candidate, "", []
             typ = rest
             allowed = tuple(name + suffix for suffix in _SUFFIXES[rest])
     if name:
-        out.append(_metric(name, documentation, typ, samples))
+        out.append(build(name, documentation, typ, samples))
     return out
+
+
+def _parsed(block: list[str]) -> list[Metric]:
+    return list(text_string_to_metric_families("\n".join(block) + "\n"))
 
 
 def parse_block(block: list[str]) -> list[Metric]:
     """The families of one block of ``split_blocks``; raises as the parser does."""
-    families = _plain_block(block)
-    if families is None:
-        families = list(text_string_to_metric_families("\n".join(block) + "\n"))
-    return families
+    families = _plain_block(block, _metric)
+    return _parsed(block) if families is None else families
 
 
 def parse_text(text: str) -> list[Metric]:
@@ -177,4 +197,19 @@ def parse_text(text: str) -> list[Metric]:
     out: list[Metric] = []
     for block in split_blocks(text):
         out += parse_block(block)
+    return out
+
+
+def parse_samples(text: str) -> list[Sample]:
+    """The samples of ``parse_text``'s families, in order, without making the families where
+    the lines are plain; raises as the parser does."""
+    out: list[Sample] = []
+    for block in split_blocks(text):
+        built = _plain_block(block, _samples)
+        if built is None:
+            for family in _parsed(block):
+                out += family.samples
+        else:
+            for samples in built:
+                out += samples
     return out

@@ -8,8 +8,9 @@ dropping the other families' lines before parsing is where the time is won.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -22,7 +23,13 @@ from gpuwatch.fmt import clip
 from gpuwatch.httpclient import BodyRefused, read_bounded
 from gpuwatch.model import ScrapeResult
 from gpuwatch.sources.dialects import MODEL_LABELS, index_samples, map_samples, wanted_sample_names
-from gpuwatch.sources.promtext import number, parse_block, parse_text, split_blocks
+from gpuwatch.sources.promtext import (
+    number,
+    parse_block,
+    parse_samples,
+    parse_text,
+    split_blocks,
+)
 
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created", "_info", "_gcount", "_gsum")
 
@@ -367,10 +374,26 @@ def parse_families(
     kept from the same source's last page, only what changed since is parsed again."""
     _refuse_html(text)
     body = prefilter(text).text if filtered else text
-    try:
+    with _malformed():
         if cache is not None:
             return cache.parse(body)
         return parse_text(body)
+
+
+def page_samples(text: str, cache: ParseCache | None = None) -> list[Sample]:
+    """The samples of ``parse_families(text, filtered=False, cache=cache)``, in order; a
+    one-shot read (no cache) makes no families where it need not."""
+    with _malformed():
+        if cache is not None:
+            return [s for family in cache.parse(text) for s in family.samples]
+        return parse_samples(text)
+
+
+@contextlib.contextmanager
+def _malformed() -> Iterator[None]:
+    """What the parser raises for a malformed page, as one ``ScrapeError`` line."""
+    try:
+        yield
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise ScrapeError(f"malformed metrics page: {exc}") from exc
 
@@ -409,10 +432,10 @@ def map_page(
     try:
         _refuse_html(text)  # before the prefilter, which would drop every HTML line
         kept = prefilter(text, max_models=max_engines, cache=cache)
-        families = parse_families(kept.text, filtered=False, cache=cache)
+        samples = page_samples(kept.text, cache)
     except ScrapeError as exc:
         return ScrapeResult(source, error=str(exc))
-    index = index_samples(s for fam in families for s in fam.samples)
+    index = index_samples(samples)
     mapped = map_samples(source, index)
     engines, warnings = mapped.engines, mapped.warnings
     if kept.long_lines:

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from gpuwatch.sources import promtext
-from gpuwatch.sources.promtext import parse_text, split_blocks
+from gpuwatch.sources.promtext import parse_samples, parse_text, split_blocks
 from tests.conftest import FIXTURES, fixture_text
 from tests.unit.test_parse_cache import Page, outcome
 
@@ -46,6 +47,24 @@ COMMENTS = [
 ]
 
 
+def described(s: Sample) -> tuple[object, ...]:
+    return (s.name, s.labels, type(s.value), repr(s.value), s.timestamp, s.exemplar)
+
+
+def same_reading(text: str) -> None:
+    """``parse_text`` gives the parser's families, ``parse_samples`` their samples (or both the
+    parser's error, message and all)."""
+    reference = outcome(text_string_to_metric_families, text)
+    assert outcome(parse_text, text) == reference, text
+    if reference and reference[0] == "error":
+        with pytest.raises(Exception) as info:  # the parser raises several types
+            parse_samples(text)
+        assert ("error", type(info.value).__name__, str(info.value)) == reference, text
+        return
+    flat = [described(s) for f in text_string_to_metric_families(text) for s in f.samples]
+    assert [described(s) for s in parse_samples(text)] == flat, text
+
+
 @st.composite
 def sample_lines(draw: st.DrawFn) -> str:
     name = draw(st.sampled_from(NAMES))
@@ -64,8 +83,7 @@ def sample_lines(draw: st.DrawFn) -> str:
 @settings(max_examples=1500, deadline=None)
 @given(st.lists(st.one_of(sample_lines(), st.sampled_from(COMMENTS)), min_size=1, max_size=12))
 def test_edge_lines_read_as_the_parser_reads_them(lines: list[str]) -> None:
-    text = "\n".join(lines) + "\n"
-    assert outcome(parse_text, text) == outcome(text_string_to_metric_families, text), text
+    same_reading("\n".join(lines) + "\n")
 
 
 @settings(max_examples=400, deadline=None)
@@ -73,8 +91,7 @@ def test_edge_lines_read_as_the_parser_reads_them(lines: list[str]) -> None:
 def test_random_pages_read_as_the_parser_reads_them(rng: random.Random, pages: int) -> None:
     page = Page(rng)
     for _ in range(pages):
-        text = page.text()
-        assert outcome(parse_text, text) == outcome(text_string_to_metric_families, text), text
+        same_reading(page.text())
         page.change()
 
 
@@ -83,15 +100,15 @@ def test_a_line_the_parser_refuses_or_reads_its_own_way_goes_to_it(line: str) ->
     """Repeated labels, the name as a label, a timestamp, a bad number: the parser's answer,
     its error message included."""
     text = f"# TYPE a gauge\n{line}\n"
-    assert promtext._plain_block(split_blocks(text)[0]) is None
-    assert outcome(parse_text, text) == outcome(text_string_to_metric_families, text)
+    assert promtext._plain_block(split_blocks(text)[0], promtext._metric) is None
+    same_reading(text)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.prom")))
 def test_real_pages_are_read_here_and_read_the_same(name: str) -> None:
     text = fixture_text(name)
-    assert outcome(parse_text, text) == outcome(text_string_to_metric_families, text)
+    same_reading(text)
     blocks = split_blocks(text)
-    plain = [b for b in blocks if promtext._plain_block(b) is not None]
+    plain = [b for b in blocks if promtext._plain_block(b, promtext._metric) is not None]
     # What the exporters write is plain; only an escaped HELP text or label sends a block on.
     assert len(plain) >= 0.9 * len(blocks), [b[0] for b in blocks if b not in plain]
