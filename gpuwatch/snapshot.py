@@ -153,12 +153,16 @@ async def collect(
     pid: int | None = None,
     bounds: ScrapeSettings | None = None,
     stall_after_s: float | None = None,
+    cpu_since: float | None = None,
 ) -> Snapshot:
     """Every source once, concurrently, each scrape held to ``bounds`` (``[scrape]``); with
-    ``stall_after_s``, the endpoints are read again for that long to tell a stalled engine."""
+    ``stall_after_s``, the endpoints are read again for that long to tell a stalled engine.
+    ``cpu_since``: when the caller primed the host's CPU counters (``host.prime_cpu``, on
+    ``time.monotonic``), so that the time since counts toward the interval CPU % needs."""
     b = bounds or ScrapeSettings()
-    started = time.monotonic()
-    host_source.prime_cpu()
+    if cpu_since is None:
+        host_source.prime_cpu()
+        cpu_since = time.monotonic()
     gpu_task = asyncio.create_task(asyncio.to_thread(nvml.read)) if nvml else None
     stalled: dict[StallKey, float] = {}
     tls = any(httpx.URL(url).scheme == "https" for url in urls)
@@ -184,7 +188,7 @@ async def collect(
         found = await asyncio.to_thread(host_source.pid_listening_on, port) if port else None
         if found:
             processes[url] = table.describe(found)
-    remaining = _CPU_SAMPLE_S - (time.monotonic() - started)
+    remaining = _CPU_SAMPLE_S - (time.monotonic() - cpu_since)
     if remaining > 0:
         await asyncio.sleep(remaining)  # CPU % needs an interval to be measured over
     host = host_source.read_host()
