@@ -1,4 +1,5 @@
-"""GET a ``/metrics`` page (httpx), bounded in size and time, parsed with prometheus_client.
+"""GET a ``/metrics`` page (httpx), bounded in size and time, read into prometheus_client's
+families and samples (``promtext``: its parser's result, plain lines read faster).
 
 Only the families some dialect reads are parsed: a live vLLM page with several models runs to
 hundreds of KB and prometheus_client's parser costs about a quarter of a microsecond a byte, so
