@@ -8,7 +8,8 @@ a serving stack writes is plain: ``name{label="value",...} number``, no escapes,
 line (an escape, a quoted name, a timestamp, an odd number, a comment other than HELP/TYPE) is
 given to ``text_string_to_metric_families`` whole, so its families and its errors are the
 parser's own. The result equals ``list(text_string_to_metric_families(text))``, errors included
-(tests/unit/test_promtext.py checks it on random and hostile pages).
+(tests/unit/test_promtext.py checks it on random, hostile and real pages); ``parse_samples``
+gives the same samples without making the families, for a one-shot read.
 """
 
 from __future__ import annotations
