@@ -361,8 +361,11 @@ def _collapse(
         grouped[key][replica] = s.value
     out: dict[str | None, dict[str, float]] = defaultdict(dict)
     for (model, _engine, extra), replicas in grouped.items():
-        rank0 = [v for r, v in replicas.items() if all(val == "0" for _, val in r)]
-        value = rank0[0] if rank0 else max(replicas.values())
+        if len(replicas) == 1:  # no replicas (most series): its one value, whatever its rank
+            (value,) = replicas.values()
+        else:
+            rank0 = [v for r, v in replicas.items() if all(val == "0" for _, val in r)]
+            value = rank0[0] if rank0 else max(replicas.values())
         slot = out[model]
         if extra in slot:
             slot[extra] = max(slot[extra], value) if ratio else slot[extra] + value
