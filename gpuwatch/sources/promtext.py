@@ -123,11 +123,16 @@ def _samples(name: str, documentation: str, typ: str, samples: list[Sample]) -> 
 
 
 def _plain_block(
-    block: list[str], build: Callable[[str, str, str, list[Sample]], T]
+    block: list[str],
+    build: Callable[[str, str, str, list[Sample]], T],
+    seen: dict[str, dict[str, str]],
 ) -> list[T] | None:
     """The parser's families of a block (stripped, non-blank lines) where every line is plain,
     read as ``text_fd_to_metric_families`` reads them, state for state, each made by ``build``
-    (name, documentation, type, samples); None at the first line that is not plain."""
+    (name, documentation, type, samples); None at the first line that is not plain. ``seen``
+    keeps the labels read from each label set's text: the histograms of request latency share
+    their label sets (bucket bounds and all), so one page has each several times. Samples with
+    the same labels share one dict, as the families are read and never changed."""
     out: list[T] = []
     name, documentation, typ = "", "", "untyped"
     samples: list[Sample] = []
@@ -143,10 +148,13 @@ def _plain_block(
             if len(value) > _MAX_VALUE_CHARS:
                 return None
             if label_text:
-                pairs = find_labels(label_text)
-                labels = dict(pairs)
-                if len(labels) != len(pairs):  # a label named twice: the parser's error
-                    return None
+                labels = seen.get(label_text)
+                if labels is None:
+                    pairs = find_labels(label_text)
+                    labels = dict(pairs)
+                    if len(labels) != len(pairs):  # a label named twice: the parser's error
+                        return None
+                    seen[label_text] = labels
             else:
                 labels = {}
             sample = Sample(sample_name, labels, int(value) if integer else float(value), None)
@@ -188,7 +196,7 @@ def _parsed(block: list[str]) -> list[Metric]:
 
 def parse_block(block: list[str]) -> list[Metric]:
     """The families of one block of ``split_blocks``; raises as the parser does."""
-    families = _plain_block(block, _metric)
+    families = _plain_block(block, _metric, {})
     return _parsed(block) if families is None else families
 
 
@@ -196,8 +204,10 @@ def parse_text(text: str) -> list[Metric]:
     """``list(text_string_to_metric_families(text))``, in a fraction of the time for plain
     pages; raises what the parser raises (ValueError and the like) for a malformed one."""
     out: list[Metric] = []
+    seen: dict[str, dict[str, str]] = {}
     for block in split_blocks(text):
-        out += parse_block(block)
+        families = _plain_block(block, _metric, seen)
+        out += _parsed(block) if families is None else families
     return out
 
 
@@ -205,8 +215,9 @@ def parse_samples(text: str) -> list[Sample]:
     """The samples of ``parse_text``'s families, in order, without making the families where
     the lines are plain; raises as the parser does."""
     out: list[Sample] = []
+    seen: dict[str, dict[str, str]] = {}
     for block in split_blocks(text):
-        built = _plain_block(block, _samples)
+        built = _plain_block(block, _samples, seen)
         if built is None:
             for family in _parsed(block):
                 out += family.samples

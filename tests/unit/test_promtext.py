@@ -100,7 +100,7 @@ def test_a_line_the_parser_refuses_or_reads_its_own_way_goes_to_it(line: str) ->
     """Repeated labels, the name as a label, a timestamp, a bad number: the parser's answer,
     its error message included."""
     text = f"# TYPE a gauge\n{line}\n"
-    assert promtext._plain_block(split_blocks(text)[0], promtext._metric) is None
+    assert promtext._plain_block(split_blocks(text)[0], promtext._metric, {}) is None
     same_reading(text)
 
 
@@ -109,6 +109,6 @@ def test_real_pages_are_read_here_and_read_the_same(name: str) -> None:
     text = fixture_text(name)
     same_reading(text)
     blocks = split_blocks(text)
-    plain = [b for b in blocks if promtext._plain_block(b, promtext._metric) is not None]
+    plain = [b for b in blocks if promtext._plain_block(b, promtext._metric, {}) is not None]
     # What the exporters write is plain; only an escaped HELP text or label sends a block on.
     assert len(plain) >= 0.9 * len(blocks), [b[0] for b in blocks if b not in plain]
