@@ -122,8 +122,9 @@ class Line:
     group: tuple[str, int, str] | None
 
 
-def page_lines() -> list[str | Line]:
-    """The page as comment lines (str) and sample lines [head, value, how it moves, group]."""
+def page_lines(series: Sequence[tuple[int, str]] = SERIES) -> list[str | Line]:
+    """The page as comment lines (str) and sample lines [head, value, how it moves, group],
+    for ``series``: (engine, model) pairs."""
     out: list[str | Line] = []
     for i in range(60):  # the process/python block every vLLM page starts with
         out += [
@@ -139,7 +140,7 @@ def page_lines() -> list[str | Line]:
     created = 1.7682643398898673e09
     for name in GAUGES:
         out += [f"# HELP vllm:{name} gauge", f"# TYPE vllm:{name} gauge"]
-        for e, model in SERIES:
+        for e, model in series:
             how = BUSY if name == "kv_cache_usage_perc" else SOMETIMES
             out.append(
                 Line(f'vllm:{name}{{engine="{e}",model_name="{model}"}}', 0.1 * (e + 1), how, None)
@@ -147,7 +148,7 @@ def page_lines() -> list[str | Line]:
     for name in COUNTERS:
         out += [f"# HELP vllm:{name}_total counter", f"# TYPE vllm:{name}_total counter"]
         how = BUSY if name in BUSY_COUNTERS else RARE if name == "num_preemptions" else STATIC
-        for e, model in SERIES:
+        for e, model in series:
             labels = f'engine="{e}",model_name="{model}"'
             out.append(Line(f"vllm:{name}_total{{{labels}}}", 1000.0 * (e + 1), how, None))
             out.append(Line(f"vllm:{name}_created{{{labels}}}", created, STATIC, None))
@@ -162,7 +163,7 @@ def page_lines() -> list[str | Line]:
     ]
     for name, (kind, label, values) in LABELLED.items():
         out += [f"# HELP vllm:{name} {kind}", f"# TYPE vllm:{name} {kind}"]
-        for e, model in SERIES:
+        for e, model in series:
             for v in values:
                 labels = f'engine="{e}",{label}="{v}",model_name="{model}"'
                 how = BUSY if v in BUSY_LABELS else SOMETIMES if v == "length" else STATIC
@@ -176,7 +177,7 @@ def page_lines() -> list[str | Line]:
                     out.append(Line(f"{created_name}{{{labels}}}", created, STATIC, None))
     for name, bounds in HISTOGRAMS.items():
         out += [f"# HELP vllm:{name} histogram", f"# TYPE vllm:{name} histogram"]
-        for e, model in SERIES:
+        for e, model in series:
             labels = f'engine="{e}",model_name="{model}"'
             group = (name, e, model)
             cumulative = 0
@@ -195,8 +196,8 @@ def render(lines: list[str | Line]) -> str:
     return "".join(f"{x}\n" if isinstance(x, str) else f"{x.head} {x.value!r}\n" for x in lines)
 
 
-def page() -> str:
-    return render(page_lines())
+def page(series: Sequence[tuple[int, str]] = SERIES) -> str:
+    return render(page_lines(series))
 
 
 class SteadyLoad:

@@ -7,11 +7,13 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import httpx
 
@@ -30,7 +32,6 @@ from gpuwatch.model import (
 )
 from gpuwatch.series import HistogramError, histogram_quantile
 from gpuwatch.sources import host as host_source
-from gpuwatch.sources.nvml import NvmlReader
 from gpuwatch.sources.scrape import (
     ScrapeError,
     decode_body,
@@ -38,6 +39,9 @@ from gpuwatch.sources.scrape import (
     scrape,
 )
 from gpuwatch.stall import StallDetector, progress_of
+
+if TYPE_CHECKING:  # NVML (pynvml) loads only when GPUs are read: not for `--no-gpu`
+    from gpuwatch.sources.nvml import NvmlReader
 
 SCHEMA_VERSION = 1
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
@@ -149,15 +153,20 @@ async def collect(
     pid: int | None = None,
     bounds: ScrapeSettings | None = None,
     stall_after_s: float | None = None,
+    cpu_since: float | None = None,
 ) -> Snapshot:
     """Every source once, concurrently, each scrape held to ``bounds`` (``[scrape]``); with
-    ``stall_after_s``, the endpoints are read again for that long to tell a stalled engine."""
+    ``stall_after_s``, the endpoints are read again for that long to tell a stalled engine.
+    ``cpu_since``: when the caller primed the host's CPU counters (``host.prime_cpu``, on
+    ``time.monotonic``), so that the time since counts toward the interval CPU % needs."""
     b = bounds or ScrapeSettings()
-    started = time.monotonic()
-    host_source.prime_cpu()
+    if cpu_since is None:
+        host_source.prime_cpu()
+        cpu_since = time.monotonic()
     gpu_task = asyncio.create_task(asyncio.to_thread(nvml.read)) if nvml else None
     stalled: dict[StallKey, float] = {}
-    async with async_client(b.connect_timeout_s, b.timeout_s) as client:
+    tls = any(httpx.URL(url).scheme == "https" for url in urls)
+    async with async_client(b.connect_timeout_s, b.timeout_s, tls=tls) as client:
 
         async def read() -> list[ScrapeResult]:
             return list(
@@ -179,7 +188,7 @@ async def collect(
         found = await asyncio.to_thread(host_source.pid_listening_on, port) if port else None
         if found:
             processes[url] = table.describe(found)
-    remaining = _CPU_SAMPLE_S - (time.monotonic() - started)
+    remaining = _CPU_SAMPLE_S - (time.monotonic() - cpu_since)
     if remaining > 0:
         await asyncio.sleep(remaining)  # CPU % needs an interval to be measured over
     host = host_source.read_host()
@@ -207,13 +216,15 @@ def latency_summary(hist: Histogram) -> dict[str, float | None]:
 
 
 LIFETIME = "since the server started"
+_ENGINE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineSnapshot) if f.name != "histograms")
 
 
 def _engine_json(
     engine: EngineSnapshot, process: ProcessInfo | None, stalled_s: float | None = None
 ) -> dict[str, Any]:
-    data = dataclasses.asdict(engine)
-    data.pop("histograms")
+    # The fields but the histograms, all plain values: ``asdict`` deep-copied every bucket only
+    # for them to be dropped (a third of a big page's JSON).
+    data: dict[str, Any] = {name: getattr(engine, name) for name in _ENGINE_FIELDS}
     data["latency"] = {
         kind: latency_summary(engine.histograms[kind])
         for kind in LATENCY_KINDS
@@ -292,90 +303,117 @@ def dumps_json(snap: Snapshot) -> str:
     return json.dumps(doc, indent=2, allow_nan=False, default=str)
 
 
+# Text columns a terminal's width may cut (with an ellipsis), never under this many characters.
+_MIN_CUT_WIDTH = 8
+_RED, _BOLD_RED = "\x1b[31m", "\x1b[1;31m"
+
+
+def _table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], width: int | None, cut: Sequence[int]
+) -> list[str]:
+    """Rows under their headers, each column as wide as its widest cell, two spaces apart. With
+    a ``width`` (a terminal's), the ``cut`` columns are narrowed, the widest first, until a line
+    fits; piped output is never cut (a script reads every name whole)."""
+    widths = [max(map(len, column)) for column in zip(headers, *rows, strict=True)]
+    if width is not None:
+        while sum(widths) + 2 * len(widths) > width:
+            widest = max(cut, key=widths.__getitem__)
+            if widths[widest] <= _MIN_CUT_WIDTH:
+                break
+            widths[widest] -= 1
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (clip(c, w).ljust(w) for c, w in zip(cells, widths, strict=True))
+        return (" " + "  ".join(padded)).rstrip()
+
+    return [line(headers), *map(line, rows)]
+
+
+def _terminal(out: IO[str]) -> tuple[int | None, bool]:
+    """(width, colour) for ``out``: a terminal's width and colour (unless NO_COLOR or a dumb
+    terminal), or neither for a pipe or a file."""
+    if not out.isatty():
+        return None, False
+    colour = "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    return shutil.get_terminal_size().columns, colour
+
+
 def render_text(snap: Snapshot, out: IO[str]) -> None:
-    """The human table: GPUs, host, engines, then every error in one line each."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    """The human table: GPUs, host, engines, then every error in one line each. Foreign text
+    (model names, error messages) goes through ``clip``: one line, control characters escaped,
+    so nothing a page says can drive the terminal."""
+    width, colour = _terminal(out)
 
-    def safe(text: object, limit: int = 200) -> str:
-        # Foreign text (model names, error messages) must not be read as Rich markup: a model
-        # called "[/]" would otherwise be a MarkupError traceback.
-        return escape(clip(text, limit))
+    def paint(text: str, code: str) -> str:
+        return f"{code}{text}\x1b[0m" if colour else text
 
-    console = Console(file=out, highlight=False, width=max(100, Console(file=out).width))
+    lines: list[str] = []
     if snap.gpus is not None:
         if snap.gpus.error:
-            console.print(f"GPUs: {safe(snap.gpus.error)}")
+            lines.append(f"GPUs: {clip(snap.gpus.error)}")
         else:
-            table = Table("GPU", "name", "memory", "util", "temp", "power", "procs", box=None)
+            rows: list[list[str]] = []
+            failed: set[int] = set()
             for g in snap.gpus.gpus:
                 if g.error:
-                    name, error = safe(g.name or NA, 40), safe(g.error)
-                    table.add_row(str(g.index), name, f"[red]{error}[/]", "", "", "", "")
+                    failed.add(len(rows))
+                    rows.append([str(g.index), clip(g.name or NA, 40), clip(g.error), *[""] * 4])
                     continue
-                table.add_row(
-                    str(g.index),
-                    safe(g.name or NA, 40),
-                    f"{gib(g.memory_used_bytes)} / {gib(g.memory_total_bytes)}",
-                    pct(g.utilization_gpu),
-                    unit(g.temperature_c, "C"),
-                    f"{unit(g.power_w, 'W')} / {unit(g.power_limit_w, 'W')}",
-                    str(len(g.processes)),
+                rows.append(
+                    [
+                        str(g.index),
+                        clip(g.name or NA, 40),
+                        f"{gib(g.memory_used_bytes)} / {gib(g.memory_total_bytes)}",
+                        pct(g.utilization_gpu),
+                        unit(g.temperature_c, "C"),
+                        f"{unit(g.power_w, 'W')} / {unit(g.power_limit_w, 'W')}",
+                        str(len(g.processes)),
+                    ]
                 )
-            console.print(table)
+            header, *body = _table(
+                ["GPU", "name", "memory", "util", "temp", "power", "procs"], rows, width, [1, 2]
+            )
+            lines += [header, *(paint(b, _RED) if i in failed else b for i, b in enumerate(body))]
     h = snap.host
-    console.print(
+    lines.append(
         f"host: cpu {unit(h.cpu_percent, '%')}  load {num(h.load_1m, 2)}  "
         f"mem {gib(h.memory_used_bytes)} / {gib(h.memory_total_bytes)}"
     )
-    table = Table(
-        "source",
-        "dialect",
-        "model",
-        "run",
-        "wait",
-        "KV",
-        "prefix",
-        "prompt tok",
-        "gen tok",
-        "TTFT p50*",
-        "TTFT p99*",
-        "ITL p99*",
-        box=None,
-    )
+    rows = []
     for result in snap.results:
         for e in result.engines:
             ttft = latency_summary(e.histograms["ttft"]) if "ttft" in e.histograms else {}
             itl = latency_summary(e.histograms["itl"]) if "itl" in e.histograms else {}
-            table.add_row(
-                safe(result.source, 80),
-                safe(e.dialect, 24),
-                safe(e.model or NA, 60),
-                num(e.running),
-                num(e.waiting),
-                pct(e.kv_cache_usage),
-                pct(e.prefix_cache_hit_rate),
-                num(e.prompt_tokens_total),
-                num(e.generation_tokens_total),
-                seconds(ttft.get("p50")),
-                seconds(ttft.get("p99")),
-                seconds(itl.get("p99")),
+            rows.append(
+                [
+                    clip(result.source, 80),
+                    clip(e.dialect, 24),
+                    clip(e.model or NA, 60),
+                    num(e.running),
+                    num(e.waiting),
+                    pct(e.kv_cache_usage),
+                    pct(e.prefix_cache_hit_rate),
+                    num(e.prompt_tokens_total),
+                    num(e.generation_tokens_total),
+                    seconds(ttft.get("p50")),
+                    seconds(ttft.get("p99")),
+                    seconds(itl.get("p99")),
+                ]
             )
-    if table.row_count:
-        console.print(table)
-        console.print(f"* percentiles over every request {LIFETIME} (one read has no window)")
+    if rows:
+        headers = ["source", "dialect", "model", "run", "wait", "KV", "prefix"]
+        headers += ["prompt tok", "gen tok", "TTFT p50*", "TTFT p99*", "ITL p99*"]
+        lines += _table(headers, rows, width, [0, 2])
+        lines.append(f"* percentiles over every request {LIFETIME} (one read has no window)")
     for (source, dialect, model), stalled_s in snap.stalled.items():
-        console.print(
-            f"[b red]STALLED {duration(stalled_s)}[/]: {safe(source)} {dialect} "
-            f"{safe(model or NA, 60)}: requests in it, no progress "
-            f"(watched {num(snap.stall_check_s, 1)} s)",
-            soft_wrap=True,
+        lines.append(
+            f"{paint(f'STALLED {duration(stalled_s)}', _BOLD_RED)}: {clip(source)} "
+            f"{clip(dialect)} {clip(model or NA, 60)}: requests in it, no progress "
+            f"(watched {num(snap.stall_check_s, 1)} s)"
         )
     for result in snap.results:
         for warning in result.warnings:
-            console.print(f"warning: {safe(result.source)}: {safe(warning)}", soft_wrap=True)
+            lines.append(f"warning: {clip(result.source)}: {clip(warning)}")
         if result.error:
-            console.print(
-                f"[red]error:[/] {safe(result.source)}: {safe(result.error)}", soft_wrap=True
-            )
+            lines.append(f"{paint('error:', _RED)} {clip(result.source)}: {clip(result.error)}")
+    out.write("".join(f"{line}\n" for line in lines))

@@ -17,6 +17,12 @@ from typing import Any
 from gpuwatch.cli.common import fail
 from gpuwatch.errors import EXIT_INTERRUPTED, EXIT_OK, ConfigError, GpuwatchError
 
+# Importing httpx loads its own command-line client (click, rich.progress, pygments: ~30 ms of
+# every command that reads an endpoint), which gpuwatch never runs. A None entry makes that one
+# import fail, and httpx defines a stub ``main`` in its place (httpx/__init__.py catches the
+# ImportError, as it does when its CLI extras are not installed).
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
 # Every subcommand: its module in gpuwatch.cli, and its line in `gpuwatch --help` (in this
 # order). A module is imported only for the command that runs (pip's commands_dict does the
 # same): `gpuwatch --help` loads none of them, `gpuwatch snapshot` one.

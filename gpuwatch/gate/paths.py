@@ -82,10 +82,10 @@ def walk(raw_path: str) -> str:
             if last:
                 segments.append("")
         elif segment or last:
+            # Empty segments are folded ("//"), except a trailing one: "/v1/x/" stays a
+            # directory. Only the last part can add an empty segment, so there is never more
+            # than one at the end.
             segments.append(segment)
-    # Empty segments were folded ("//"), except a trailing one: "/v1/x/" stays a directory.
-    while len(segments) > 1 and segments[-1] == "" and segments[-2] == "":
-        segments.pop()
     return "/" + "/".join(segments)
 
 

@@ -320,9 +320,15 @@ def _model_of(labels: Mapping[str, str]) -> str | None:
 _LabelSet = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
 
 
-def _engine_key(labels: Mapping[str, str], skip: Iterable[str]) -> tuple[tuple[str, str], ...]:
-    dropped = {*MODEL_LABELS, *REPLICA_LABELS, *skip}
-    return tuple(sorted((k, v) for k, v in labels.items() if k not in dropped))
+@functools.lru_cache(maxsize=64)
+def _not_engine(skip: tuple[str, ...]) -> frozenset[str]:
+    """The labels that do not tell engines apart, besides ``skip``."""
+    return frozenset({*MODEL_LABELS, *REPLICA_LABELS, *skip})
+
+
+def _engine_key(labels: Mapping[str, str], skip: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    dropped = _not_engine(skip)
+    return tuple(sorted(pair for pair in labels.items() if pair[0] not in dropped))
 
 
 @functools.lru_cache(maxsize=GROUP_CACHE_SIZE)
@@ -333,7 +339,11 @@ def _group_of(
     label set, which stays the same from one scrape to the next while the values move: worked
     out once per series rather than sorted again every scrape (most of a page's mapping time)."""
     labels = dict(items)
-    replica = tuple(sorted((k, v) for k, v in items if k in REPLICA_LABELS))
+    replica = (
+        ()
+        if REPLICA_LABELS.isdisjoint(labels)
+        else tuple(sorted(p for p in items if p[0] in REPLICA_LABELS))
+    )
     # Only a bucket's ``le`` is its bound; on any other sample it is an ordinary label.
     extra = labels.get("le", "") if "le" in skip else ""
     return (_model_of(labels), _engine_key(labels, skip), extra), replica
@@ -351,8 +361,11 @@ def _collapse(
         grouped[key][replica] = s.value
     out: dict[str | None, dict[str, float]] = defaultdict(dict)
     for (model, _engine, extra), replicas in grouped.items():
-        rank0 = [v for r, v in replicas.items() if all(val == "0" for _, val in r)]
-        value = rank0[0] if rank0 else max(replicas.values())
+        if len(replicas) == 1:  # no replicas (most series): its one value, whatever its rank
+            (value,) = replicas.values()
+        else:
+            rank0 = [v for r, v in replicas.items() if all(val == "0" for _, val in r)]
+            value = rank0[0] if rank0 else max(replicas.values())
         slot = out[model]
         if extra in slot:
             slot[extra] = max(slot[extra], value) if ratio else slot[extra] + value
@@ -468,7 +481,7 @@ def _label_value(
         replica = tuple(sorted((k, v) for k, v in s.labels.items() if k in REPLICA_LABELS))
         if any(v != "0" for _, v in replica):
             continue
-        out[_model_of(s.labels)][_engine_key(s.labels, [label])] = value
+        out[_model_of(s.labels)][_engine_key(s.labels, (label,))] = value
     return {model: _sum_or_same(label, vals) for model, vals in out.items()}
 
 

@@ -1,4 +1,5 @@
-"""GET a ``/metrics`` page (httpx), bounded in size and time, parsed with prometheus_client.
+"""GET a ``/metrics`` page (httpx), bounded in size and time, read into prometheus_client's
+families and samples (``promtext``: its parser's result, plain lines read faster).
 
 Only the families some dialect reads are parsed: a live vLLM page with several models runs to
 hundreds of KB and prometheus_client's parser costs about a quarter of a microsecond a byte, so
@@ -8,13 +9,13 @@ dropping the other families' lines before parsing is where the time is won.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import httpx
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from gpuwatch.bounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES, DEFAULT_TIMEOUT_S
@@ -23,6 +24,13 @@ from gpuwatch.fmt import clip
 from gpuwatch.httpclient import BodyRefused, read_bounded
 from gpuwatch.model import ScrapeResult
 from gpuwatch.sources.dialects import MODEL_LABELS, index_samples, map_samples, wanted_sample_names
+from gpuwatch.sources.promtext import (
+    number,
+    parse_block,
+    parse_samples,
+    parse_text,
+    split_blocks,
+)
 
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created", "_info", "_gcount", "_gsum")
 
@@ -183,63 +191,13 @@ def long_lines_dropped(count: int) -> str:
 #  - for a block whose lines have not changed but for their values (its "skeleton": each sample
 #    line with its trailing number cut off), reuses the parsed samples, names and labels, and
 #    reads only the numbers that changed, with ``int`` then ``float`` as prometheus_client does;
-#  - parses anything else (a new series or family, an odd value) with
-#    ``text_string_to_metric_families``, block by block.
+#  - parses anything else (a new series or family, an odd value) block by block
+#    (``promtext.parse_block``: the parser's result, plain lines read faster).
 # The result equals a full parse of the text (tests/unit/test_parse_cache.py).
-
-_WS = " \t\n\r\x0b\x0c"  # string.whitespace: what prometheus_client splits comment lines on
-# A stripped HELP or TYPE line with a plain metric name: for these lines, and only these, the
-# parser's family name is the name matched. Quoted (UTF-8) names are left to the parser.
-_HEADER = re.compile(rf"#[{_WS}]+(?:HELP|TYPE)[{_WS}]+([a-zA-Z_:][a-zA-Z0-9_:]*)(?:[{_WS}]|$)")
-# A value the cache reads itself: a plain ASCII number, Inf or NaN, group 1 set for an integer
-# (which prometheus_client keeps an ``int``). Timestamps, exemplars and the rest go to the parser.
-_VALUE = re.compile(
-    r"[-+]?(?:([0-9]+)|(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][-+]?[0-9]+)?|Inf|NaN)"
-)
-_MAX_VALUE_CHARS = 40  # int() refuses more than 4300 digits, where the parser falls back to float
-
-
-def _number(text: str) -> float | None:
-    """``text`` as prometheus_client reads a value, or None if the cache does not read it."""
-    if len(text) > _MAX_VALUE_CHARS:
-        return None
-    match = _VALUE.fullmatch(text)
-    if match is None:
-        return None
-    return int(text) if match.group(1) is not None else float(text)
 
 
 def _same_value(a: float, b: float) -> bool:
     return type(a) is type(b) and (a == b or (a != a and b != b))
-
-
-def split_blocks(text: str) -> list[list[str]]:
-    """The stripped non-blank lines of ``text`` (all the parser reads), cut before each HELP or
-    TYPE line that names another family than the last HELP/TYPE line did. There the parser
-    starts a new family whatever came before (its current family is the one that line named, or
-    none after a stray sample), so parsing each block apart gives the families of the whole.
-    After a comment line this cannot read, the next HELP/TYPE line is not a cut."""
-    blocks: list[list[str]] = []
-    block: list[str] = []
-    last: str | None = ""  # the family name of the last HELP/TYPE line; None when unknown
-    for raw in text.split("\n"):
-        line = raw.strip()
-        if not line:
-            continue
-        if line[0] == "#":
-            header = _HEADER.match(line)
-            if header is None:
-                last = None
-            else:
-                name = header.group(1)
-                if last is not None and name != last and block:
-                    blocks.append(block)
-                    block = []
-                last = name
-        block.append(line)
-    if block:
-        blocks.append(block)
-    return blocks
 
 
 def _skeleton(block: list[str]) -> tuple[str, list[str], list[int]]:
@@ -254,7 +212,7 @@ def _skeleton(block: list[str]) -> tuple[str, list[str], list[int]]:
             parts.append(line)
             continue
         head, _, value = line.rpartition(" ")
-        if head and len(value) <= _MAX_VALUE_CHARS and _VALUE.fullmatch(value):
+        if head and number(value) is not None:
             parts.append(head + " ")  # a stripped line never ends with " ": no clash with lines
             values.append(value)
             slots.append(index)
@@ -296,7 +254,7 @@ class _Template:
                     samples = list(samples)
                 i = self.slots[k]
                 s = samples[i]
-                samples[i] = Sample(s.name, s.labels, _number(text))  # type: ignore[arg-type]
+                samples[i] = Sample(s.name, s.labels, number(text))  # type: ignore[arg-type]
                 changed[self.family_of[k]] = None
                 count += 1
         if count:
@@ -324,8 +282,8 @@ def _make_template(
         return None
     for text, i in zip(values, slots, strict=True):
         s = samples[i]
-        number = _number(text)
-        if number is None or not _same_value(s.value, number):
+        value = number(text)
+        if value is None or not _same_value(s.value, value):
             return None
         if (s.timestamp, s.exemplar, s.native_histogram) != (None, None, None):
             return None
@@ -378,7 +336,7 @@ class ParseCache:
                 stats.blocks_same += 1
                 families, skeleton, template = entry
             elif not self.refill:
-                families = list(text_string_to_metric_families(body + "\n"))
+                families = parse_block(block)
                 skeleton, template = "", None
                 stats.blocks_parsed += 1
                 stats.lines_parsed += len(block)
@@ -390,7 +348,7 @@ class ParseCache:
                     stats.blocks_refilled += 1
                     families = template.families
                 else:
-                    families = list(text_string_to_metric_families(body + "\n"))
+                    families = parse_block(block)
                     template = _make_template(families, block, values, slots)
                     stats.blocks_parsed += 1
                     stats.lines_parsed += len(block)
@@ -417,10 +375,26 @@ def parse_families(
     kept from the same source's last page, only what changed since is parsed again."""
     _refuse_html(text)
     body = prefilter(text).text if filtered else text
-    try:
+    with _malformed():
         if cache is not None:
             return cache.parse(body)
-        return list(text_string_to_metric_families(body))
+        return parse_text(body)
+
+
+def page_samples(text: str, cache: ParseCache | None = None) -> list[Sample]:
+    """The samples of ``parse_families(text, filtered=False, cache=cache)``, in order; a
+    one-shot read (no cache) makes no families where it need not."""
+    with _malformed():
+        if cache is not None:
+            return [s for family in cache.parse(text) for s in family.samples]
+        return parse_samples(text)
+
+
+@contextlib.contextmanager
+def _malformed() -> Iterator[None]:
+    """What the parser raises for a malformed page, as one ``ScrapeError`` line."""
+    try:
+        yield
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise ScrapeError(f"malformed metrics page: {exc}") from exc
 
@@ -459,10 +433,10 @@ def map_page(
     try:
         _refuse_html(text)  # before the prefilter, which would drop every HTML line
         kept = prefilter(text, max_models=max_engines, cache=cache)
-        families = parse_families(kept.text, filtered=False, cache=cache)
+        samples = page_samples(kept.text, cache)
     except ScrapeError as exc:
         return ScrapeResult(source, error=str(exc))
-    index = index_samples(s for fam in families for s in fam.samples)
+    index = index_samples(samples)
     mapped = map_samples(source, index)
     engines, warnings = mapped.engines, mapped.warnings
     if kept.long_lines:

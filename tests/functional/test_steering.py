@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.adminapi import Limits, LimitsPatch, LimitValue
+from gpuwatch.adminapi import LimitsPatch
 from gpuwatch.control.gate import GateClient
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.control.steering import Steering
@@ -17,32 +17,9 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
 from tests.helpers import eventually
-from tests.operatorview import RecordingOperator
+from tests.steeringfake import RecordingView
 
 TOKEN = "s3cret"
-
-
-@dataclass
-class RecordingView(RecordingOperator):
-    """A SteeringView that remembers what it was told and answers modals as set."""
-
-    current: Limits | None = None
-    form_answer: dict[str, LimitValue] | None = None
-
-    def limits(self) -> Limits | None:
-        return self.current
-
-    def gate_reason(self) -> str | None:
-        return None
-
-    def show_limits(self, limits: Limits) -> None:
-        self.current = limits
-
-    async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
-        return self.form_answer
-
-    def tenants(self, lane: str) -> list[str]:
-        return []  # these tests steer lanes; the tenant keys are tested with a real dashboard
 
 
 @dataclass

@@ -1,7 +1,8 @@
-"""`gpuwatch --help` and `gpuwatch snapshot` load only what they use: neither Textual nor aiohttp
-(nor plotext, nor for `--help` httpx, rich or prometheus_client). Each runs as the console script
-does, in a fresh interpreter, and reports the modules it loaded. The OpenTelemetry SDK loads only
-where export is on: not for these, nor for a gate and a simulator serving without an endpoint."""
+"""`gpuwatch --help`, `gpuwatch snapshot` and `gpuwatch watch --count 1` load only what they use:
+neither Textual nor aiohttp nor plotext (nor for `--help` httpx, rich or prometheus_client; nor
+rich for `snapshot`). Each runs as the console script does, in a fresh interpreter, and reports
+the modules it loaded. The OpenTelemetry SDK loads only where export is on: not for these, nor
+for a gate and a simulator serving without an endpoint."""
 
 from __future__ import annotations
 
@@ -9,20 +10,26 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from gpuwatch.cli.main import COMMANDS, main
+from tests.functional.servers import ThreadedServer
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "metrics"
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-# `python -m gpuwatch ARGS`, then the names in sys.modules into the file $MODULES_OUT.
+# `python -m gpuwatch ARGS`, then the names of the modules loaded into the file $MODULES_OUT (a
+# None entry in sys.modules is an import blocked on purpose, not a module: cli/main.py's
+# httpx._main).
 RUNNER = """
 import atexit, json, os, runpy, sys
 out = os.environ["MODULES_OUT"]
-atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+loaded = lambda: sorted(name for name, module in sys.modules.items() if module is not None)
+atexit.register(lambda: open(out, "w").write(json.dumps(loaded())))
 sys.argv = ["gpuwatch", *sys.argv[1:]]
 runpy.run_module("gpuwatch", run_name="__main__", alter_sys=True)
 """
@@ -63,17 +70,41 @@ def test_help_loads_no_ui_server_or_client(tmp_path: Path) -> None:
     }
 
 
-@pytest.mark.parametrize("form", [[], ["--json"]])
-def test_snapshot_loads_neither_textual_nor_aiohttp(tmp_path: Path, form: list[str]) -> None:
-    page = FIXTURES / "vllm-1.prom"
-    proc, modules = run_gpuwatch(
-        tmp_path, "snapshot", "--no-gpu", "--metrics-file", str(page), *form
-    )
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    """A real /metrics endpoint on 127.0.0.1 serving a vLLM page."""
+    page = (FIXTURES / "vllm-1.prom").read_text()
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=page)
+
+    with ThreadedServer({"/metrics": metrics}) as server:
+        yield server.url("/metrics")
+
+
+@pytest.mark.parametrize("form", [["--metrics-file"], ["--metrics-file", "--json"], ["--metrics"]])
+def test_snapshot_loads_no_ui_server_nor_table_library(
+    tmp_path: Path, endpoint: str, form: list[str]
+) -> None:
+    source = endpoint if form[0] == "--metrics" else str(FIXTURES / "vllm-1.prom")
+    proc, modules = run_gpuwatch(tmp_path, "snapshot", "--no-gpu", form[0], source, *form[1:])
     assert proc.returncode == 0, proc.stderr
     assert "vllm" in proc.stdout.lower()
-    # It really read and parsed the page: the scraper and its parser were loaded.
-    assert {"gpuwatch.snapshot", "gpuwatch.sources.scrape", "prometheus_client"} <= modules
-    assert not tops(modules) & (WIDGETS_AND_SERVERS | EXPORT)
+    # It really read and parsed the page: the scraper and its reader were loaded.
+    assert {"gpuwatch.snapshot", "gpuwatch.sources.scrape", "gpuwatch.sources.promtext"} <= modules
+    # Nor rich: the table is plain text (a fifth of a big page's snapshot went to rich), nor
+    # NVML for --no-gpu, nor httpx's own command line (click).
+    assert not tops(modules) & (WIDGETS_AND_SERVERS | EXPORT | {"rich", "pynvml", "click"})
+
+
+def test_watch_once_loads_no_ui_nor_server(tmp_path: Path, endpoint: str) -> None:
+    """`watch --count 1`, as a cron check runs it, against a real endpoint."""
+    args = ["watch", "--no-gpu", "--metrics", endpoint, "--count", "1", "--interval", "0.2"]
+    proc, modules = run_gpuwatch(tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "vllm" in proc.stdout.lower()
+    assert {"gpuwatch.watch", "gpuwatch.sources.scrape"} <= modules
+    assert not tops(modules) & (WIDGETS_AND_SERVERS | EXPORT | {"click"})
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.sources.scrape import ParseCache, map_page, split_blocks
+from gpuwatch.sources.promtext import split_blocks
+from gpuwatch.sources.scrape import ParseCache, map_page
 from tests.conftest import FIXTURES, fixture_text
 
 NAMES = ["a", "b", "vllm:c", "d_total", "e_bucket", "f_created", "a_total", "g_count"]

@@ -4,70 +4,24 @@ each refusal's message. (tests/functional/test_steering.py runs the keys against
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pytest
 
-from gpuwatch.adminapi import ConflictBody, LaneLimits, Limits, LimitsPatch, LimitValue
+from gpuwatch.adminapi import ConflictBody, LaneLimits, Limits, LimitsPatch
 from gpuwatch.control.gate import GateClient, GateConflict, GateError
 from gpuwatch.control.guard import Guard, ReadOnlyError
 from gpuwatch.control.steering import Steering
 from gpuwatch.fmt import clip
 from gpuwatch.gate.limits import apply_patch
 from tests.helpers import eventually
+from tests.steeringfake import RecordingView
 
 LIMITS = Limits(
     3,
     False,
     {"chat": LaneLimits(max_inflight=16, max_queue=64), "embed": LaneLimits(max_inflight=32)},
 )
-
-
-@dataclass
-class View:
-    """A SteeringView that remembers what it was told and answers modals as set."""
-
-    current: Limits | None = LIMITS
-    reason: str | None = None
-    confirm_answer: bool = True
-    form_answer: dict[str, LimitValue] | None = None
-    busy: dict[str, list[str]] = field(default_factory=dict)
-    notes: list[tuple[str, str]] = field(default_factory=list)
-    events: list[tuple[str, str]] = field(default_factory=list)
-    asked: list[list[str]] = field(default_factory=list)
-    titles: list[str] = field(default_factory=list)
-    forms: list[tuple[str, int]] = field(default_factory=list)
-    changes: int = 0
-
-    def limits(self) -> Limits | None:
-        return self.current
-
-    def gate_reason(self) -> str | None:
-        return self.reason
-
-    def show_limits(self, limits: Limits) -> None:
-        self.current = limits
-
-    def event(self, level: str, text: str) -> None:
-        self.events.append((level, text))
-
-    def notify(self, text: str, severity: str = "information") -> None:
-        self.notes.append((severity, text))
-
-    async def confirm(self, title: str, details: list[str]) -> bool:
-        self.titles.append(title)
-        self.asked.append(details)
-        return self.confirm_answer
-
-    async def edit_form(self, lane: str, limits: Limits) -> dict[str, LimitValue] | None:
-        self.forms.append((lane, limits.version))
-        return self.form_answer
-
-    def tenants(self, lane: str) -> list[str]:
-        return self.busy.get(lane, [])
-
-    def changed(self) -> None:
-        self.changes += 1
 
 
 class Gate(GateClient):
@@ -93,8 +47,8 @@ class Gate(GateClient):
 
 
 @pytest.fixture
-async def rig() -> tuple[Steering, View, Gate]:
-    view = View()
+async def rig() -> tuple[Steering, RecordingView, Gate]:
+    view = RecordingView(current=LIMITS)
     steering = Steering(Guard(), view, "http://gate", coalesce_s=60.0)
     gate = Gate(LIMITS)
     steering.client = gate
@@ -102,7 +56,7 @@ async def rig() -> tuple[Steering, View, Gate]:
 
 
 async def test_tenant_selection_walks_the_busiest_then_none(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, _ = rig
     s.next_tenant()
@@ -120,7 +74,7 @@ async def test_tenant_selection_walks_the_busiest_then_none(
 
 
 async def test_a_tenant_key_sends_the_tenant_s_whole_limits(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     s.tenant_pause()
@@ -156,7 +110,7 @@ async def test_a_tenant_key_sends_the_tenant_s_whole_limits(
 
 
 async def test_the_a_key_turns_adaptive_on_with_the_slo_and_off_again(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     s.toggle_adaptive(2.5)
@@ -189,7 +143,7 @@ async def test_the_a_key_turns_adaptive_on_with_the_slo_and_off_again(
 
 
 async def test_a_plan_s_limits_are_one_confirmed_change_of_only_what_differs(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     s.apply_lane("chat", {"max_inflight": 16, "max_queue": 48}, "plan run1")
@@ -227,7 +181,7 @@ async def test_a_plan_s_limits_are_one_confirmed_change_of_only_what_differs(
 
 
 async def test_each_refusal_of_a_change_says_why_and_keeps_nothing(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     gate.fail = GateError(400, "max_queue must be >= 0")
@@ -261,7 +215,7 @@ async def test_each_refusal_of_a_change_says_why_and_keeps_nothing(
 
 
 async def test_undo_with_nothing_to_undo_and_a_form_cancelled(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     s.undo()
@@ -283,7 +237,7 @@ async def test_undo_with_nothing_to_undo_and_a_form_cancelled(
 
 
 async def test_a_change_that_fails_unexpectedly_is_one_event(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     gate.fail = RuntimeError("boom")
@@ -294,7 +248,7 @@ async def test_a_change_that_fails_unexpectedly_is_one_event(
 
 
 async def test_keys_after_our_own_change_build_on_it_not_on_the_old_limits(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     base = view.current
@@ -314,7 +268,7 @@ async def test_keys_after_our_own_change_build_on_it_not_on_the_old_limits(
 
 
 async def test_a_confirmed_change_asks_with_every_line_and_a_cancel_keeps_it_undoable(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     s.apply_lane("chat", {"max_inflight": 4, "max_queue": 16}, "plan r")
@@ -354,7 +308,7 @@ async def test_a_confirmed_change_asks_with_every_line_and_a_cancel_keeps_it_und
 
 
 async def test_an_undo_refused_or_cancelled_stays_undoable(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     s.queue(136)  # 64 -> 200: its undo cuts the queue by more than half, so it is asked
@@ -390,7 +344,7 @@ async def test_an_undo_refused_or_cancelled_stays_undoable(
 
 
 async def test_an_undo_behind_a_key_that_fails_has_nothing_to_undo(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     s.queue(8)
@@ -401,7 +355,7 @@ async def test_an_undo_behind_a_key_that_fails_has_nothing_to_undo(
 
 
 async def test_a_key_made_on_limits_someone_else_changed_is_refused_not_rebased(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     s.inflight(1)  # made on v3
@@ -421,7 +375,7 @@ async def test_a_key_made_on_limits_someone_else_changed_is_refused_not_rebased(
 
 
 async def test_the_form_waits_for_earlier_changes_even_failed_ones(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     gate.fail = RuntimeError("boom")
@@ -436,7 +390,7 @@ async def test_the_form_waits_for_earlier_changes_even_failed_ones(
 
 
 async def test_keys_refused_read_only_name_what_they_would_change_and_queue_nothing(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, _ = rig
     s.guard.read_only = True
@@ -450,7 +404,7 @@ async def test_keys_refused_read_only_name_what_they_would_change_and_queue_noth
 
 
 async def test_the_output_and_budget_keys_step_from_the_lane_s_value(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, _ = rig
     chat = replace(LIMITS.lanes["chat"], max_output_tokens=512, max_inflight_tokens=16_000)
@@ -465,7 +419,7 @@ async def test_the_output_and_budget_keys_step_from_the_lane_s_value(
 
 
 async def test_the_window_closes_on_its_own_and_lanes_cycle_in_order(
-    rig: tuple[Steering, View, Gate],
+    rig: tuple[Steering, RecordingView, Gate],
 ) -> None:
     s, view, gate = rig
     s.coalesce_s = 0.01

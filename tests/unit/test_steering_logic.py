@@ -19,7 +19,7 @@ from gpuwatch.control.steering import (
     show_value,
     step_output,
 )
-from tests.functional.test_steering import RecordingView
+from tests.steeringfake import RecordingView
 
 LIMITS = Limits.from_json(
     {
