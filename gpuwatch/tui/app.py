@@ -11,11 +11,13 @@ window, freeze, theme), and the background jobs it was given (a demo's load, a r
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.screen import Screen
 
 from gpuwatch.config import DEFAULT_THEME
@@ -24,6 +26,7 @@ from gpuwatch.session.node import NodeSession
 from gpuwatch.tui.screens.dashboard import Dashboard
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
+from gpuwatch.tui.termdiff import diff_driver
 from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
 
 
@@ -77,6 +80,19 @@ class Shell(App[None]):
 
     def home_screen(self) -> Screen[None]:
         raise NotImplementedError
+
+    def get_driver_class(self) -> type[Driver]:
+        """A terminal's driver writes only the cells that changed (termdiff.py): a slow SSH
+        link carries a fraction of what Textual repaints. ``GPUWATCH_TERM_DIFF=0`` turns it
+        off (to tell a drawing fault of the diff from one of the app)."""
+        base = super().get_driver_class()
+        try:
+            from textual.drivers.linux_driver import LinuxDriver
+        except ImportError:  # no termios (Windows): Textual's own driver
+            return base
+        if os.environ.get("GPUWATCH_TERM_DIFF", "1") == "0" or not issubclass(base, LinuxDriver):
+            return base
+        return diff_driver(base)
 
     def record_event(self, level: EventLevel, text: str) -> None:
         """A line for the events panel of what this app shows."""

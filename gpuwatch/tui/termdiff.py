@@ -1,0 +1,271 @@
+"""What the dashboard writes to its terminal, cut to the cells that changed.
+
+Textual repaints a changed region whole: a line whose one number moved is written again from
+its widget's left edge, and each of its segments carries its full style (``ESC[0m`` then the
+foreground and background as 24-bit colours: about 45 bytes before a two-letter word). Over
+SSH that is most of what the dashboard costs a slow link (bench/termbytes.py).
+
+``TerminalDiff`` sits between Textual and the terminal. It keeps what the terminal shows, cell
+by cell (a character and the style it was written in), reads what Textual writes, and passes
+on only the cells that differ, each run of them after one cursor move, with only the style
+attributes that change from the cell written before (``ESC[0m`` only where an attribute must
+be switched off). What it does not understand it passes on unchanged; anything that may
+change the screen behind its back (clearing, the alternate screen, scrolling, a resize) makes
+it forget the screen, so the next frame is written whole.
+
+``diff_driver`` makes a Textual driver class that writes through one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from rich.cells import cell_len
+
+# One token of terminal output: CSI, OSC, DCS/PM/APC/SOS strings, another escape, a control
+# character, or printable text.
+_TOKENS = re.compile(
+    r"(\x1b\[[0-?]*[ -/]*[@-~])"
+    r"|(\x1b\][^\x07\x1b]*(?:\x07|\x1b\\))"
+    r"|(\x1b[PX^_].*?\x1b\\)"
+    r"|(\x1b[\s\S]?)"
+    r"|([\x00-\x1a\x1c-\x1f\x7f])"
+    r"|([^\x00-\x1f\x7f]+)"
+)
+# A CSI that is cut at the end of a write: kept for the next one.
+_PARTIAL = re.compile(r"\x1b(\[[0-?]*[ -/]*|\][^\x07\x1b]*|[PX^_](?:(?!\x1b\\)[\s\S])*)?$")
+# CSI finals that redraw or move screen content: the screen is forgotten after them.
+_CLEARS = set("JKLMST@PXbr")
+# Private modes whose switch clears or swaps the screen.
+_SCREEN_MODES = {"47", "1047", "1049"}
+
+Pen = tuple[str, ...]  # SGR attributes in slot order (see _SLOTS); "" = off / default
+_PLAIN: Pen = ("",) * 10
+# Slot of each attribute: bold, dim, italic, underline, blink, reverse, conceal, strike, fg, bg
+_ON = {1: 0, 2: 1, 3: 2, 4: 3, 21: 3, 5: 4, 6: 4, 7: 5, 8: 6, 9: 7}
+_OFF = {22: (0, 1), 23: (2,), 24: (3,), 25: (4,), 27: (5,), 28: (6,), 29: (7,), 39: (8,), 49: (9,)}
+
+
+@lru_cache(maxsize=4096)
+def apply_sgr(pen: Pen, params: str) -> Pen:
+    """The pen after ``ESC[{params}m``. Attributes it does not know (overline, underline
+    colour) are kept as written in no slot: the caller passes such a sequence on as it is."""
+    parts = params.split(";") if params else ["0"]
+    if ":" in params or (pen == _UNKNOWN and parts[0] not in ("", "0")):
+        return _UNKNOWN  # sub-parameters (curly underlines), or no reset to start from
+    out = list(pen)
+    i = 0
+    while i < len(parts):
+        try:
+            code = int(parts[i] or 0)
+        except ValueError:
+            return _UNKNOWN
+        i += 1
+        if code == 0:
+            out = list(_PLAIN)
+        elif code in _ON:
+            out[_ON[code]] = str(code)
+        elif code in _OFF:
+            for slot in _OFF[code]:
+                out[slot] = ""
+        elif 30 <= code <= 37 or 90 <= code <= 97:
+            out[8] = str(code)
+        elif 40 <= code <= 47 or 100 <= code <= 107:
+            out[9] = str(code)
+        elif code in (38, 48):
+            mode = parts[i] if i < len(parts) else ""
+            take = 2 if mode == "5" else 4 if mode == "2" else 0
+            if not take:
+                return _UNKNOWN
+            out[8 if code == 38 else 9] = ";".join([str(code), *parts[i : i + take]])
+            i += take
+        else:
+            return _UNKNOWN
+    return tuple(out)
+
+
+_UNKNOWN: Pen = ("?",) * 10  # a style it cannot follow: cells in it are never trusted
+
+
+@lru_cache(maxsize=4096)
+def sgr_change(was: Pen, now: Pen) -> str:
+    """The shortest plain SGR sequence that takes the terminal from ``was`` to ``now``."""
+    if was == now:
+        return ""
+    turned_off = any(w and not n for w, n in zip(was[:8], now[:8], strict=True))
+    if turned_off or was == _UNKNOWN:
+        codes = [c for c in now if c]
+        return "\x1b[0;" + ";".join(codes) + "m" if codes else "\x1b[0m"
+    codes = []
+    for slot, (w, n) in enumerate(zip(was, now, strict=True)):
+        if w != n:
+            codes.append(n or ("39" if slot == 8 else "49"))
+    return "\x1b[" + ";".join(codes) + "m"
+
+
+_NEVER = object()  # a cell never written, or forgotten: always written again
+
+
+class TerminalDiff:
+    """Reads what an app writes to a terminal; gives what to send so the terminal shows it."""
+
+    # A gap of unchanged cells this short is written again rather than jumped over with a
+    # cursor move (``ESC[y;xH`` is 6 to 8 bytes).
+    GAP = 4
+
+    def __init__(self) -> None:
+        self.cells: dict[int, list[object]] = {}  # row -> (char, pen) per column
+        self.y = self.x = 0  # where the app's cursor is
+        self.pen = _PLAIN  # the app's style
+        self.real: tuple[int, int] | None = None  # where the terminal's cursor is, if known
+        self.real_pen: Pen = _UNKNOWN  # the terminal's style
+        self.cursor_shown = True
+        self._partial = ""
+        self.written = 0  # characters given to the terminal / read from the app (bench, tests)
+        self.read = 0
+
+    def forget(self) -> None:
+        """The screen is unknown (resized, cleared): every cell is written again."""
+        self.cells.clear()
+        self.real = None
+        self.real_pen = _UNKNOWN
+
+    def feed(self, data: str) -> str:
+        data = self._partial + data
+        self._partial = ""
+        cut = _PARTIAL.search(data)
+        if cut is not None and cut.start() < len(data):
+            data, self._partial = data[: cut.start()], data[cut.start() :]
+        self.read += len(data)
+        out: list[str] = []
+        for m in _TOKENS.finditer(data):
+            csi, osc, string, esc, control, text = m.groups()
+            if text is not None:
+                self._text(text, out)
+            elif csi is not None:
+                self._csi(csi, out)
+            elif control is not None:
+                if control == "\r":
+                    self.x = 0
+                elif control == "\n":
+                    self.y += 1
+                elif control == "\b":
+                    self.x = max(0, self.x - 1)
+                else:
+                    out.append(control)
+            else:
+                token = osc or string or esc or ""
+                if esc is not None and esc != "\x1b\\":
+                    self.forget()  # ESC 7/8, ESC c, ESC D/M...: cursor or screen changed
+                out.append(token)
+        if self.cursor_shown and self.real != (self.y, self.x):
+            self._move(out)
+        result = "".join(out)
+        self.written += len(result)
+        return result
+
+    def _move(self, out: list[str]) -> None:
+        out.append(f"\x1b[{self.y + 1};{self.x + 1}H")
+        self.real = (self.y, self.x)
+
+    def _csi(self, seq: str, out: list[str]) -> None:
+        final, body = seq[-1], seq[2:-1]
+        if final == "m":
+            pen = apply_sgr(self.pen, body)
+            if pen == _UNKNOWN:  # passed on as it is, the terminal's style no longer known
+                out.append(seq)
+                self.real_pen = _UNKNOWN
+            self.pen = pen
+        elif final in "Hf" and not body.startswith("?"):
+            row, _, col = body.partition(";")
+            self.y, self.x = int(row or 1) - 1, int(col or 1) - 1
+        elif final in "hl" and body.startswith("?"):
+            modes = set(body[1:].split(";"))
+            if modes & _SCREEN_MODES:
+                self.forget()
+            if "25" in modes:
+                self.cursor_shown = final == "h"
+                if self.cursor_shown and self.real != (self.y, self.x):
+                    self._move(out)
+            out.append(seq)
+        else:
+            if final in _CLEARS:
+                # Erasing paints the background of the terminal's style: the app's first.
+                out.append(sgr_change(self.real_pen, self.pen))
+                self.real_pen = self.pen
+                if self.real != (self.y, self.x):
+                    self._move(out)
+            out.append(seq)
+            if final in _CLEARS or final in "ABCDEFGdsu":
+                self.forget()
+
+    def _text(self, text: str, out: list[str]) -> None:
+        y, x, pen = self.y, self.x, self.pen
+        width = cell_len(text)
+        row = self.cells.get(y)
+        if row is None:
+            row = self.cells[y] = []
+        end = x + width
+        if len(row) < end:
+            row.extend([_NEVER] * (end - len(row)))
+        self.x = end
+        if width != len(text) or pen == _UNKNOWN:
+            # Wide or zero-width characters: written as they come, their cells not trusted.
+            self._write(y, x, text, out)
+            row[x:end] = [_NEVER] * width
+            return
+        new = [(ch, pen) for ch in text]
+        old = row[x:end]
+        if old == new:
+            return
+        row[x:end] = new
+        # Runs of changed cells; a short gap of unchanged ones between two changes (all in
+        # the run's style) is written through rather than jumped with a cursor move.
+        changed = [i for i in range(len(new)) if old[i] != new[i]]
+        first = last = changed[0]
+        for i in changed[1:]:
+            if i - last > self.GAP:
+                self._write(y, x + first, text[first : last + 1], out)
+                first = i
+            last = i
+        self._write(y, x + first, text[first : last + 1], out)
+
+    def _write(self, y: int, x: int, text: str, out: list[str]) -> None:
+        if self.real != (y, x):
+            out.append(f"\x1b[{y + 1};{x + 1}H")
+        if self.real_pen != self.pen:
+            out.append(sgr_change(self.real_pen, self.pen))
+            self.real_pen = self.pen
+        out.append(text)
+        self.real = (y, x + cell_len(text))
+
+
+def diff_driver(base: type[Any], size: Callable[[int], os.terminal_size] = os.get_terminal_size
+                ) -> type[Any]:  # fmt: skip
+    """A subclass of the Textual driver ``base`` whose output goes through a
+    ``TerminalDiff``; it forgets the screen when the terminal's size changes."""
+
+    class DiffDriver(base):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.diff = TerminalDiff()
+            self._size: os.terminal_size | None = None
+
+        def write(self, data: str) -> None:
+            try:
+                now = size(self.fileno)
+            except (OSError, ValueError):
+                now = None
+            if now != self._size:
+                self._size = now
+                self.diff.forget()
+            out = self.diff.feed(data)
+            if out:
+                super().write(out)
+
+    DiffDriver.__name__ = DiffDriver.__qualname__ = f"Diff{base.__name__}"
+    return DiffDriver
