@@ -52,6 +52,7 @@ class DashboardOptions:
     engine_poll: EnginePoll | None = None
     local: bool = True
     clock_label: str = ""  # the header's clock is not now: REPLAY
+    slow_link: bool = False  # charts every 10 s, no animation (a weak SSH link)
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,12 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.driver import Driver
 from textual.screen import Screen
+from textual.widgets import Input
 
 from gpuwatch.config import DEFAULT_THEME
 from gpuwatch.monitor.state import EventLevel
@@ -196,6 +198,13 @@ class GpuwatchApp(Shell):
     ) -> None:
         super().__init__(session.options.theme, background)
         self.session = session
+        if session.options.slow_link:
+            # Nothing moves on its own: every frame of an animation or a blink is bytes.
+            self.animation_level = "none"
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if self.session.options.slow_link and isinstance(event.widget, Input):
+            event.widget.cursor_blink = False  # a steady cursor: no frame twice a second
 
     def home_screen(self) -> Screen[None]:
         return Dashboard(self.session)

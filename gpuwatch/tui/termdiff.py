@@ -91,34 +91,48 @@ def apply_sgr(pen: Pen, params: str) -> Pen:
 _UNKNOWN: Pen = ("?",) * 10  # a style it cannot follow: cells in it are never trusted
 
 
+# The code that switches each slot off (bold and dim share 22; fg and bg go to the default).
+_OFF_CODE = ("22", "22", "23", "24", "25", "27", "28", "29", "39", "49")
+
+
 @lru_cache(maxsize=4096)
 def sgr_change(was: Pen, now: Pen) -> str:
-    """The shortest plain SGR sequence that takes the terminal from ``was`` to ``now``."""
+    """The shortest plain SGR sequence that takes the terminal from ``was`` to ``now``: the
+    slots that change, each switched off by its own code (22 for bold or dim, which switches
+    both, so the other is set again), or a reset and ``now`` whole when that is shorter."""
     if was == now:
         return ""
-    turned_off = any(w and not n for w, n in zip(was[:8], now[:8], strict=True))
-    if turned_off or was == _UNKNOWN:
-        codes = [c for c in now if c]
-        return "\x1b[0;" + ";".join(codes) + "m" if codes else "\x1b[0m"
-    codes = []
+    full = "\x1b[0;" + ";".join(c for c in now if c) + "m" if any(now) else "\x1b[0m"
+    if was == _UNKNOWN:
+        return full
+    codes: list[str] = []
     for slot, (w, n) in enumerate(zip(was, now, strict=True)):
         if w != n:
-            codes.append(n or ("39" if slot == 8 else "49"))
-    return "\x1b[" + ";".join(codes) + "m"
+            codes.append(n or _OFF_CODE[slot])
+    if "22" in codes:  # switched both bold and dim off: the one still wanted comes back
+        codes += [now[slot] for slot in (0, 1) if now[slot] and was[slot] == now[slot]]
+    delta = "\x1b[" + ";".join(dict.fromkeys(codes)) + "m"
+    return delta if len(delta) < len(full) else full
 
 
 _NEVER = object()  # a cell never written, or forgotten: always written again
+Cell = tuple[str, Pen]
 
 
 class TerminalDiff:
-    """Reads what an app writes to a terminal; gives what to send so the terminal shows it."""
+    """Reads what an app writes to a terminal; gives what to send so the terminal shows it.
 
-    # A gap of unchanged cells this short is written again rather than jumped over with a
-    # cursor move (``ESC[y;xH`` is 6 to 8 bytes).
+    The cells a write changes are gathered first and sent at its end (or before a sequence
+    that must keep its place, such as a clear), grouped by style: a frame that changes thirty
+    numbers in four styles switches the style four times, not thirty."""
+
+    # A gap of unchanged cells this short, in the run's style, is written again rather than
+    # jumped over with a cursor move (``ESC[y;xH`` is 6 to 8 bytes).
     GAP = 4
 
     def __init__(self) -> None:
-        self.cells: dict[int, list[object]] = {}  # row -> (char, pen) per column
+        self.cells: dict[int, list[object]] = {}  # row -> (char, pen) per column, as the app has
+        self._was: dict[int, dict[int, object]] = {}  # row -> {column: the terminal's cell}
         self.y = self.x = 0  # where the app's cursor is
         self.pen = _PLAIN  # the app's style
         self.real: tuple[int, int] | None = None  # where the terminal's cursor is, if known
@@ -131,6 +145,7 @@ class TerminalDiff:
     def forget(self) -> None:
         """The screen is unknown (resized, cleared): every cell is written again."""
         self.cells.clear()
+        self._was.clear()
         self.real = None
         self.real_pen = _UNKNOWN
 
@@ -156,17 +171,22 @@ class TerminalDiff:
                 elif control == "\b":
                     self.x = max(0, self.x - 1)
                 else:
-                    out.append(control)
+                    self._pass(control, out)
             else:
-                token = osc or string or esc or ""
+                self._pass(osc or string or esc or "", out)
                 if esc is not None and esc != "\x1b\\":
                     self.forget()  # ESC 7/8, ESC c, ESC D/M...: cursor or screen changed
-                out.append(token)
+        self._flush(out)
         if self.cursor_shown and self.real != (self.y, self.x):
             self._move(out)
         result = "".join(out)
         self.written += len(result)
         return result
+
+    def _pass(self, seq: str, out: list[str]) -> None:
+        """A sequence passed on in its place: the cells changed before it are sent first."""
+        self._flush(out)
+        out.append(seq)
 
     def _move(self, out: list[str]) -> None:
         out.append(f"\x1b[{self.y + 1};{self.x + 1}H")
@@ -177,7 +197,7 @@ class TerminalDiff:
         if final == "m":
             pen = apply_sgr(self.pen, body)
             if pen == _UNKNOWN:  # passed on as it is, the terminal's style no longer known
-                out.append(seq)
+                self._pass(seq, out)
                 self.real_pen = _UNKNOWN
             self.pen = pen
         elif final in "Hf" and not body.startswith("?"):
@@ -185,6 +205,7 @@ class TerminalDiff:
             self.y, self.x = int(row or 1) - 1, int(col or 1) - 1
         elif final in "hl" and body.startswith("?"):
             modes = set(body[1:].split(";"))
+            self._flush(out)
             if modes & _SCREEN_MODES:
                 self.forget()
             if "25" in modes:
@@ -193,6 +214,7 @@ class TerminalDiff:
                     self._move(out)
             out.append(seq)
         else:
+            self._flush(out)
             if final in _CLEARS:
                 # Erasing paints the background of the terminal's style: the app's first.
                 out.append(sgr_change(self.real_pen, self.pen))
@@ -215,7 +237,8 @@ class TerminalDiff:
         self.x = end
         if width != len(text) or pen == _UNKNOWN:
             # Wide or zero-width characters: written as they come, their cells not trusted.
-            self._write(y, x, text, out)
+            self._flush(out)
+            self._write(y, x, text, pen, out)
             row[x:end] = [_NEVER] * width
             return
         new = [(ch, pen) for ch in text]
@@ -223,23 +246,59 @@ class TerminalDiff:
         if old == new:
             return
         row[x:end] = new
-        # Runs of changed cells; a short gap of unchanged ones between two changes (all in
-        # the run's style) is written through rather than jumped with a cursor move.
-        changed = [i for i in range(len(new)) if old[i] != new[i]]
-        first = last = changed[0]
-        for i in changed[1:]:
-            if i - last > self.GAP:
-                self._write(y, x + first, text[first : last + 1], out)
-                first = i
-            last = i
-        self._write(y, x + first, text[first : last + 1], out)
+        was = self._was.get(y)
+        if was is None:
+            was = self._was[y] = {}
+        for i in range(width):
+            if old[i] != new[i] and x + i not in was:
+                was[x + i] = old[i]
 
-    def _write(self, y: int, x: int, text: str, out: list[str]) -> None:
-        if self.real != (y, x):
+    def _flush(self, out: list[str]) -> None:
+        """Send the cells changed since the last flush: runs of one style, the runs of each
+        style together, the style the terminal has first."""
+        if not self._was:
+            return
+        gap = self.GAP
+        runs: dict[Pen, list[tuple[int, int, str]]] = {}
+        for y, was in self._was.items():
+            row = self.cells[y]
+            first = last = -1
+            pen: Pen = _PLAIN
+            text: list[str] = []
+            for x in sorted(was):
+                cell = row[x]
+                if cell == was[x]:
+                    continue  # changed and changed back
+                ch, cell_pen = cell  # type: ignore[misc]
+                if first >= 0 and cell_pen == pen and x - last <= gap + 1:
+                    between = row[last + 1 : x]
+                    if all(c is not _NEVER and c[1] == pen for c in between):  # type: ignore[index]
+                        text += [c[0] for c in between]  # type: ignore[index]
+                        text.append(ch)
+                        last = x
+                        continue
+                if first >= 0:
+                    runs.setdefault(pen, []).append((y, first, "".join(text)))
+                first = last = x
+                pen, text = cell_pen, [ch]
+            if first >= 0:
+                runs.setdefault(pen, []).append((y, first, "".join(text)))
+        self._was.clear()
+        order = sorted(runs, key=lambda p: p != self.real_pen)  # stable: first seen first
+        for pen in order:
+            for y, x, text in runs[pen]:
+                self._write(y, x, text, pen, out)
+
+    def _write(self, y: int, x: int, text: str, pen: Pen, out: list[str]) -> None:
+        real = self.real
+        if real is None or real[0] != y or real[1] > x:
             out.append(f"\x1b[{y + 1};{x + 1}H")
-        if self.real_pen != self.pen:
-            out.append(sgr_change(self.real_pen, self.pen))
-            self.real_pen = self.pen
+        elif real[1] < x:
+            # Forward on the same line: ESC[nC is shorter than a full position.
+            out.append(f"\x1b[{x - real[1]}C" if x - real[1] > 1 else "\x1b[C")
+        if self.real_pen != pen:
+            out.append(sgr_change(self.real_pen, pen))
+            self.real_pen = pen
         out.append(text)
         self.real = (y, x + cell_len(text))
 
