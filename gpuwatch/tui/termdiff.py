@@ -115,8 +115,7 @@ def sgr_change(was: Pen, now: Pen) -> str:
     return delta if len(delta) < len(full) else full
 
 
-_NEVER = object()  # a cell never written, or forgotten: always written again
-Cell = tuple[str, Pen]
+Cell = tuple[str, Pen]  # a character and its style; None: never written, or forgotten
 
 
 class TerminalDiff:
@@ -131,8 +130,8 @@ class TerminalDiff:
     GAP = 4
 
     def __init__(self) -> None:
-        self.cells: dict[int, list[object]] = {}  # row -> (char, pen) per column, as the app has
-        self._was: dict[int, dict[int, object]] = {}  # row -> {column: the terminal's cell}
+        self.cells: dict[int, list[Cell | None]] = {}  # row -> its cells, as the app has them
+        self._was: dict[int, dict[int, Cell | None]] = {}  # row -> {column: the terminal's cell}
         self.y = self.x = 0  # where the app's cursor is
         self.pen = _PLAIN  # the app's style
         self.real: tuple[int, int] | None = None  # where the terminal's cursor is, if known
@@ -233,15 +232,15 @@ class TerminalDiff:
             row = self.cells[y] = []
         end = x + width
         if len(row) < end:
-            row.extend([_NEVER] * (end - len(row)))
+            row.extend([None] * (end - len(row)))
         self.x = end
         if width != len(text) or pen == _UNKNOWN:
             # Wide or zero-width characters: written as they come, their cells not trusted.
             self._flush(out)
             self._write(y, x, text, pen, out)
-            row[x:end] = [_NEVER] * width
+            row[x:end] = [None] * width
             return
-        new = [(ch, pen) for ch in text]
+        new: list[Cell | None] = [(ch, pen) for ch in text]
         old = row[x:end]
         if old == new:
             return
@@ -269,11 +268,13 @@ class TerminalDiff:
                 cell = row[x]
                 if cell == was[x]:
                     continue  # changed and changed back
-                ch, cell_pen = cell  # type: ignore[misc]
+                if cell is None:
+                    continue  # a wide character's cells: written as they came
+                ch, cell_pen = cell
                 if first >= 0 and cell_pen == pen and x - last <= gap + 1:
                     between = row[last + 1 : x]
-                    if all(c is not _NEVER and c[1] == pen for c in between):  # type: ignore[index]
-                        text += [c[0] for c in between]  # type: ignore[index]
+                    if all(c is not None and c[1] == pen for c in between):
+                        text += [c[0] for c in between if c is not None]
                         text.append(ch)
                         last = x
                         continue
@@ -286,8 +287,8 @@ class TerminalDiff:
         self._was.clear()
         order = sorted(runs, key=lambda p: p != self.real_pen)  # stable: first seen first
         for pen in order:
-            for y, x, text in runs[pen]:
-                self._write(y, x, text, pen, out)
+            for y, x, run in runs[pen]:
+                self._write(y, x, run, pen, out)
 
     def _write(self, y: int, x: int, text: str, pen: Pen, out: list[str]) -> None:
         real = self.real

@@ -218,9 +218,10 @@ class Dashboard(Screen[None]):
         if m.version == self._painted_version:
             return
         now = time.monotonic()
-        if options.slow_link and self._painted_version >= 0 and not force_charts:
-            if now - self._panels_at < SLOW_LINK_PANELS_EVERY_S - 0.1:  # a tick's jitter
-                return
+        # A key pressed (repaint) or new chart data paints at once; -0.1: a tick's jitter.
+        held = now - self._panels_at < SLOW_LINK_PANELS_EVERY_S - 0.1
+        if options.slow_link and held and self._painted_version >= 0 and not force_charts:
+            return
         self._panels_at = now
         self._painted_version = m.version
         self.query_one(GpuPanel).render_gpus(m.gpus, compact=narrow or short)
