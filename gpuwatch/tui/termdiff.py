@@ -105,13 +105,13 @@ def sgr_change(was: Pen, now: Pen) -> str:
     full = "\x1b[0;" + ";".join(c for c in now if c) + "m" if any(now) else "\x1b[0m"
     if was == _UNKNOWN:
         return full
-    codes: list[str] = []
-    for slot, (w, n) in enumerate(zip(was, now, strict=True)):
-        if w != n:
-            codes.append(n or _OFF_CODE[slot])
-    if "22" in codes:  # switched both bold and dim off: the one still wanted comes back
-        codes += [now[slot] for slot in (0, 1) if now[slot] and was[slot] == now[slot]]
-    delta = "\x1b[" + ";".join(dict.fromkeys(codes)) + "m"
+    changed = [slot for slot in range(len(now)) if was[slot] != now[slot]]
+    # Off first: 22 after a 1 would switch the new bold off again.
+    offs = [_OFF_CODE[slot] for slot in changed if not now[slot]]
+    ons = [now[slot] for slot in changed if now[slot]]
+    if "22" in offs:  # switched both bold and dim off: the one still wanted comes back
+        ons += [now[slot] for slot in (0, 1) if now[slot] and was[slot] == now[slot]]
+    delta = "\x1b[" + ";".join([*dict.fromkeys(offs), *ons]) + "m"
     return delta if len(delta) < len(full) else full
 
 
