@@ -130,7 +130,10 @@ class TerminalDiff:
     GAP = 4
 
     def __init__(self) -> None:
-        self.cells: dict[int, list[Cell | None]] = {}  # row -> its cells, as the app has them
+        # Each row's cells as the app has them: characters and their styles apart (a segment is
+        # compared as a string and a count, not cell by cell); a None style: never written.
+        self.chars: dict[int, list[str]] = {}
+        self.pens: dict[int, list[Pen | None]] = {}
         self._was: dict[int, dict[int, Cell | None]] = {}  # row -> {column: the terminal's cell}
         self.y = self.x = 0  # where the app's cursor is
         self.pen = _PLAIN  # the app's style
@@ -143,7 +146,8 @@ class TerminalDiff:
 
     def forget(self) -> None:
         """The screen is unknown (resized, cleared): every cell is written again."""
-        self.cells.clear()
+        self.chars.clear()
+        self.pens.clear()
         self._was.clear()
         self.real = None
         self.real_pen = _UNKNOWN
@@ -151,9 +155,9 @@ class TerminalDiff:
     def feed(self, data: str) -> str:
         data = self._partial + data
         self._partial = ""
-        cut = _PARTIAL.search(data)
-        if cut is not None and cut.start() < len(data):
-            data, self._partial = data[: cut.start()], data[cut.start() :]
+        last = data.rfind("\x1b")  # a sequence cut short can only start at the last escape
+        if last >= 0 and _PARTIAL.match(data, last):
+            data, self._partial = data[:last], data[last:]
         self.read += len(data)
         out: list[str] = []
         for m in _TOKENS.finditer(data):
@@ -227,30 +231,33 @@ class TerminalDiff:
     def _text(self, text: str, out: list[str]) -> None:
         y, x, pen = self.y, self.x, self.pen
         width = cell_len(text)
-        row = self.cells.get(y)
-        if row is None:
-            row = self.cells[y] = []
+        chars, pens = self.chars.get(y), self.pens.get(y)
+        if chars is None or pens is None:
+            chars, pens = self.chars[y], self.pens[y] = [], []
         end = x + width
-        if len(row) < end:
-            row.extend([None] * (end - len(row)))
+        if len(chars) < end:
+            chars.extend([""] * (end - len(chars)))
+            pens.extend([None] * (end - len(pens)))
         self.x = end
         if width != len(text) or pen == _UNKNOWN:
             # Wide or zero-width characters: written as they come, their cells not trusted.
             self._flush(out)
             self._write(y, x, text, pen, out)
-            row[x:end] = [None] * width
+            chars[x:end] = [""] * width
+            pens[x:end] = [None] * width
             return
-        new: list[Cell | None] = [(ch, pen) for ch in text]
-        old = row[x:end]
-        if old == new:
-            return
-        row[x:end] = new
+        if pens[x:end].count(pen) == width and "".join(chars[x:end]) == text:
+            return  # the same segment again: most of what Textual repaints
         was = self._was.get(y)
         if was is None:
             was = self._was[y] = {}
-        for i in range(width):
-            if old[i] != new[i] and x + i not in was:
-                was[x + i] = old[i]
+        for i, ch in enumerate(text):
+            at = x + i
+            old_pen = pens[at]
+            if chars[at] != ch or old_pen != pen:
+                if at not in was:
+                    was[at] = None if old_pen is None else (chars[at], old_pen)
+                chars[at], pens[at] = ch, pen
 
     def _flush(self, out: list[str]) -> None:
         """Send the cells changed since the last flush: runs of one style, the runs of each
@@ -260,30 +267,30 @@ class TerminalDiff:
         gap = self.GAP
         runs: dict[Pen, list[tuple[int, int, str]]] = {}
         for y, was in self._was.items():
-            row = self.cells[y]
+            chars, pens = self.chars[y], self.pens[y]
             first = last = -1
             pen: Pen = _PLAIN
-            text: list[str] = []
             for x in sorted(was):
-                cell = row[x]
-                if cell == was[x]:
-                    continue  # changed and changed back
-                if cell is None:
+                cell_pen = pens[x]
+                if cell_pen is None:
                     continue  # a wide character's cells: written as they came
-                ch, cell_pen = cell
-                if first >= 0 and cell_pen == pen and x - last <= gap + 1:
-                    between = row[last + 1 : x]
-                    if all(c is not None and c[1] == pen for c in between):
-                        text += [c[0] for c in between if c is not None]
-                        text.append(ch)
-                        last = x
-                        continue
+                if was[x] == (chars[x], cell_pen):
+                    continue  # changed and changed back
+                # A short gap of unchanged cells in the run's style is written through.
+                if (
+                    first >= 0
+                    and cell_pen == pen
+                    and x - last <= gap + 1
+                    and pens[last + 1 : x].count(pen) == x - last - 1
+                ):
+                    last = x
+                    continue
                 if first >= 0:
-                    runs.setdefault(pen, []).append((y, first, "".join(text)))
+                    runs.setdefault(pen, []).append((y, first, "".join(chars[first : last + 1])))
                 first = last = x
-                pen, text = cell_pen, [ch]
+                pen = cell_pen
             if first >= 0:
-                runs.setdefault(pen, []).append((y, first, "".join(text)))
+                runs.setdefault(pen, []).append((y, first, "".join(chars[first : last + 1])))
         self._was.clear()
         order = sorted(runs, key=lambda p: p != self.real_pen)  # stable: first seen first
         for pen in order:
