@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING
 import psutil
 from baseline import BEFORE, REPO, checkout
 
+from gpuwatch.demo import DEMO_GATE_TOML
+
 if TYPE_CHECKING:  # only for the types: a --baseline checkout may not have these modules
     from gpuwatch.model import ScrapeResult
     from gpuwatch.series import EngineHistory
@@ -62,7 +64,8 @@ def fill(history: EngineHistory, now: float) -> None:
             ring.append(now - 3600 + i, (i % 97) * (0.01 if name == "kv_cache_usage" else 1.0))
 
 
-def run_dashboard(url: str, first_frame_file: str, gpus: int, paint: bool = True) -> None:
+def run_dashboard(url: str, first_frame_file: str, gpus: int, paint: bool = True,
+                  admin: str | None = None, token: str | None = None) -> None:  # fmt: skip
     from gpuwatch.sources.nvml import FakeNvml, NvmlReader
 
     nvml = NvmlReader(FakeNvml(fake_gpus(gpus)))
@@ -71,7 +74,10 @@ def run_dashboard(url: str, first_frame_file: str, gpus: int, paint: bool = True
         from gpuwatch.tui.app import GpuwatchApp
         from gpuwatch.tui.screens.dashboard import Dashboard
 
-        session = live_session(DashboardOptions(urls=[url], interval_s=1.0, nvml=nvml))
+        options = DashboardOptions(
+            urls=[url], interval_s=1.0, nvml=nvml, admin_url=admin, admin_token=token
+        )
+        session = live_session(options)
         app, monitor, painter = GpuwatchApp(session), session.monitor, Dashboard
     except ImportError:
         # A --baseline from before the session layer: the app painted itself. Its names are
@@ -111,6 +117,7 @@ class Side:
     pythonpath: Path
     flags: str = ""
     session: str = ""
+    gate: str = ""  # " --admin URL --admin-token T" with --gate
     frame_file: Path = Path()
     pid_file: Path = Path()
     started: float = 0.0
@@ -120,7 +127,7 @@ class Side:
         self.frame_file, self.pid_file = tmp / f"{self.name}{i}.json", tmp / f"{self.name}{i}.pid"
         self.started = time.time()
         cmd = (f"echo $$ > {self.pid_file}; PYTHONPATH={self.pythonpath} exec {sys.executable} "
-               f"{__file__} --role dashboard --url {url} --gpus {gpus} --first-frame-file {self.frame_file} {self.flags}")  # fmt: skip
+               f"{__file__} --role dashboard --url {url} --gpus {gpus} --first-frame-file {self.frame_file} {self.flags}{self.gate}")  # fmt: skip
         new = ["tmux", "new-session", "-d", "-s", self.session, "-x", str(size[0]), "-y", str(size[1]), cmd]  # fmt: skip
         for attempt in range(5):  # the tmux server may be exiting as the last session closes
             if subprocess.run(new, capture_output=True).returncode == 0:
@@ -213,8 +220,13 @@ def main() -> None:
     parser.add_argument("--rate", type=float, help="requests/s (default 2 per engine)")
     parser.add_argument("--baseline", default=BEFORE, help="a git revision, or none")
     parser.add_argument("--profile", type=Path, help="record py-spy profiles into this folder")
+    parser.add_argument(
+        "--gate", action="store_true", help="a gate in front of the engine, its status polled"
+    )
     parser.add_argument("--role", default="bench")
     parser.add_argument("--url")
+    parser.add_argument("--admin", help=argparse.SUPPRESS)
+    parser.add_argument("--admin-token", help=argparse.SUPPRESS)
     parser.add_argument("--first-frame-file")
     parser.add_argument("--no-paint", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -224,7 +236,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.role == "dashboard":
-        run_dashboard(args.url, args.first_frame_file, args.gpus, paint=not args.no_paint)
+        run_dashboard(args.url, args.first_frame_file, args.gpus, not args.no_paint, args.admin,
+                      args.admin_token)  # fmt: skip
         return
     if not shutil.which("tmux"):
         raise SystemExit("bench/tui.py needs tmux")
@@ -235,8 +248,21 @@ def main() -> None:
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     assert sim.stdout is not None  # stdout=PIPE
     url = sim.stdout.readline().split(" on ")[1].split()[0] + "/metrics"
+    target, gate_flags, gate = url.removesuffix("/metrics"), "", None
+    if args.gate:  # the demo's gate (its lanes, a token), in front of the simulator
+        from gpuwatch.demo import DemoStack, _spawn
+
+        gate = DemoStack(sim_url=target)
+        token_dir = Path(tempfile.mkdtemp())
+        (token_dir / "token").write_text("bench-token-0123456789")
+        (token_dir / "gate.toml").write_text(DEMO_GATE_TOML)
+        target = _spawn(gate, ["gate", "--upstream", gate.sim_url, "--listen", "127.0.0.1:0",
+                               "--config", str(token_dir / "gate.toml"), "--admin-token-file",
+                               str(token_dir / "token"), "--state-file",
+                               str(token_dir / "state.json")], "the gate")  # fmt: skip
+        gate_flags = f" --admin {target} --admin-token bench-token-0123456789"
     budget = (args.seconds + 12) * args.repeat + 30
-    load = subprocess.Popen([sys.executable, "-m", "gpuwatch", "load", "--url", url.removesuffix("/metrics"),
+    load = subprocess.Popen([sys.executable, "-m", "gpuwatch", "load", "--url", target,
                              "--duration", str(budget), "--rate", str(rate), "--quiet",
                              "--prompt-tokens", "256:1024", "--output-tokens", "128"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
@@ -248,13 +274,18 @@ def main() -> None:
         stack.callback(shutil.rmtree, tmp, True)
         stack.callback(sim.wait, 5)
         stack.callback(sim.terminate)
+        if gate is not None:
+            stack.callback(gate.stop)
         stack.callback(load.wait, 5)
         stack.callback(load.terminate)
-        sides = [Side("after", REPO)]
+        sides = [Side("after", REPO, gate=gate_flags)]
         if args.floor and not args.profile:
-            sides.append(Side("paint-off", REPO, "--no-paint"))
+            sides.append(Side("paint-off", REPO, "--no-paint", gate=gate_flags))
         if args.baseline != "none" and not args.profile:
-            sides.insert(0, Side("before", stack.enter_context(checkout(args.baseline))))
+            old = stack.enter_context(checkout(args.baseline))
+            sides.insert(0, Side("before", old, gate=gate_flags))
+            if args.floor:
+                sides.insert(1, Side("before-paint-off", old, "--no-paint", gate=gate_flags))
         for i in range(args.repeat):
             for side in sides:
                 side.start(tmp, url, (width, height), args.gpus, i)
@@ -293,7 +324,7 @@ def main() -> None:
     if args.profile:
         return
     goal = 1.0 if args.engines == 1 and (width, height) == (160, 48) else 2.0
-    print(f"dashboard at {width}x{height}, {args.engines} engine(s) under {rate:g} req/s, {args.gpus} GPU(s), "
+    print(f"dashboard at {width}x{height}, {args.engines} engine(s){' behind a gate' if args.gate else ''} under {rate:g} req/s, {args.gpus} GPU(s), "
           f"1 h history; whole-process CPU (user+sys) over {args.seconds:.0f} s, {args.repeat} runs:")  # fmt: skip
     print(f"{'':14}{'% of one core, median':>24}{'runs':>26}{'first frame':>14}{'GPUs shown':>12}")
     for side in sides:

@@ -155,6 +155,8 @@ class Settings:
     admin: str = ""  # a gpuwatch gate, for the admission panel
     theme: str = DEFAULT_THEME
     read_only: bool = False
+    # For a weak SSH link: charts every 10 s, no animation (``--slow-link``).
+    slow_link: bool = False
     scrape: ScrapeSettings = field(default_factory=ScrapeSettings)
     slo: Slo = field(default_factory=Slo)
     alerts: AlertSettings = field(default_factory=AlertSettings)

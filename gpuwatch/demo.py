@@ -244,6 +244,7 @@ def run_demo(
     read_only: bool,
     slo: dict[str, float | None] | None = None,
     recorder: Recorder | None = None,
+    slow_link: bool = False,
 ) -> int:
     from gpuwatch.load import LoadRun
     from gpuwatch.record.store import RecordingError
@@ -279,6 +280,7 @@ def run_demo(
             slo=slo or {},
             nvml=NvmlReader(FakeNvml(SimGpuSource(f"{stack.sim_url}/sim/gpu"))),
             read_only=read_only,
+            slow_link=slow_link,
             title_endpoint=f"demo sim {stack.sim_url.split('//')[1]}",
         )
         runs = [LoadRun(demo_load(stack.gate_url, rate, burstiness))]

@@ -9,10 +9,12 @@ asyncio tasks.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpuwatch.adminapi import GateStatus, Limits
 from gpuwatch.config import ScrapeSettings
 from gpuwatch.control.gate import GateClient, GateError
 from gpuwatch.httpclient import async_client
@@ -26,6 +28,8 @@ from gpuwatch.sources.promnode import History, NodeSamples
 from gpuwatch.sources.scrape import ParseCache, scrape
 
 HOST_INTERVAL_S = 2.0
+# The gate's limits are read when its status says they moved, and at least this often.
+LIMITS_EVERY_S = 10.0
 
 
 async def every(
@@ -86,20 +90,47 @@ async def poll_gpus(monitor: Monitor, reader: NvmlReader, interval_s: float) -> 
 
 
 async def poll_gate(monitor: Monitor, client: GateClient, interval_s: float) -> None:
-    """The gate's limits and per-lane status, read through its admin API."""
+    """The gate's per-lane status every interval, and its limits when the status says they
+    moved (``limits_moved``), else every ``LIMITS_EVERY_S``: the limits document changes a
+    few times an hour, and reading it each second was a third of the gate's polling cost."""
+    read_at = -math.inf
 
     async def once() -> None:
+        nonlocal read_at
         try:
             slo = monitor.health.slo
-            limits, status = await asyncio.gather(
-                client.limits(), client.status(slo.get("ttft_p99_s"), slo.get("itl_p99_s"))
-            )
+            status = await client.status(slo.get("ttft_p99_s"), slo.get("itl_p99_s"))
+            limits = None
+            shown = monitor.gate.limits if monitor.gate is not None else None
+            now = time.monotonic()
+            if shown is None or limits_moved(shown, status) or now - read_at >= LIMITS_EVERY_S:
+                limits, read_at = await client.limits(), now
         except GateError as exc:
             monitor.apply_gate(None, None, str(exc))
         else:
             monitor.apply_gate(limits, status)
 
     await every(interval_s, once, "gate", monitor)
+
+
+def limits_moved(shown: Limits, status: GateStatus) -> bool:
+    """Whether the gate's status says its limits are not ``shown``: another version (a change,
+    or a gate restarted without its state), the pause, or a lane's effective limits (the
+    adaptive controller's, which move without a new version)."""
+    if status.version != shown.version or status.paused != shown.paused:
+        return True
+    effective = shown.effective or {}
+    for name, lane in status.lanes.items():
+        if lane.effective_max_inflight is None:
+            continue  # a gate that does not say: read every LIMITS_EVERY_S
+        # Without an adaptive controller the limits in force are the configured ones.
+        held = effective.get(name) or shown.lanes.get(name)
+        if held is None or (held.max_inflight, held.max_inflight_tokens) != (
+            lane.effective_max_inflight,
+            lane.effective_max_inflight_tokens,
+        ):
+            return True
+    return False
 
 
 async def poll_prometheus_engine(

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         nvml=gpu_reader(args.fake_gpu_from, settings.no_gpu),
         hint=hint,
         read_only=settings.read_only,
+        slow_link=settings.slow_link,
         scrape=settings.scrape,
         alerts=settings.alerts,
         knobs=settings.knobs,

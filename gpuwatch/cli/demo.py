@@ -34,4 +34,5 @@ def run(args: argparse.Namespace) -> int:
         settings.read_only,
         settings.slo.thresholds(),
         recorder_from(args, args.record),
+        slow_link=settings.slow_link,
     )

@@ -44,6 +44,12 @@ def add_dashboard_args(p: argparse.ArgumentParser) -> None:
     add_judging_args(p)
     p.add_argument("--theme", help="gpuwatch-dark (default), gpuwatch-light, high-contrast, ansi")
     p.add_argument("--read-only", action="store_true", default=None, help="refuse every change")
+    p.add_argument(
+        "--slow-link",
+        action="store_true",
+        default=None,
+        help="for a weak SSH link: charts every 10 s, no animation",
+    )
 
 
 def add_source_args(p: argparse.ArgumentParser, admin_help: str) -> None:
@@ -83,7 +89,11 @@ def dashboard_settings(args: argparse.Namespace) -> config.Settings:
     """Config file + command line for the dashboard; ValueError with the reason."""
     settings = config.load(args.config)
     slo = {f"slo.{key}": value for key, value in parse_slo_args(args.slo).items()}
-    screen = {"theme": getattr(args, "theme", None), "read_only": getattr(args, "read_only", None)}
+    screen = {
+        "theme": getattr(args, "theme", None),
+        "read_only": getattr(args, "read_only", None),
+        "slow_link": getattr(args, "slow_link", None),
+    }
     return config.apply_cli(settings, {**screen, **slo})
 
 

@@ -87,6 +87,9 @@ class GateClient:
                 raise GateError(None, f"admin token cannot be sent: it {problem}")
             headers["Authorization"] = f"Bearer {token}"
         self._client = async_client(timeout_s=timeout_s, headers=headers)
+        # The last answer of each read and what it was read as: a body the same to the byte
+        # is not parsed again (an idle gate's status, its limits between changes).
+        self._last: dict[str, tuple[bytes, object]] = {}
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -98,10 +101,27 @@ class GateClient:
         await self.close()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Json:
+        return self._body(await self._send(method, path, **kwargs))
+
+    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = await self._client.request(method, f"{self.base}{path}", **kwargs)
+            return await self._client.request(method, f"{self.base}{path}", **kwargs)
         except httpx.HTTPError as exc:
             raise GateError(None, f"gate {self.base} unreachable: {type(exc).__name__}") from exc
+
+    async def _get(self, path: str, read: Callable[[Json], T], **kwargs: Any) -> T:
+        """A read of ``path`` as the API's type; the same body as last time is not parsed
+        again (what it was read as is kept, typed objects being frozen)."""
+        response = await self._send("GET", path, **kwargs)
+        kept = self._last.get(path)
+        if response.status_code == 200 and kept is not None and kept[0] == response.content:
+            return kept[1]  # type: ignore[return-value]  # stored by this path's reader
+        value = self._read(path, self._body(response), read)
+        if response.status_code == 200:
+            self._last[path] = (response.content, value)
+        return value
+
+    def _body(self, response: httpx.Response) -> Json:
         try:
             # Bounded like every answer we parse (nesting, huge integers): a deep one is not a
             # RecursionError for the caller.
@@ -130,15 +150,13 @@ class GateClient:
             raise GateError(200, f"gate {self.base}: {path} is not its API ({exc})", body) from None
 
     async def limits(self) -> Limits:
-        body = await self._call("GET", "/admin/limits")
-        return self._read("/admin/limits", body, Limits.from_json)
+        return await self._get("/admin/limits", Limits.from_json)
 
     async def status(self, ttft_s: float | None = None, itl_s: float | None = None) -> GateStatus:
         """Live state per lane, with exact user-felt latency and goodput judged against the
         given bounds (unset ones are not judged)."""
         bounds = {k: f"{v:g}" for k, v in (("ttft_s", ttft_s), ("itl_s", itl_s)) if v}
-        body = await self._call("GET", "/admin/status", params=bounds)
-        return self._read("/admin/status", body, GateStatus.from_json)
+        return await self._get("/admin/status", GateStatus.from_json, params=bounds)
 
     async def audit(self, limit: int = 20) -> list[AuditEntry]:
         """The newest entries, newest first. The answer is the server's: entries that are not

@@ -62,6 +62,7 @@ class DashboardOptions:
     knobs: list[KnobConfig] = field(default_factory=list)
     knob_audit: str = ""
     knob_interval_s: float = KNOB_READ_S
+    slow_link: bool = False  # charts every 10 s, no animation (a weak SSH link)
 
 
 @dataclass(frozen=True)

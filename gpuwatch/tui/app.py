@@ -11,12 +11,16 @@ window, freeze, theme), and the background jobs it was given (a demo's load, a r
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.screen import Screen
+from textual.widgets import Input
 
 from gpuwatch.config import DEFAULT_THEME
 from gpuwatch.monitor.state import EventLevel
@@ -24,6 +28,7 @@ from gpuwatch.session.node import NodeSession
 from gpuwatch.tui.screens.dashboard import Dashboard
 from gpuwatch.tui.screens.gpu_detail import GpuScreen
 from gpuwatch.tui.screens.help import HelpScreen
+from gpuwatch.tui.termdiff import diff_driver
 from gpuwatch.tui.themes import SEMANTIC_DEFAULTS, load_themes
 
 
@@ -85,6 +90,19 @@ class Shell(App[None]):
 
     def home_screen(self) -> Screen[None]:
         raise NotImplementedError
+
+    def get_driver_class(self) -> type[Driver]:
+        """A terminal's driver writes only the cells that changed (termdiff.py): a slow SSH
+        link carries a fraction of what Textual repaints. ``GPUWATCH_TERM_DIFF=0`` turns it
+        off (to tell a drawing fault of the diff from one of the app)."""
+        base = super().get_driver_class()
+        try:
+            from textual.drivers.linux_driver import LinuxDriver
+        except ImportError:  # no termios (Windows): Textual's own driver
+            return base
+        if os.environ.get("GPUWATCH_TERM_DIFF", "1") == "0" or not issubclass(base, LinuxDriver):
+            return base
+        return diff_driver(base)
 
     def record_event(self, level: EventLevel, text: str) -> None:
         """A line for the events panel of what this app shows."""
@@ -188,6 +206,13 @@ class GpuwatchApp(Shell):
     ) -> None:
         super().__init__(session.options.theme, background)
         self.session = session
+        if session.options.slow_link:
+            # Nothing moves on its own: every frame of an animation or a blink is bytes.
+            self.animation_level = "none"
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if self.session.options.slow_link and isinstance(event.widget, Input):
+            event.widget.cursor_blink = False  # a steady cursor: no frame twice a second
 
     def home_screen(self) -> Screen[None]:
         return Dashboard(self.session)

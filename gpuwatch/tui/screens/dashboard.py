@@ -48,6 +48,11 @@ WINDOWS = ((60, "1m"), (300, "5m"), (900, "15m"), (3600, "1h"))
 # second wide, so redrawing them every third second moves them three columns at a time and
 # cuts their cost by two thirds (bench/tui.py: 2.1% of a core at 1 s, 1.8% at 3 s).
 CHART_EVERY_S = 3.0
+# With --slow-link: a chart's scroll rewrites most of its cells, the bulk of the bytes; the
+# panels' numbers, most of which move every second under load, every 2 s (the header's badge
+# and clock still every second).
+SLOW_LINK_CHART_EVERY_S = 10.0
+SLOW_LINK_PANELS_EVERY_S = 2.0
 
 
 def ttft_lines(m: Monitor, pts: Callable[[str], list[Any]], start: float) -> list[Line]:
@@ -110,7 +115,7 @@ class Dashboard(Screen[None]):
         self.window_index = 0
         self.first_frame_at: float | None = None
         self._painted_version = -1
-        self._charts_at = -1e9
+        self._charts_at = self._panels_at = -1e9
 
     def compose(self) -> ComposeResult:
         m = self.session.monitor
@@ -218,6 +223,12 @@ class Dashboard(Screen[None]):
         )
         if m.version == self._painted_version:
             return
+        now = time.monotonic()
+        # A key pressed (repaint) or new chart data paints at once; -0.1: a tick's jitter.
+        held = now - self._panels_at < SLOW_LINK_PANELS_EVERY_S - 0.1
+        if options.slow_link and held and self._painted_version >= 0 and not force_charts:
+            return
+        self._panels_at = now
         self._painted_version = m.version
         self.query_one(GpuPanel).render_gpus(m.gpus, compact=narrow or short)
         users = users_now(m)
@@ -239,8 +250,8 @@ class Dashboard(Screen[None]):
             ttft_breakdown(m), users, m.health.slo, compact=narrow or short, budget=m.slo_budget
         )
         self.query_one(EventsPanel).render_events(m.events)
-        now = time.monotonic()
-        if now - self._charts_at >= CHART_EVERY_S or force_charts:
+        every = SLOW_LINK_CHART_EVERY_S if options.slow_link else CHART_EVERY_S
+        if now - self._charts_at >= every or force_charts:
             self._charts_at = now
             self._paint_charts()
 
