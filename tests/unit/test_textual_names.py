@@ -30,6 +30,8 @@ HOOKS = {
     "render",
     "render_line",
     "check_action",
+    # The terminal diff layer (tui/termdiff.py) wraps the driver Textual would pick.
+    "get_driver_class",
     "action_quit",
     "get_system_commands",
     "get_theme_variable_defaults",
