@@ -336,7 +336,8 @@ def encode_records(
         ExportTraceServiceRequest,
     )
 
-    scoped = {
+    # The message's fields as dicts (protobuf's stubs type them as messages).
+    scoped: Any = {
         "scope": {
             "name": scope.name,
             "version": scope.version or "",
@@ -344,15 +345,12 @@ def encode_records(
         },
         "schema_url": scope.schema_url or "",
     }
-    request = ExportTraceServiceRequest(
-        resource_spans=[
-            {
-                "resource": {"attributes": _key_values(resource.attributes)},
-                "scope_spans": [scoped],
-                "schema_url": resource.schema_url or "",
-            }
-        ]
-    )
+    resourced: Any = {
+        "resource": {"attributes": _key_values(resource.attributes)},
+        "scope_spans": [scoped],
+        "schema_url": resource.schema_url or "",
+    }
+    request = ExportTraceServiceRequest(resource_spans=[resourced])
     # Span by span: each one's dicts are garbage once it is added. A whole batch's dicts
     # alive at once (some 30 per span) would set off the cyclic GC, which then walks every
     # object of the process: that doubled the encoding's CPU.
