@@ -75,7 +75,7 @@ def parts(ratio: float, n: int = 5000) -> tuple[float, float, float]:
     telemetry = GateTelemetry(config)
     exporting = telemetry.exporting
     spans: list[SpanRecord] = []
-    exporting.emit = spans.append  # type: ignore[method-assign]
+    exporting.emit = spans.append  # type: ignore[method-assign,assignment]
     req = read_request(SHORT.encode(), LaneLimits(), lane="chat", path="/v1/completions",
                        query="", who=Who(), inference=True)  # fmt: skip
     answer = (b'{"id":"cmpl-1","model":"m","choices":[{"text":"ok","finish_reason":"stop"}],'

@@ -203,7 +203,9 @@ class Histogram:
 
 
 # A span's attribute values as the gate's records hold them (OTLP's AnyValue kinds).
-AttributeValue = str | bool | int | float | Sequence[str]
+AttributeValue = (
+    str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int] | Sequence[float]
+)
 SERVER = 2  # OTLP's SPAN_KIND_SERVER
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # OTLP's SpanFlags: the parent's is_remote, known
 # The batch processor's on_end keeps a span only when ``span.context.trace_flags.sampled``:

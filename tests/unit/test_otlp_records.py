@@ -33,7 +33,7 @@ def telemetry() -> Iterator[tuple[GateTelemetry, list[SpanRecord]]]:
     # Nothing listens on port 9, and nothing is sent: emitted records are kept here.
     gate = GateTelemetry(OtlpConfig("http://127.0.0.1:9", metrics_interval_s=3600))
     records: list[SpanRecord] = []
-    gate.exporting.emit = records.append  # type: ignore[method-assign]
+    gate.exporting.emit = records.append  # type: ignore[method-assign,assignment]
     yield gate, records
     gate.exporting.outage.closing = gate.exporting.outage.down = True
     gate.exporting.shutdown()
