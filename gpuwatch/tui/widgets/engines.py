@@ -25,7 +25,7 @@ def kv_text(f: EngineFigures) -> str:
 
 
 def headroom_text(f: EngineFigures) -> str | None:
-    """``fits ~N more sessions of the current mix``; ``fits - more ...`` while nothing runs on
+    """``fits ~N more sessions of the current mix``; ``fits N/A more ...`` while nothing runs on
     an engine that reports its KV tokens (the line stays, so the lines below do not move each
     time the engine goes idle: on a slow link a shift rewrites the whole column); None when
     it reports no KV tokens."""
