@@ -9,7 +9,8 @@ Run: python bench/tui.py [--seconds 30] [--repeat 3] [--size 160x48] [--engines 
                          [--baseline REV | --baseline none] [--floor] [--profile DIR]   (needs tmux)
 Goals: <= 1% of one core with one engine under light load at 160x48; <= 2% with 8 engines and
 8 GPUs; first frame <= 1 s. ``--profile DIR`` records the after side with py-spy (``--idle``
-off, raw collapsed stacks) instead of timing it, and prints where its samples go. ``--floor``
+off, raw collapsed stacks) instead of timing it, and prints where its samples go (with
+``--floor``, of the after side with painting off: the polling floor's profile). ``--floor``
 adds a third dashboard of this checkout that stops painting after its first frame: what polling,
 the monitor and an idle Textual cost alone (bench/tui_floor.py prices the painting).
 """
@@ -279,7 +280,9 @@ def main() -> None:
         stack.callback(load.wait, 5)
         stack.callback(load.terminate)
         sides = [Side("after", REPO, gate=gate_flags)]
-        if args.floor and not args.profile:
+        if args.floor and args.profile:  # the polling floor profiled: the after side unpainted
+            sides = [Side("after", REPO, "--no-paint", gate=gate_flags)]
+        elif args.floor:
             sides.append(Side("paint-off", REPO, "--no-paint", gate=gate_flags))
         if args.baseline != "none" and not args.profile:
             old = stack.enter_context(checkout(args.baseline))

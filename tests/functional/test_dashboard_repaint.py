@@ -19,7 +19,7 @@ from gpuwatch.series import Point
 from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.sim.server import start_sim
 from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.widgets.chart import Chart, Line
+from gpuwatch.tui.widgets.chart import PAGE, Chart, Line
 from gpuwatch.tui.widgets.panel import HOLD_S, Panel
 from tests.functional.test_tui import PROFILE, Load, text
 from tests.helpers import eventually
@@ -223,3 +223,49 @@ async def test_a_chart_scrolled_frame_by_frame_equals_one_drawn_from_scratch() -
             shown = _lines(scrolled)
             assert shown[1:] == [fresh.render_line(y).text for y in range(height)][1:]
             assert any(ch not in " \u2800" for row in shown[1:-1] for ch in row.strip())
+
+
+class PagedChart(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Chart("paged", id="paged", paged=True)
+
+
+async def test_a_paged_chart_keeps_its_cells_in_place_until_it_turns_a_page() -> None:
+    """--slow-link: new data fills the cells right of the old ones, which do not move; at the
+    right edge the plot jumps half its width; it always shows the whole window."""
+    rng = random.Random(5)
+    points: list[Point] = []
+    app = PagedChart()
+    async with app.run_test(size=(80, 12)) as pilot:
+        chart = app.query_one("#paged", Chart)
+        t, span = 6000.0, 60.0
+        frames: list[list[str]] = []
+        for _ in range(40):
+            t += 2.0
+            # 0 and 10 always in the window: the axis top stays, as a scroll is what is tested
+            points.append(Point(t, 10.0 if len(points) % 20 == 0 else rng.uniform(0, 9)))
+            shown = [p for p in points if p.t >= t - span]
+            chart.set_data([Line("v", shown, "ok")], t - span, t)
+            await pilot.pause()
+            frames.append(_lines(chart))
+        plot = slice(1, -1)  # the legend's and the axis' rows left out
+        moved = 0
+        for before, after in itertools.pairwise(frames):
+            cols = len(before[1])
+            # the first column that differs, in the plot rows
+            first = min(
+                (next((x for x in range(cols) if b[x] != a[x]), cols))
+                for b, a in zip(before[plot], after[plot], strict=True)
+            )
+            if first < cols // 2:  # a page turned: everything moved
+                moved += 1
+            else:  # only the newest cells changed
+                assert first >= 7  # never the axis labels
+            # "now" ends at the newest cell drawn; the window's start is a window's width
+            # (the plot's but a page) before it
+            axis, newest = after[-1], max(len(row.rstrip()) for row in after[plot])
+            assert axis.rstrip().endswith("now") and len(axis.rstrip()) == newest
+            plot_cols = cols - 7  # the axis labels' 7 cells left out
+            assert axis.index("-1m") == newest - (plot_cols - int(plot_cols * PAGE))
+        # 80 s of data on a 60 s window whose page is 30 s: pages turned, but not every frame
+        assert 1 <= moved <= 3

@@ -62,9 +62,16 @@ def test_headroom_in_figures_json_and_the_engine_panel() -> None:
     text = headroom_text(f)
     assert text is not None and "~38[/] more sessions of the current mix" in text
     assert text in engine_segments(f, None)
+    # Idle: no mix to measure, but the line stays (as N/A), so the engine panel keeps its
+    # lines and nothing below it moves as the engine goes idle and busy (a slow link's bytes).
     idle = figures(running=0, kv_tokens_used=0, kv_tokens_total=125_264)
-    assert idle.to_json()["headroom_sessions"] is None and headroom_text(idle) is None
-    assert not any("more sessions" in s for s in engine_segments(idle, None))
+    assert idle.to_json()["headroom_sessions"] is None
+    assert headroom_text(idle) == "fits N/A more sessions of the current mix"
+    assert len(engine_segments(idle, None)) == len(engine_segments(f, None))
+    # An engine that reports no KV tokens never has the line.
+    blind = figures(running=3, kv_cache_usage=0.5)
+    assert headroom_text(blind) is None
+    assert not any("more sessions" in s for s in engine_segments(blind, None))
     full = figures(running=40, kv_tokens_used=125_264, kv_tokens_total=125_264)
     assert headroom_text(full) == "fits [$bad]~0[/] more sessions of the current mix"
     tight = figures(running=40, kv_tokens_used=120_000, kv_tokens_total=125_264)

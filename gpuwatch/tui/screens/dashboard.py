@@ -131,12 +131,18 @@ class Dashboard(Screen[None]):
                 # Titles name the windows the plotted values were computed over.
                 window = window_label(m.window_s)
                 rates = window_label(RECENT_RATE_WINDOW_S)
-                yield Chart("requests", id="chart-requests", classes="chart")
+                # On a slow link the charts page rather than scroll (see chart.py).
+                paged = self.session.options.slow_link
+                yield Chart("requests", id="chart-requests", classes="chart", paged=paged)
                 # With a gate it draws p99s only (users' and engine's): the title says so.
                 ttft = "TTFT p99" if m.gate else "TTFT"
-                yield Chart(f"{ttft} {window}", fmt=seconds, id="chart-ttft", classes="chart")
-                yield Chart(f"KV · goodput {window}", fmt=pct, id="chart-kv", classes="chart")
-                yield Chart(f"tokens/s {rates}", id="chart-tokens", classes="chart")
+                yield Chart(
+                    f"{ttft} {window}", fmt=seconds, id="chart-ttft", classes="chart", paged=paged
+                )
+                yield Chart(
+                    f"KV · goodput {window}", fmt=pct, id="chart-kv", classes="chart", paged=paged
+                )
+                yield Chart(f"tokens/s {rates}", id="chart-tokens", classes="chart", paged=paged)
         yield EventsPanel(id="events", classes="box")
         yield Footer()
 

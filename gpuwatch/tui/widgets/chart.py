@@ -8,6 +8,13 @@ points that arrived since the last one (``TimeBins``), and the plot scrolls by w
 cell column is drawn from its dots' heights, and a column already drawn with the same heights
 is reused (``ColumnCache``), so a frame draws only the columns that are new at the right edge.
 The finished rows are kept as Strips until the data, the size or the theme changes.
+
+A ``paged`` chart (``--slow-link``) does not scroll at all between pages: its plot is fixed in
+time, the newest cell somewhere in its last ``PAGE`` of cells, and new data fills cells to the
+right of the old ones, which stay where they are; when the data reaches the right edge the
+plot jumps a page left. A scroll rewrites every cell of the plot, the bulk of what a slow link
+carries; a page jump does it once a page (half the plot) instead of at every redraw. The plot
+holds the window and one page more, so it always shows at least the window.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from gpuwatch.series import Point
 # Braille dot bits by (x in 0..1, y in 0..3 from the top).
 _DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 _LABEL_W = 7
+# A paged chart's page: this share of its plot's cells (see the module's docstring).
+PAGE = 0.5
 
 
 @dataclass(frozen=True)
@@ -221,8 +230,10 @@ class Chart(Widget):
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
+        paged: bool = False,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
+        self.paged = paged
         self.auto_links = False  # no links: Textual need not look for them in every row
         self.title = title
         self.fmt = fmt
@@ -327,11 +338,15 @@ class Chart(Widget):
         span = round(end - start, 6)
         if rows < 1 or cols < 4 or span <= 0:
             return strips
+        # Paged: the window spans the cells but a page, the newest cell is in the last page.
+        page = max(1, int(cols * PAGE)) if self.paged else 0
         dots = cols * 2
-        bin_s = span / dots
-        # The last cell holds the newest bin; cells (2 dots) are fixed in time, so the plot
-        # moves by whole cells and a cell keeps its look as it moves left.
-        first = (math.floor(end / bin_s) // 2 - cols + 1) * 2
+        bin_s = span / (dots - 2 * page)
+        # Cells (2 dots) are fixed in time, so the plot moves by whole cells and a cell keeps
+        # its look as it moves left. Not paged, the last cell holds the newest bin.
+        newest = math.floor(end / bin_s) // 2
+        last = (newest // page + 1) * page - 1 if page else newest
+        first = (last - cols + 1) * 2
         binned = [bins.values(first - 1, dots + 1) for bins in self._time_bins(bin_s)]
         peak = max(
             [v for b in binned for v in b[1:] if v is not None]
@@ -377,7 +392,7 @@ class Chart(Widget):
                 segments.append(Segment("".join(run), styles[run_color]))
             strips.append(Strip(segments).crop(0, width))
         if with_axis:
-            axis = time_axis(span, cols)
+            axis = time_axis(span, cols, cols - (last - newest), cols - page)
             strips.append(Strip([Segment(" " * _LABEL_W + axis, styles["dim"])]).crop(0, width))
         return strips
 
@@ -401,10 +416,16 @@ def ago(seconds: float) -> str:
 
 
 @lru_cache(maxsize=64)
-def time_axis(span_s: float, cols: int) -> str:
-    """``-5m      -2.5m      now``: where the plot's left edge, middle and right edge are."""
+def time_axis(span_s: float, cols: int, right: int | None = None, width: int | None = None) -> str:
+    """``-5m      -2.5m      now``: where the window's start, middle and end are on a plot of
+    ``cols`` cells; the window ``width`` cells wide, ending ``right`` cells from the plot's
+    left edge (by default the whole plot; a paged chart's window is narrower, and ends where
+    its newest cell is)."""
     cells = [" "] * cols
-    marks = [(0, ago(span_s)), (cols // 2, ago(span_s / 2)), (cols, "now")]
+    right = cols if right is None else right
+    width = cols if width is None else width
+    left = right - width
+    marks = [(left, ago(span_s)), (left + width // 2, ago(span_s / 2)), (right, "now")]
     for i, (at, text) in enumerate(marks):
         # left-aligned at the left edge, centred in the middle, right-aligned at the right
         first = at if i == 0 else at - len(text) if i == 2 else at - len(text) // 2

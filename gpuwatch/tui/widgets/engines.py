@@ -25,10 +25,13 @@ def kv_text(f: EngineFigures) -> str:
 
 
 def headroom_text(f: EngineFigures) -> str | None:
-    """``fits ~N more sessions of the current mix``, or None when it cannot be worked out."""
+    """``fits ~N more sessions of the current mix``; ``fits N/A more ...`` while nothing runs on
+    an engine that reports its KV tokens (the line stays, so the lines below do not move each
+    time the engine goes idle: on a slow link a shift rewrites the whole column); None when
+    it reports no KV tokens."""
     n = f.headroom_sessions
     if n is None:
-        return None
+        return f"fits {NA} more sessions of the current mix" if f.kv_tokens_total else None
     # none left, or fewer than a tenth of what runs now: the next burst queues
     color = "$bad" if n == 0 else "$warn" if n < (f.running or 0) / 10 else "$foreground"
     return f"fits [{color}]~{num(n)}[/] more sessions of the current mix"
