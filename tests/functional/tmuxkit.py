@@ -3,9 +3,26 @@ read back, keys sent (the tests that look at what an operator sees over SSH)."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+# The switches the program reads from its environment. A pane's environment is the tmux
+# server's, i.e. that of whichever process started the server (another test, another run), not
+# this one's: each is passed on (or unset) as this process has it, so GPUWATCH_TERM_DIFF=0 on
+# the pytest line is what the program in the pane runs with.
+PASSED_ON = ("GPUWATCH_TERM_DIFF",)
+
+
+def _environment() -> str:
+    return "".join(
+        f"export {name}={shlex.quote(os.environ[name])}; "
+        if name in os.environ
+        else f"unset {name}; "
+        for name in PASSED_ON
+    )
 
 
 def capture(session: str) -> str:
@@ -21,8 +38,9 @@ def start(session: str, pidfile: Path, args: str, size: tuple[int, int] = (160, 
     its first frame."""
     cols, rows = size
     cmd = (
-        f'echo $$ > {pidfile}; until [ "$(tput cols)x$(tput lines)" = {cols}x{rows} ]; do'
-        f" sleep 0.05; done; exec {sys.executable} -m gpuwatch {args}"
+        f"{_environment()}echo $$ > {pidfile};"
+        f' until [ "$(tput cols)x$(tput lines)" = {cols}x{rows} ]; do sleep 0.05; done;'
+        f" exec {sys.executable} -m gpuwatch {args}"
     )
     subprocess.run(
         ["tmux", "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows), cmd],
