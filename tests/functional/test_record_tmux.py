@@ -11,7 +11,10 @@ What legitimately differs between the two panes, and is left out of the comparis
 - the last line: the live footer (key list) is the replay bar in a replay;
 - blank rows inside the left-hand panels: a live panel keeps its tallest height for 30 s of
   real time (``Panel.HOLD_S``), which depends on the live paint history; the left column is
-  compared without them (every text row, in order), the charts' half row for row.
+  compared without them (every text row, in order), the charts' half row for row; a held row
+  only takes a row the column has free, so no text row is ever pushed out of view by one;
+- the left column's scrollbar thumb (the block glyphs in its two-column gutter): its place and
+  length follow the scroll and the rows below the last one shown, not what is on screen.
 Everything else (the header's badge and reason, every panel, every chart, the events) must be
 equal, character for character.
 """
