@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import sqlite3
-import subprocess
 import time
 from difflib import unified_diff
 from pathlib import Path
@@ -33,7 +32,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.functional.tmuxkit import capture, keys, start
+from tests.functional.tmuxkit import capture, keys, start, stop
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.skipif(
@@ -236,4 +235,4 @@ def test_record_the_demo_and_replay_it_in_tmux(tmp_path: Path) -> None:
         quit_and_wait(replay, tmp_path / "replay.pid")
     finally:
         for session in (live, replay):
-            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+            stop(session)
