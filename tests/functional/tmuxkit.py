@@ -9,6 +9,7 @@ reach the program). A server of its own is started by this process, with its env
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,5 +47,8 @@ def keys(session: str, *names: str) -> None:
 
 
 def stop(session: str) -> None:
-    """End the session (its server goes with it); nothing if it has ended already."""
+    """End the session (its server goes with it); nothing if it has ended already. Its
+    server's socket is removed too: tmux leaves it behind, one file a test run."""
     subprocess.run(tmux(session, "kill-session", "-t", session), capture_output=True)
+    sockets = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
+    (sockets / session).unlink(missing_ok=True)
