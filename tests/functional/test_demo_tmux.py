@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from gpuwatch.demo import DEMO_GATE_TOML
 from gpuwatch.gate.limits import DEFAULT_LANES
-from tests.functional.tmuxkit import capture, keys, start
+from tests.functional.tmuxkit import capture, keys, start, stop
 from tests.helpers import eventually_sync
 
 if sys.version_info >= (3, 11):
@@ -58,7 +57,7 @@ def test_demo_in_tmux_shows_the_node_and_quits_cleanly(tmp_path: Path) -> None:
         gone, alive = psutil.wait_procs([demo, *children], timeout=20)
         assert not alive, f"still running after quit: {[p.pid for p in alive]}"
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        stop(session)
 
 
 def test_a_closed_terminal_takes_the_demo_s_simulator_and_gate_with_it(tmp_path: Path) -> None:
@@ -75,7 +74,7 @@ def test_a_closed_terminal_takes_the_demo_s_simulator_and_gate_with_it(tmp_path:
         children = demo.children(recursive=True)
         assert len(children) >= 2, children
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        stop(session)
     gone, alive = psutil.wait_procs([demo, *children], timeout=20)
     assert not alive, f"still running after the terminal closed: {[p.cmdline() for p in alive]}"
 
@@ -123,4 +122,4 @@ def test_at_80x24_every_lane_of_the_demo_s_gate_is_on_screen(tmp_path: Path) -> 
         )
         keys(session, "q")
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        stop(session)

@@ -11,7 +11,10 @@ What legitimately differs between the two panes, and is left out of the comparis
 - the last line: the live footer (key list) is the replay bar in a replay;
 - blank rows inside the left-hand panels: a live panel keeps its tallest height for 30 s of
   real time (``Panel.HOLD_S``), which depends on the live paint history; the left column is
-  compared without them (every text row, in order), the charts' half row for row.
+  compared without them (every text row, in order), the charts' half row for row; a held row
+  only takes a row the column has free, so no text row is ever pushed out of view by one;
+- the left column's scrollbar thumb (the block glyphs in its two-column gutter): its place and
+  length follow the scroll and the rows below the last one shown, not what is on screen.
 Everything else (the header's badge and reason, every panel, every chart, the events) must be
 equal, character for character.
 """
@@ -22,7 +25,6 @@ import os
 import re
 import shutil
 import sqlite3
-import subprocess
 import time
 from difflib import unified_diff
 from pathlib import Path
@@ -30,7 +32,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.functional.tmuxkit import capture, keys, start
+from tests.functional.tmuxkit import capture, keys, start, stop
 from tests.helpers import eventually_sync
 
 pytestmark = pytest.mark.skipif(
@@ -91,18 +93,30 @@ BLANK_ROW = re.compile(r"^│\s*│$")
 def left_column(body: list[str]) -> list[str]:
     """The left-hand panels without their blank rows: a live panel keeps the height of its
     tallest text for 30 s of real time (``Panel.HOLD_S``, so the layout does not jump), which
-    depends on what the live program painted before, not on the recording."""
+    depends on what the live program painted before, not on the recording. A held row only
+    takes a row the column has free, never one of a text line (which would leave the live
+    column a line short of its replay), so every text row is compared."""
     rows = [line[:CHARTS_FROM_COLUMN] for line in body]
     return [r for r in rows if r.strip() and not BLANK_ROW.match(r.strip())]
+
+
+# The left column's scrollbar: its two columns just left of the charts, where its thumb's ends
+# are drawn in eighths (U+2581..U+2588).
+GUTTER = slice(CHARTS_FROM_COLUMN - 2, CHARTS_FROM_COLUMN)
+THUMB = str.maketrans({chr(c): " " for c in range(0x2581, 0x2589)})
+
+
+def no_thumb(body: list[str]) -> list[str]:
+    """The rows with the left column's scrollbar thumb blanked: where it is and how long it is
+    follow where the live screen was scrolled and the rows below the last one shown, not what
+    is on screen; only the gutter's thumb glyphs go, nothing else in a row."""
+    return [r[: GUTTER.start] + r[GUTTER].translate(THUMB) + r[GUTTER.stop :] for r in body]
 
 
 def same_pane(live: list[str], replayed: list[str]) -> bool:
     header, again = live[0], replayed[0]
     cut = header[: len(again)] == again and len(header) - len(again) <= REPLAY_WIDER
-    # The left column's scrollbar thumb is where the live screen was scrolled, not what the
-    # recording holds: it is not compared.
-    body = [r.replace("\u2587", " ") for r in live[1:]]
-    body_again = [r.replace("\u2587", " ") for r in replayed[1:]]
+    body, body_again = no_thumb(live[1:]), no_thumb(replayed[1:])
     charts_same = [r[CHARTS_FROM_COLUMN:] for r in body] == [
         r[CHARTS_FROM_COLUMN:] for r in body_again
     ]
@@ -221,4 +235,4 @@ def test_record_the_demo_and_replay_it_in_tmux(tmp_path: Path) -> None:
         quit_and_wait(replay, tmp_path / "replay.pid")
     finally:
         for session in (live, replay):
-            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+            stop(session)

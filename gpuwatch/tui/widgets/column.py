@@ -54,6 +54,16 @@ class KeepInView(Vertical):
         # the layout has taken the new height (fitted now, the panels' sizes are the old ones).
         self.fit()
         self.call_after_refresh(self.fit)
+        self.call_after_refresh(self.let_go_if_over)
+
+    def let_go_if_over(self) -> None:
+        """A panel that grew may leave no row for the blank lines another holds (decided on
+        the sizes before): those are let go, so no held blank pushes a line out of view."""
+        if self.virtual_size.height <= self.scrollable_content_region.height:
+            return
+        for child in self.children:
+            if isinstance(child, Panel) and child.held:
+                child.let_go()
 
     def room(self) -> int | None:
         """Rows the column can show at most, None when that is unknown (not laid out)."""

@@ -24,6 +24,7 @@ from textual.geometry import Region, Size
 from textual.message import Message
 from textual.strip import Strip
 from textual.visual import Visual
+from textual.widget import Widget
 from textual.widgets import Static
 
 from gpuwatch.tui.markup import content as content_of
@@ -116,10 +117,40 @@ class Panel(Static):
         width, height = lines
         held_width, held_height, since = self._tallest
         if width == held_width and height < held_height and now - since < HOLD_S:
-            # Never held past its room: blank lines there would push the kept panel down.
-            return (width, max(height, min(held_height, self.room or held_height)))
+            # Never held past its room: blank lines there would push the kept panel down. Nor
+            # past the rows its column has free: a held blank line that made the column scroll
+            # would push a line of another panel (its last) out of view for the whole hold.
+            cap = min(held_height, self.room or held_height, height + self._free_rows(height))
+            if cap > height:
+                return (width, cap)
         self._tallest = (width, height, now)
         return lines
+
+    def _free_rows(self, height: int) -> int:
+        """Rows the panel's parent would have to spare, this panel taking ``height`` lines: what
+        the parent shows less what its children take (each as laid out, this one at
+        ``height``)."""
+        parent = self.parent
+        if not isinstance(parent, Widget) or not parent.size.height:
+            return 0  # not laid out: nothing is known to be free
+        taken = max(
+            (c.virtual_region_with_margin.bottom for c in parent.children if c.display),
+            default=0,
+        )
+        return parent.scrollable_content_region.height - (taken - self.size.height + height)
+
+    @property
+    def held(self) -> int:
+        """Blank lines it keeps below its text now (``HOLD_S``)."""
+        return self._held
+
+    def let_go(self) -> None:
+        """Stop holding blank lines (its column has no row for them), laid out again at once."""
+        if not self._held or self._lines is None:
+            return
+        self._tallest = (self._lines[0], self._lines[1] - self._held, self.clock())
+        markup, self._shown = self._shown, None
+        self.show(markup or "")
 
     def _lines_for(self, height: int) -> tuple[int, int] | None:
         """(width, height) the text takes here; None when that is unknown (a width that
