@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.style import Style
 
+from tests.functional.tmuxkit import stop, tmux
 from tests.helpers import eventually_sync
 from tests.unit.test_termdiff import STYLES, frame
 
@@ -48,7 +49,7 @@ def frames(seed: int, count: int) -> list[str]:
 
 def screen(session: str) -> str:
     return subprocess.run(
-        ["tmux", "capture-pane", "-e", "-p", "-t", session], capture_output=True, text=True
+        tmux(session, "capture-pane", "-e", "-p", "-t", session), capture_output=True, text=True
     ).stdout
 
 
@@ -65,7 +66,7 @@ def test_what_the_diff_sends_shows_what_the_app_wrote(tmp_path: Path) -> None:
             where = ["-c", root, "-e", f"PYTHONPATH={root}"]
             line = subprocess.list2cmdline(cmd)
             subprocess.run(
-                ["tmux", "new-session", "-d", "-s", name, *size, *where, line], check=True
+                tmux(name, "new-session", "-d", "-s", name, *size, *where, line), check=True
             )
         try:
             for mode in sessions:
@@ -77,4 +78,4 @@ def test_what_the_diff_sends_shows_what_the_app_wrote(tmp_path: Path) -> None:
             assert sent == raw, f"after {upto} frames"
         finally:
             for name in sessions.values():
-                subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+                stop(name)
