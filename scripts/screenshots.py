@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuwatch.demo import demo_load
+from gpuwatch.tui.app import GpuwatchApp
 from scripts import scenario
 from scripts.shared_gpus import with_shared_gpus
 
@@ -20,14 +22,21 @@ if TYPE_CHECKING:  # for the types only: fleet_scene imports them when it runs
     from gpuwatch.monitor.fleet import FleetState
     from gpuwatch.session.fleet import FleetOptions
 
+SIM_ORIGIN = scenario.SIM_URL.removesuffix("/metrics")
 SIZES = {"160x48": (160, 48), "80x24": (80, 24)}
 TZ_NOTE = "times are UTC"
 
 
 async def shoot(
-    sc: scenario.Scenario, size: tuple[int, int], path: Path, keys: list[str] | None = None
+    sc: scenario.Scenario,
+    size: tuple[int, int],
+    path: Path,
+    keys: list[str] | None = None,
+    setup: Callable[[GpuwatchApp], None] | None = None,
 ) -> None:
     app = scenario.app_for(sc)
+    if setup is not None:
+        setup(app)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         scenario.paint(app)
@@ -94,6 +103,37 @@ async def shoot_fleet(size: tuple[int, int], path: Path) -> None:
         app.save_screenshot(filename=path.name, path=str(path.parent))
 
 
+def with_knobs(app: GpuwatchApp) -> None:
+    """The stacks' own knobs beside the gate's lanes: a Dynamo frontend's busy thresholds for
+    two models and a vLLM server's pause, as ``KnobReader`` holds them after a read (the
+    adapters built from ``[[knobs]]`` entries, their knobs shown; nothing is sent)."""
+    from gpuwatch.config import KnobConfig
+    from gpuwatch.control.knobs.base import Knob
+    from gpuwatch.session.knobs import KnobReader
+
+    session = app.session
+    configs = [KnobConfig("dynamo", "http://127.0.0.1:8080"), KnobConfig("vllm", SIM_ORIGIN)]
+    reader = KnobReader(lambda: session.monitor, configs, session.monitor.event, lambda: None)
+    dynamo, vllm = reader.sources
+    thresholds = [  # as DynamoKnobs.read makes them: every threshold of each model
+        ("llama-3.1-8b", 0.85, 8192, None),
+        ("qwen2.5-32b", 0.9, 16384, None),
+    ]
+    dynamo.shown(
+        [
+            knob
+            for model, decode, prefill, frac in thresholds
+            for knob in (
+                Knob("dynamo", model, "active_decode_blocks_threshold", decode, "float", 0, 1),
+                Knob("dynamo", model, "active_prefill_tokens_threshold", prefill, "int", 0),
+                Knob("dynamo", model, "active_prefill_tokens_threshold_frac", frac, "float", 0),
+            )
+        ]
+    )
+    vllm.shown([Knob("vllm", "server", "paused", False, "bool")])
+    session.knob_reader = reader
+
+
 async def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     normal = scenario.build(seconds=180)
@@ -133,6 +173,8 @@ async def main(out: Path) -> None:
         adaptive = scenario.with_adaptive(scenario.build(seconds=180, spike_at=140))
         await shoot(adaptive, size, out / f"adaptive-{label}.svg")
         await shoot_fleet(size, out / f"fleet-{label}.svg")
+        # `tab` past the gate's four lanes: the first knob row's first knob selected.
+        await shoot(normal, size, out / f"knobs-{label}.svg", ["tab"] * 4, with_knobs)
     # The story again, replayed from its recording at the moment the operator tightened.
     with tempfile.TemporaryDirectory() as tmp:
         replay = scenario.replay_for(

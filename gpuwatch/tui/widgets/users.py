@@ -107,7 +107,10 @@ class UsersPanel(Panel):
             lines.extend(flow(segments[:2] if compact else segments, width, ""))
         if users is not None and users.tails and not compact:
             note = tails_note(users.tails)
-            lines.append(TAIL_HEADER + f" [dim]{note}, {users.window}[/]")
+            # Above the columns, not after them: the header fills a 160-column dashboard's
+            # panel, and a note wrapped under it read as a row (the same at every width, so
+            # a replay draws what the live screen drew).
+            lines.extend([f"[dim]tails {note}, {users.window}[/]", TAIL_HEADER])
             mixed = "~" in note
             lines.extend(tail_row(lane, t, mixed) for lane, t in users.tails.items())
         self.show("\n".join(lines))
