@@ -11,15 +11,17 @@ optimistic local value. Whoever shows it (the TUI) implements ``SteeringView``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from gpuwatch.adminapi import LANE_KEYS, LaneLimits, Limits, LimitsPatch, LimitValue, TenantLimits
 from gpuwatch.control.gate import GateClient, GateConflict, GateError
 from gpuwatch.control.guard import Guard, ReadOnlyError, confirmation_reason
 from gpuwatch.fmt import clip
 from gpuwatch.monitor.state import EventLevel
+
+T = TypeVar("T")
 
 Severity = Literal["information", "warning", "error"]
 
@@ -206,6 +208,33 @@ class InFlight:
     def cancel(self) -> None:
         for task in self.tasks:
             task.cancel()
+
+    def undo(
+        self,
+        history: list[T],
+        revert: Callable[[T], Awaitable[bool]],
+        lock: asyncio.Lock,
+        nothing: str,
+    ) -> None:
+        """Undo the newest change of ``history`` with ``revert`` (True when it went through),
+        after the changes already in flight (they are the last change, so undo undoes them);
+        one that did not go through (refused, cancelled) stays undoable. ``nothing``: the note
+        when there is nothing to undo. The gate's lanes and the knobs share this flow."""
+        if not history and not self:
+            self.view.notify(nothing)
+            return
+
+        async def undo() -> None:
+            async with lock:  # after the changes sent before it
+                if not history:
+                    self.view.notify(nothing)
+                    return
+                last = history.pop()
+                if not await revert(last):
+                    history.append(last)
+                self.view.changed()
+
+        self.spawn(undo())
 
 
 @dataclass
@@ -522,24 +551,14 @@ class Steering:
         if not self.allowed("undo"):
             return
         self.flush()
-        if not self.history and not self._inflight:
-            self.view.notify("nothing to undo from this screen")
-            return
-        self._inflight.spawn(self._undo())
+        nothing = "nothing to undo from this screen"
+        self._inflight.undo(self.history, self._revert, self._lock, nothing)
 
-    async def _undo(self) -> None:
-        async with self._lock:  # after the changes sent before it
-            if not self.history:
-                self.view.notify("nothing to undo from this screen")
-                return
-            change = self.history.pop()
-            current = self.view.limits()
-            done = current is not None and await self._apply(
-                revert_of(change.before, change.patch), current, undo=True
-            )
-            if not done:
-                self.history.append(change)
-            self.view.changed()
+    async def _revert(self, change: Change) -> bool:
+        current = self.view.limits()
+        return current is not None and await self._apply(
+            revert_of(change.before, change.patch), current, undo=True
+        )
 
     def edit(self) -> None:
         """Every limit of the selected lane in a form; Apply sends one change."""

@@ -341,20 +341,12 @@ class KnobSteering:
         if not self.allowed("undo"):
             return
         self.flush()
-        if not self.history and not self._inflight:
-            self.view.notify("no knob change to undo from this screen")
-            return
-        self._inflight.spawn(self._undo())
-
-    async def _undo(self) -> None:
-        async with self._lock:  # after the changes sent before it
-            if not self.history:
-                self.view.notify("no knob change to undo from this screen")
-                return
-            last = self.history.pop()
-            if not await self._apply(last.source, last.inverse(), undo=True):
-                self.history.append(last)
-            self.view.changed()
+        self._inflight.undo(
+            self.history,
+            lambda last: self._apply(last.source, last.inverse(), undo=True),
+            self._lock,
+            "no knob change to undo from this screen",
+        )
 
     # -- sending --------------------------------------------------------------------------
 
