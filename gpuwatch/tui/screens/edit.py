@@ -128,6 +128,20 @@ class ChangeForm(ModalScreen[dict[str, V] | None], Generic[V]):
     differs from the values it was opened with, unless a field is invalid. The gate lane's
     form and a stack's knobs' form (``edit_knobs.py``) are both one."""
 
+    # The subclasses set only their widths (the labels' column and the box).
+    DEFAULT_CSS = """
+    ChangeForm { align: center middle; }
+    ChangeForm > Vertical {
+        width: 72; height: auto; max-height: 100%; overflow-y: auto;
+        border: thick $primary; background: $surface; padding: 1 2;
+    }
+    ChangeForm .row { height: 3; }
+    ChangeForm .row Label { width: 22; padding-top: 1; }
+    ChangeForm .row Input, ChangeForm .row Select { width: 1fr; }
+    ChangeForm .error { color: $bad; height: 1; padding-left: 22; }
+    ChangeForm #buttons { height: auto; align: right middle; }
+    ChangeForm Button { margin-left: 2; }
+    """
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
     def changes(self) -> dict[str, V] | None:
@@ -161,20 +175,6 @@ class ChangeForm(ModalScreen[dict[str, V] | None], Generic[V]):
 
 
 class EditLimits(ChangeForm[LimitValue]):
-    DEFAULT_CSS = """
-    EditLimits { align: center middle; }
-    EditLimits > Vertical {
-        width: 72; height: auto; max-height: 100%; overflow-y: auto;
-        border: thick $primary; background: $surface; padding: 1 2;
-    }
-    EditLimits .row { height: 3; }
-    EditLimits .row Label { width: 22; padding-top: 1; }
-    EditLimits .row Input, EditLimits .row Select { width: 1fr; }
-    EditLimits .error { color: $bad; height: 1; padding-left: 22; }
-    EditLimits #buttons { height: auto; align: right middle; }
-    EditLimits Button { margin-left: 2; }
-    """
-
     def __init__(self, gate: str, lane: str, limits: Limits) -> None:
         super().__init__()
         self.gate, self.lane, self.limits = gate, lane, limits

@@ -62,18 +62,11 @@ def hint(knob: Knob) -> str:
 
 
 class EditKnobs(ChangeForm[KnobValue]):
+    # ChangeForm's layout, with room for a knob's longer names.
     DEFAULT_CSS = """
-    EditKnobs { align: center middle; }
-    EditKnobs > Vertical {
-        width: 76; height: auto; max-height: 100%; overflow-y: auto;
-        border: thick $primary; background: $surface; padding: 1 2;
-    }
-    EditKnobs .row { height: 3; }
-    EditKnobs .row Label { width: 34; padding-top: 1; }
-    EditKnobs .row Input, EditKnobs .row Select { width: 1fr; }
-    EditKnobs .error { color: $bad; height: 1; padding-left: 34; }
-    EditKnobs #buttons { height: auto; align: right middle; }
-    EditKnobs Button { margin-left: 2; }
+    EditKnobs > Vertical { width: 76; }
+    EditKnobs .row Label { width: 34; }
+    EditKnobs .error { padding-left: 34; }
     """
 
     def __init__(self, title: str, knobs: list[Knob]) -> None:
