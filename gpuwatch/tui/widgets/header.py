@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from textual.content import Content
+
 from gpuwatch.monitor.health import Verdict, badge_text
 from gpuwatch.tui.markup import escape
 from gpuwatch.tui.widgets.panel import Panel
@@ -39,7 +41,12 @@ class HeaderBar(Panel):
         clock = time.strftime("%H:%M:%S", time.localtime(wall))
         if clock_label:
             clock = f"[b reverse $accent] {escape(clock_label)} {clock} [/]"
-        self.show(
-            f"[b]gpuwatch[/] {escape(host)} {badge} [{color}]{escape(verdict.reason)}[/]"
-            f"{waiting}  {mode}{freeze} {clock} [dim]{window}[/]  {escape(endpoint)}"
-        )
+        why = f"[{color}]{escape(verdict.reason)}[/]{waiting}"
+        when = f"{mode}{freeze} {clock} [dim]{window}[/]"
+        head = f"[b]gpuwatch[/] {escape(host)} {badge} {why}  {when}"
+        if self.size.width and Content.from_markup(head).cell_length > self.size.width:
+            # Too narrow for the clock after the reason (80 columns and a long reason): the
+            # read-only badge and the clock (is this screen live?) go before the reason, whose
+            # end the edge cuts. The endpoint, last, is the first thing cut either way.
+            head = f"[b]gpuwatch[/] {escape(host)} {badge} {when}  {why}"
+        self.show(f"{head}  {escape(endpoint)}")
