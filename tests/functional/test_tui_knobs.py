@@ -1,5 +1,5 @@
-"""A stack's own knobs steered from the dashboard (Pilot), with no gate: Dynamo's busy thresholds
-and vLLM's pause, over HTTP to the fakes written from those stacks' sources
+"""A stack's own knobs steered from the dashboard (Pilot), with no gate: Dynamo's busy thresholds,
+vLLM's pause, a LiteLLM deployment's and SGLang's caps, over HTTP to the fakes written from those stacks' sources
 (tests/functional/stackfakes/). The real Ray Serve is in tests/realstack/test_ray_knobs_tui.py."""
 
 from __future__ import annotations
@@ -265,3 +265,58 @@ async def shown_dynamo(pilot: Pilot[None], app: GpuwatchApp) -> None:
         pause=pilot.pause,
         condition=lambda: "dynamo llama-8b  decode blocks 0.85" in text(app, "#admission"),
     )
+
+
+@pytest.mark.parametrize("stack", ["litellm", "sglang"])
+async def test_a_key_steps_a_litellm_or_sglang_knob_audited(stack: str, tmp_path: Path) -> None:
+    """The other two stacks from the keys, over HTTP to their fakes: the first knob row's
+    selected knob moves one step, the stack holds the new value, the local audit says so."""
+    from tests.functional.stackfakes.common import StackFake
+    from tests.functional.stackfakes.litellm import LiteLLMFake
+    from tests.functional.stackfakes.sglang import SGLangFake
+
+    master = "sk-master-fake-0123456789"
+    fake: StackFake
+    if stack == "litellm":
+        litellm = LiteLLMFake(master_key=master)
+        litellm.add_model("dep-1", "llama-8b", rpm=100, tpm=50000, max_parallel_requests=8)
+        fake = litellm
+    else:
+        fake = SGLangFake()  # pp_max_micro_batch_size 64, its upper bound: - steps it down
+    url = await fake.start()
+    key = tmp_path / "master.key"
+    key.write_text(master)
+    audit = tmp_path / "knobs-audit.jsonl"
+    config = KnobConfig(stack, url, str(key) if stack == "litellm" else "")
+    options = DashboardOptions(
+        urls=[],
+        interval_s=0.25,
+        local=False,
+        knobs=[config],
+        knob_audit=str(audit),
+        knob_interval_s=0.25,
+    )
+    app = GpuwatchApp(live_session(options))
+
+    def held(name: str) -> Any:
+        if isinstance(fake, LiteLLMFake):
+            return fake.deployments["dep-1"]["litellm_params"][name]
+        assert isinstance(fake, SGLangFake)
+        return fake.state()[name]
+
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await eventually(pause=pilot.pause, condition=lambda: stack in text(app, "#admission"))
+            await pilot.press("tab")  # no gate: the first knob row
+            selected = app.session.on_knob
+            assert selected is not None
+            name = selected.key[2]
+            before = held(name)
+            await pilot.press("plus" if stack == "litellm" else "minus")
+            await settled(pilot, app)
+            wanted = before + 1 if stack == "litellm" else before - 1
+            await eventually(lambda: held(name) == wanted, pause=pilot.pause)
+            entries = open_audit(audit).recent
+            assert len(entries) == 1 and (entries[0].reason or "").startswith(f"{stack} admin API")
+    finally:
+        await fake.stop()
