@@ -196,3 +196,27 @@ def test_an_answer_that_is_not_rays_is_one_error_saying_where(data: Any, message
         knobs_of(doc(data))
     assert str(caught.value).startswith(WHERE + ": ")
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "state", "settling"),
+    [
+        ("HEALTHY", "RUNNING", False),
+        ("UPDATING", "RUNNING", True),  # the controller has the new config, a replica not yet
+        ("HEALTHY", "UPDATING", True),
+        ("HEALTHY", "STARTING", True),
+        ("UNHEALTHY", "RUNNING", False),  # not ours to wait for: the write reads it back as is
+    ],
+)
+def test_a_write_waits_while_ray_puts_the_config_on_its_replicas(
+    status: str, state: str, settling: bool
+) -> None:
+    from gpuwatch.control.knobs.ray import _deployments
+
+    data = answer()
+    forward = data["applications"]["llm"]["deployments"]["Forward"]
+    forward["status"] = status
+    forward["replicas"][0]["state"] = state
+    found = {d.target: d for d in _deployments(doc(data))}
+    assert found["llm/Forward"].settling is settling
+    assert found["other/Echo"].settling is False

@@ -60,6 +60,10 @@ class _Deployment:
     declarative: bool
     in_force: Doc  # deployment_config
     declared: dict[str, Json] | None  # its entry in deployed_app_config, if listed
+    # Ray is still putting a config on its replicas (the deployment or a replica UPDATING, a
+    # replica STARTING): the controller shows the new value before every replica runs with it,
+    # and a replica's own limit (its semaphore) moves only when its reconfigure is done.
+    settling: bool = False
 
     @property
     def target(self) -> str:
@@ -109,7 +113,14 @@ def _deployments(details: Doc) -> list[_Deployment]:
         for name, deployment in app.get("deployments").items():
             in_force = deployment.get("deployment_config")
             in_force.object()
-            out.append(_Deployment(app_name, name, declarative, in_force, declared.get(name)))
+            replicas = deployment.get("replicas")
+            states = [r.get("state").value for r in replicas.array()] if replicas.present else []
+            settling = deployment.get("status").value == "UPDATING" or any(
+                state in ("UPDATING", "STARTING") for state in states
+            )
+            out.append(
+                _Deployment(app_name, name, declarative, in_force, declared.get(name), settling)
+            )
     return out
 
 
@@ -213,6 +224,8 @@ class RayServeKnobs:
                 now = None if d is None else d.in_force_value(change.knob.name)
                 if not (isinstance(now, int) and same_value(now, change.value)):
                     waiting.append(f"{change.knob.label} {clip(now, 30)}")
+                elif d is not None and d.settling:
+                    waiting.append(f"{change.knob.label}: replicas still being updated")
             if not waiting:
                 return
             if time.monotonic() >= deadline:
