@@ -34,11 +34,12 @@ from tests.helpers import refusing_port
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 ROOT = Path(__file__).resolve().parents[2]
 # The real runs go this many times faster than simulated time: TTFTs and rates scale with it.
-# 5 keeps the simulator, the gate and the load generator (one process, one event loop) well
-# below a core on a loaded 2-core machine; at 10 the event loop's own delays, multiplied by 10,
-# start to show in the tail.
-TIME_SCALE = 5.0
-RUN_SIM_S = 120.0  # simulated seconds of each real run (24 s of wall time)
+# The simulator, the gate and the load generator share one process and one event loop, and
+# every wall second the loop is late counts TIME_SCALE simulated ones: at 5 a CI run read the
+# boring zone's p99 at 2.9 s (goodput 97%) where it holds at 2 s; 2.5, as the agreement test
+# below found for its own run, keeps that lateness out of the tail.
+TIME_SCALE = 2.5
+RUN_SIM_S = 120.0  # simulated seconds of each real run (48 s of wall time)
 
 
 async def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str, float]:
