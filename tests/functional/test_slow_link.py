@@ -41,7 +41,9 @@ def test_the_flag_and_the_config_key(tmp_path: Path, command: str) -> None:
 @pytest.mark.parametrize("slow_link", [False, True])
 async def test_charts_every_10_s_and_panels_every_2_s_on_a_slow_link(slow_link: bool) -> None:
     _node, sim = await start_sim(PROFILE, time_scale=2.0, seed=4)
-    load = Load(sim.url, 3)
+    # Long requests: on a slow link the panels show a poll only every 2 s, and a busy CI
+    # machine may start the app late; 400 tokens could be over before "run 3" is ever drawn.
+    load = Load(sim.url, 3, max_tokens=8000)
     options = DashboardOptions(urls=[f"{sim.url}/metrics"], interval_s=0.2, slow_link=slow_link)
     app = GpuwatchApp(live_session(options))
     try:

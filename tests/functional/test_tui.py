@@ -73,12 +73,14 @@ def options(sim_url: str, gate_url: str, **kw: Any) -> DashboardOptions:
 class Load:
     """N long streamed requests in the background; ``close()`` ends them and the session."""
 
-    def __init__(self, url: str, n: int) -> None:
+    def __init__(self, url: str, n: int, max_tokens: int = 400) -> None:
         self.session = aiohttp.ClientSession()
+        self.max_tokens = max_tokens
         self.tasks = [asyncio.create_task(self._one(url)) for _ in range(n)]
 
     async def _one(self, url: str) -> None:
-        body = {"prompt": "x" * 800, "max_tokens": 400, "ignore_eos": True, "stream": True}
+        body = {"prompt": "x" * 800, "max_tokens": self.max_tokens}
+        body |= {"ignore_eos": True, "stream": True}
         async with self.session.post(f"{url}/v1/completions", json=body) as r:
             await r.read()
 
