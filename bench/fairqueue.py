@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from collections import Counter, deque
@@ -28,6 +29,8 @@ from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.fairqueue import FairQueue
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import start_gate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests/
 from tests.functional.upstreams import CountingUpstream
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests/
 from tests.helpers import stop_process
 
 sys.path.insert(0, str(Path(__file__).parent))

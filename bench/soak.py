@@ -35,6 +35,8 @@ import psutil
 
 from gpuwatch.load import LoadRun, LoadSpec
 from gpuwatch.load.spec import Dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests/
 from tests.helpers import stop_process
 
 sys.path.insert(0, str(Path(__file__).parent))
