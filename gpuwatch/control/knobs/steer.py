@@ -110,6 +110,10 @@ def step_value(knob: Knob, value: KnobValue, step: Step) -> KnobValue:
     return new
 
 
+def _pause_knob(source: KnobSource) -> Knob | None:
+    return next((k for k in source.knobs if k.name == PAUSE_KNOB and k.kind == "bool"), None)
+
+
 @dataclass
 class KnobSource:
     """One stack's admin API as the dashboard knows it: its adapter, its knobs as last read
@@ -231,6 +235,11 @@ class KnobSteering:
     def pending_lines(self) -> list[str]:
         return [KnobChange(knob, value).describe() for _, knob, value in self._pending.values()]
 
+    def pause_knob(self) -> Knob | None:
+        """The switch that pauses the selected knob's stack (``p``), if it has one."""
+        found = self.current()
+        return _pause_knob(found[0]) if found is not None else None
+
     def select(self, ref: KnobRef | None) -> None:
         self.selected = ref
         self.view.changed()
@@ -285,7 +294,7 @@ class KnobSteering:
         if found is None:
             return
         source = found[0]
-        knob = next((k for k in source.knobs if k.name == PAUSE_KNOB and k.kind == "bool"), None)
+        knob = _pause_knob(source)
         if knob is None:
             self.view.notify(
                 f"{source.stack} at {source.url} has no pause knob: p on a lane row pauses "
