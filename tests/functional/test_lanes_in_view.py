@@ -153,3 +153,35 @@ async def test_a_lane_added_at_the_gate_pushes_the_engines_not_the_lanes(
         # The lanes go: the engines get their lines back.
         back = await gate_with(())
         assert back is not None and back >= four
+
+
+@pytest.fixture(scope="module")
+def tight() -> scenario.Scenario:
+    """The demo's tenants and classes through a tight chat lane (8 in flight, 16 queued) in a
+    spike: the scene of the README's classes screenshot, whose refusals by class once ran
+    past the panel's edge at 160x48 (their `total` wrapped onto a line of its own)."""
+    demo = demo_load(scenario.GATE_URL, 1.5, 0.5)
+    return scenario.build(
+        seconds=180, spike_at=120, max_inflight=8, max_queue=16, tenancy=demo.tenancy,
+        classes=demo.classes,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+async def test_no_admission_line_is_wider_than_the_panel(
+    tight: scenario.Scenario, size: tuple[int, int]
+) -> None:
+    app = scenario.app_for(tight)
+    async with app.run_test(size=size) as pilot:
+        await _painted(app, pilot)
+        panel = app.screen.query_one(AdmissionPanel)
+        width = panel.content_size.width
+        rows = content(panel.markup).plain.splitlines()
+        assert all(len(row) <= width for row in rows), "\n".join(
+            f"{len(row):3} {row}" for row in rows
+        )
+        refused = [row for row in rows if "refused total" in row]
+        assert len(refused) == 1 and "critical: evicted" in refused[0]
+        if size == (160, 48):  # room for lines: every class's refusals, none counted away
+            assert any(row.strip().startswith("sheddable: evicted") for row in rows)
+        assert "tenants noisy" in "\n".join(rows)

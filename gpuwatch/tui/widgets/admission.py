@@ -72,7 +72,8 @@ class AdmissionPanel(Panel):
     ) -> None:
         """The gate's lanes (``selected``: the lane the keys act on, None when a knob row is),
         then the stacks' own knobs (``knobs``), then what is being sent."""
-        knob_rows = knob_lines(knobs or [], selected_knob, compact, self.content_size.width)
+        width = self.content_size.width  # 0 before the first layout: nothing is cut then
+        knob_rows = knob_lines(knobs or [], selected_knob, compact, width)
         sending = [f" [$warn]sending: {escape('; '.join(pending))}[/]"] if pending else []
         if gate is None:
             self.display = bool(knob_rows)
@@ -138,5 +139,5 @@ class AdmissionPanel(Panel):
                 f"{wait}  {cap!s:>7}{tokens}  {shown}"
             )
             tenant = selected_tenant if name == selected else None
-            out.extend(tenant_lines(live, tenant, compact))
+            out.extend(tenant_lines(live, tenant, compact, width))
         self.show("\n".join([*out, *knob_rows, *sending]))
