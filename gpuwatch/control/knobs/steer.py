@@ -7,8 +7,8 @@ need: the selected knob, how each key steps a knob of each kind (``step_value``)
 within ``COALESCE_S`` of each other sent as one change per stack, the confirmation of a change
 that pauses or cuts a knob by more than half, and undo (the inverse change, itself
 conflict-checked and audited). Whoever shows it implements ``KnobView``; the gate's keys have
-the same shape in ``control/steering.py``, whose view protocol, coalescing window and
-severity this shares.
+the same shape in ``control/steering.py``, whose view protocol, coalescing window, guard
+check and ``Outbox`` (the keys waiting, the changes in flight, settle, close) this shares.
 """
 
 from __future__ import annotations
