@@ -23,6 +23,8 @@ from gpuwatch.tui.widgets.engines import FULL, GATE_ONE_LINE, EnginePanel
 from gpuwatch.tui.widgets.gpus import GpuPanel
 from gpuwatch.tui.widgets.panel import HOLD_S
 from scripts import scenario
+from scripts.screenshots import with_knobs
+from tests.helpers import eventually
 
 
 def demo_like(spike: bool, gpus: int = 1) -> scenario.Scenario:
@@ -185,3 +187,36 @@ async def test_no_admission_line_is_wider_than_the_panel(
         if size == (160, 48):  # room for lines: every class's refusals, none counted away
             assert any(row.strip().startswith("sheddable: evicted") for row in rows)
         assert "tenants noisy" in "\n".join(rows)
+
+
+def selected_row_shown(app: GpuwatchApp) -> bool:
+    """Whether the row the keys act on (a lane or a knob) is on screen in the left column."""
+    column = app.screen.query_one("#left", Widget)
+    panel = app.screen.query_one(AdmissionPanel)
+    if panel.selected_line is None:
+        return False
+    y = panel.content_region.y + panel.selected_line  # on screen, after any scroll
+    shown = column.scrollable_content_region
+    return shown.y <= y < shown.bottom
+
+
+async def test_a_knob_row_selected_below_the_fold_is_scrolled_into_view(
+    calm: scenario.Scenario,
+) -> None:
+    """At 80x24 the stacks' knob rows run past the column's fold: the one selected is scrolled
+    into view (the keys act on it), and the lanes come back when a lane is selected again."""
+    app = scenario.app_for(calm)
+    with_knobs(app)  # Dynamo's thresholds of two models, vLLM's pause last
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _painted(app, pilot)
+        lanes, rows = app.session.steering.lanes(), app.session.knobs.rows()
+        assert selected_row_shown(app) and lanes == ["chat", "embed", "image", "default"]
+        await pilot.press(*["tab"] * (len(lanes) + len(rows) - 1))
+        assert app.session.on_knob == rows[-1] and rows[-1].key[0] == "vllm"
+        await eventually(lambda: selected_row_shown(app), pause=pilot.pause)
+        column = app.screen.query_one("#left", Widget)
+        assert column.scroll_y > 0  # it was below the fold
+        await pilot.press("tab")  # past the last knob: the first lane
+        assert app.session.on_knob is None and app.session.steering.selected_lane == "chat"
+        await eventually(lambda: column.scroll_y == 0, pause=pilot.pause)
+        assert selected_row_shown(app)

@@ -127,6 +127,7 @@ class Dashboard(Screen[None]):
         self.first_frame_at: float | None = None
         self._painted_version = -1
         self._charts_at = self._panels_at = -1e9
+        self._selected: object = None  # the row selected when last painted: a lane or a knob
 
     def compose(self) -> ComposeResult:
         m = self.session.monitor
@@ -214,6 +215,37 @@ class Dashboard(Screen[None]):
         self._painted_version = -1
         self.refresh_bindings()  # a knob row selected (or gone) changes which keys apply
         self.paint(force_charts)
+        s = self.session
+        selected = s.on_knob or s.steering.selected_lane
+        if selected != self._selected:
+            self._selected = selected
+            self.call_after_refresh(self._selected_in_view)  # once laid out with its lines
+
+    def _selected_in_view(self) -> None:
+        """The row the keys act on stays in view: where it is below the left column's fold (a
+        knob row at 80x24) the column scrolls down to it, and all the way back up whenever the
+        row selected is in view from the top (a lane again)."""
+        try:
+            column = self.query_one("#left", KeepInView)
+            panel = self.query_one(AdmissionPanel)
+        except NoMatches:
+            return
+        line = panel.selected_line
+        if line is None or not panel.display:
+            return
+        row = panel.virtual_region.y + panel.styles.gutter.top + line  # in the column
+        height = column.scrollable_content_region.height
+        top = round(column.scroll_y)
+        if not height:
+            return
+        if row < height:
+            y = 0  # all the way up: the panels above come back with it
+        elif row >= top + height:
+            y = row - height + 1  # down to it, no further
+        else:
+            y = min(top, row)
+        if y != top:
+            column.scroll_to(y=y, animate=False)
 
     def _paint(self, force_charts: bool) -> None:
         s = self.session
