@@ -127,7 +127,9 @@ class Dashboard(Screen[None]):
         self.first_frame_at: float | None = None
         self._painted_version = -1
         self._charts_at = self._panels_at = -1e9
-        self._selected: object = None  # the row selected when last painted: a lane or a knob
+        # The row selected when last painted (a lane or a knob): a key that moves it scrolls
+        # it into view. The first lane is selected from the start, and moves nothing.
+        self._selected: object = session.steering.selected_lane
 
     def compose(self) -> ComposeResult:
         m = self.session.monitor
