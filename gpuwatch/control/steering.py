@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from gpuwatch.adminapi import LANE_KEYS, LaneLimits, Limits, LimitsPatch, LimitValue, TenantLimits
 from gpuwatch.control.gate import GateClient, GateConflict, GateError
@@ -22,6 +22,7 @@ from gpuwatch.fmt import clip
 from gpuwatch.monitor.state import EventLevel
 
 T = TypeVar("T")
+P = TypeVar("P")  # what a steering's keys leave waiting to be sent
 
 Severity = Literal["information", "warning", "error"]
 
@@ -170,6 +171,17 @@ class SteeringView(OperatorView, Protocol):
         """The ids of the tenants the gate shows for ``lane`` now, busiest first."""
 
 
+def guard_allows(guard: Guard, view: OperatorView, what: str) -> bool:
+    """The guard's answer for ``what``, asked before anything is computed or sent; the
+    operator is told why not. Every steering asks it first."""
+    try:
+        guard.check(what)
+    except ReadOnlyError as exc:
+        view.notify(str(exc), "warning")
+        return False
+    return True
+
+
 class InFlight:
     """The changes a steering has in flight, each a task (they take the steering's lock in
     turn): a failure is an event naming ``what``, every end a repaint; all are stopped when
@@ -237,6 +249,67 @@ class InFlight:
         self.spawn(undo())
 
 
+class Outbox(Generic[P]):
+    """All a steering has not had answered yet: the keys waiting to be sent as one change
+    (``pending``, sent by ``flush``: at once, or by the timer ``wait`` starts, ``coalesce_s``
+    after the last key) and the changes in flight (``inflight``). The gate's ``Steering`` and
+    the knobs' ``KnobSteering`` each hold one; what a key leaves waiting (the ops on the
+    gate's limits, the knobs' values) is theirs, and ``send`` makes it a change."""
+
+    def __init__(
+        self, view: OperatorView, what: str, empty: Callable[[], P], send: Callable[[P], None]
+    ) -> None:
+        self._empty = empty
+        self._send = send
+        self.pending: P = empty()
+        self.inflight = InFlight(view, what)
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def idle(self) -> bool:
+        """No key waits to be sent and no change is in flight or awaiting confirmation."""
+        return not self.pending and self._timer is None and not self.inflight
+
+    def wait(self, coalesce_s: float) -> None:
+        """A key came: send what is pending ``coalesce_s`` from now, unless another key comes
+        first (no timer when nothing is pending now)."""
+        self._stop()
+        if self.pending:
+            self._timer = asyncio.get_running_loop().call_later(coalesce_s, self.flush)
+
+    def flush(self) -> None:
+        """Send what the pending keys amount to now (the coalescing timer calls this)."""
+        self._stop()
+        pending, self.pending = self.pending, self._empty()
+        if pending:
+            self._send(pending)
+
+    async def settle(self) -> None:
+        """Send what is pending now and wait until every change has been answered."""
+        self.flush()
+        await self.inflight.wait()
+
+    def close(self) -> None:
+        """Drop pending keys and stop changes in flight (the screen is going away)."""
+        self._stop()
+        self.pending = self._empty()
+        self.inflight.cancel()
+
+    def _stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+@dataclass
+class Keys:
+    """The gate's keys not yet sent: the limits on screen when the first came, and each
+    key's op, in order."""
+
+    base: Limits
+    ops: list[Op]
+
+
 @dataclass
 class Change:
     """One change this operator made, for undo: the limits it was made on and the patch."""
@@ -257,12 +330,10 @@ class Steering:
         self.selected_lane = "chat"
         self.selected_tenant: str | None = None  # a tenant id of the selected lane
         self.history: list[Change] = []
-        self._ops: list[Op] = []
-        self._base: Limits | None = None  # the limits on screen when the first pending key came
-        self._timer: asyncio.TimerHandle | None = None
         self._own_versions: set[int] = set()
         self._lock = asyncio.Lock()  # one change at a time, in the order the keys came
-        self._inflight = InFlight(view, "control")
+        self._outbox: Outbox[Keys | None] = Outbox(view, "control", lambda: None, self._send_keys)
+        self._inflight = self._outbox.inflight
 
     # -- state ----------------------------------------------------------------------------
 
@@ -274,23 +345,19 @@ class Steering:
     @property
     def idle(self) -> bool:
         """No key waits to be sent and no change is in flight or awaiting confirmation."""
-        return not self._ops and self._timer is None and not self._inflight
+        return self._outbox.idle
 
     def lanes(self) -> list[str]:
         limits = self.view.limits()
         return list(limits.lanes) if limits else []
 
     def pending_lines(self) -> list[str]:
-        if self._base is None or not self._ops:
-            return []
-        return describe(self._base, patch_from(self._base, self._ops))
+        keys = self._outbox.pending
+        return describe(keys.base, patch_from(keys.base, keys.ops)) if keys else []
 
     def allowed(self, what: str) -> bool:
         """The guard's answer, and a gate to steer; the operator is told why not."""
-        try:
-            self.guard.check(what)
-        except ReadOnlyError as exc:
-            self.view.notify(str(exc), "warning")
+        if not guard_allows(self.guard, self.view, what):
             return False
         if self.view.limits() is None or self.client is None:
             reason = self.view.gate_reason() or "start gpuwatch with --admin URL"
@@ -423,25 +490,22 @@ class Steering:
     def propose(self, key: str, compute: Callable[[Any], Any], lane: str | None = None) -> None:
         """Queue one key's change; it is sent with the keys that follow within coalesce_s."""
         lane = self.selected_lane if lane is None else lane
-        if not self.allowed(f"change of {lane + '.' if lane else ''}{key}"):
+        base = self.view.limits()  # None only where not allowed (no gate to steer)
+        if not self.allowed(f"change of {lane + '.' if lane else ''}{key}") or base is None:
             return
-        if self._base is None:
-            self._base = self.view.limits()
-        self._ops.append((lane, key, compute))
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(self.coalesce_s, self.flush)
+        # The first key waiting fixes the limits the change is made from.
+        keys = self._outbox.pending = self._outbox.pending or Keys(base, [])
+        keys.ops.append((lane, key, compute))
+        self._outbox.wait(self.coalesce_s)
         self.view.changed()
 
     def flush(self) -> None:
         """Send what the pending keys amount to now (the coalescing timer calls this)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        ops, base = self._ops, self._base
-        self._ops, self._base = [], None
-        if ops and base is not None:
-            self._inflight.spawn(self._commit(ops, base))
+        self._outbox.flush()
+
+    def _send_keys(self, keys: Keys | None) -> None:
+        if keys is not None:
+            self._inflight.spawn(self._commit(keys.ops, keys.base))
 
     def _rebased(self, base: Limits) -> Limits:
         """``base``, or the gate's present limits when only our own changes came between."""
@@ -583,13 +647,8 @@ class Steering:
 
     async def settle(self) -> None:
         """Send what is pending now and wait until every change has been answered."""
-        self.flush()
-        await self._inflight.wait()
+        await self._outbox.settle()
 
     def close(self) -> None:
         """Drop pending keys and stop changes in flight (the screen is going away)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._ops, self._base = [], None
-        self._inflight.cancel()
+        self._outbox.close()

@@ -21,11 +21,10 @@ from gpuwatch.tui.screens.confirm import ConfirmationModal
 from gpuwatch.tui.screens.edit import EditLimits
 from gpuwatch.tui.screens.edit_knobs import EditKnobs
 
-# What the keys do on a knob row (control/knobs/steer.py); the other control keys are the
-# gate's alone, greyed there.
-KNOB_ACTIONS = frozenset(
-    {"inflight", "scale_inflight", "pause", "edit", "undo", "select_lane", "next_lane"}
-)
+# What the keys do on a knob row (control/knobs/steer.py): bindings of their own on the gate's
+# keys (tab + - * / p e u), so that the footer says what a key does on the row selected. They
+# are offered on a knob row alone, and the gate's meanings of those keys on a lane row alone.
+KNOB_ACTIONS = frozenset({"knob_next", "knob_step", "knob_pause", "knob_edit", "knob_undo"})
 # The actions that steer: greyed in the footer when there is nothing to steer.
 CONTROL_ACTIONS = frozenset(
     {

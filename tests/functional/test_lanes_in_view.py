@@ -23,6 +23,8 @@ from gpuwatch.tui.widgets.engines import FULL, GATE_ONE_LINE, EnginePanel
 from gpuwatch.tui.widgets.gpus import GpuPanel
 from gpuwatch.tui.widgets.panel import HOLD_S
 from scripts import scenario
+from scripts.screenshots import with_knobs
+from tests.helpers import eventually
 
 
 def demo_like(spike: bool, gpus: int = 1) -> scenario.Scenario:
@@ -153,3 +155,68 @@ async def test_a_lane_added_at_the_gate_pushes_the_engines_not_the_lanes(
         # The lanes go: the engines get their lines back.
         back = await gate_with(())
         assert back is not None and back >= four
+
+
+@pytest.fixture(scope="module")
+def tight() -> scenario.Scenario:
+    """The demo's tenants and classes through a tight chat lane (8 in flight, 16 queued) in a
+    spike: the scene of the README's classes screenshot, whose refusals by class once ran
+    past the panel's edge at 160x48 (their `total` wrapped onto a line of its own)."""
+    demo = demo_load(scenario.GATE_URL, 1.5, 0.5)
+    return scenario.build(
+        seconds=180, spike_at=120, max_inflight=8, max_queue=16, tenancy=demo.tenancy,
+        classes=demo.classes,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+async def test_no_admission_line_is_wider_than_the_panel(
+    tight: scenario.Scenario, size: tuple[int, int]
+) -> None:
+    app = scenario.app_for(tight)
+    async with app.run_test(size=size) as pilot:
+        await _painted(app, pilot)
+        panel = app.screen.query_one(AdmissionPanel)
+        width = panel.content_size.width
+        rows = content(panel.markup).plain.splitlines()
+        assert all(len(row) <= width for row in rows), "\n".join(
+            f"{len(row):3} {row}" for row in rows
+        )
+        refused = [row for row in rows if "refused total" in row]
+        assert len(refused) == 1 and "critical: evicted" in refused[0]
+        if size == (160, 48):  # room for lines: every class's refusals, none counted away
+            assert any(row.strip().startswith("sheddable: evicted") for row in rows)
+        assert "tenants noisy" in "\n".join(rows)
+
+
+def selected_row_shown(app: GpuwatchApp) -> bool:
+    """Whether the row the keys act on (a lane or a knob) is on screen in the left column."""
+    column = app.screen.query_one("#left", Widget)
+    panel = app.screen.query_one(AdmissionPanel)
+    if panel.selected_line is None:
+        return False
+    y = panel.content_region.y + panel.selected_line  # on screen, after any scroll
+    shown = column.scrollable_content_region
+    return shown.y <= y < shown.bottom
+
+
+async def test_a_knob_row_selected_below_the_fold_is_scrolled_into_view(
+    calm: scenario.Scenario,
+) -> None:
+    """At 80x24 the stacks' knob rows run past the column's fold: the one selected is scrolled
+    into view (the keys act on it), and the lanes come back when a lane is selected again."""
+    app = scenario.app_for(calm)
+    with_knobs(app)  # Dynamo's thresholds of two models, vLLM's pause last
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _painted(app, pilot)
+        lanes, rows = app.session.steering.lanes(), app.session.knobs.rows()
+        assert selected_row_shown(app) and lanes == ["chat", "embed", "image", "default"]
+        await pilot.press(*["tab"] * (len(lanes) + len(rows) - 1))
+        assert app.session.on_knob == rows[-1] and rows[-1].key[0] == "vllm"
+        await eventually(lambda: selected_row_shown(app), pause=pilot.pause)
+        column = app.screen.query_one("#left", Widget)
+        assert column.scroll_y > 0  # it was below the fold
+        await pilot.press("tab")  # past the last knob: the first lane
+        assert app.session.on_knob is None and app.session.steering.selected_lane == "chat"
+        await eventually(lambda: column.scroll_y == 0, pause=pilot.pause)
+        assert selected_row_shown(app)

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from textual.pilot import Pilot
 from textual.widgets import Button, DataTable
+from textual.widgets._footer import FooterKey
 
 from gpuwatch.config import KnobConfig
 from gpuwatch.control.knobs.apply import open_audit
@@ -27,7 +28,7 @@ from tests.functional.stackfakes.dynamo import DynamoFake
 from tests.functional.stackfakes.vllm import VLLMFake
 from tests.functional.test_tui import text
 from tests.functional.test_tui_control import audit_shown, confirm_shown
-from tests.helpers import eventually
+from tests.helpers import eventually, refusing_port
 
 DECODE = "active_decode_blocks_threshold"
 
@@ -101,6 +102,65 @@ async def settled(pilot: Pilot[None], app: GpuwatchApp) -> None:
     await eventually(pause=pilot.pause, condition=lambda: app.session.knobs.idle)
 
 
+def row_of(app: GpuwatchApp, stack: str) -> int:
+    """The index of ``stack``'s first knob row among the knob rows."""
+    return next(i for i, r in enumerate(app.session.knobs.rows()) if r.key[0] == stack)
+
+
+def footer(app: GpuwatchApp) -> dict[str, tuple[str, bool]]:
+    """What the footer shows: each key's label, and whether it is live (False: greyed)."""
+    return {
+        k.key: (k.description, not k.has_class("-disabled")) for k in app.screen.query(FooterKey)
+    }
+
+
+async def test_the_footer_names_what_the_keys_do_on_the_row_selected(stacks: Stacks) -> None:
+    """On a lane row the footer offers the gate's keys (greyed: this gate does not answer);
+    on a knob row the same keys say what they do to the knob, `p` only where the stack can
+    pause, and none of the gate's labels is left there."""
+    with refusing_port() as port:
+        app = stacks.app(admin_url=f"http://127.0.0.1:{port}")
+        async with app.run_test(size=(160, 48)) as pilot:
+            await shown(pilot, app)
+            await eventually(
+                pause=pilot.pause, condition=lambda: footer(app).get("plus") is not None
+            )
+            shown_keys = footer(app)
+            assert shown_keys["plus"] == ("+in-flight", False)
+            assert shown_keys["e"] == ("edit lane", False)
+            await pilot.press("tab")  # the gate has no lanes to show: the first knob row
+            assert app.session.on_knob is not None and app.session.on_knob.key[0] == "dynamo"
+            dynamo = {
+                "tab": ("next row", True),
+                "plus": ("+knob", True),
+                "minus": ("-knob", True),
+                "e": ("edit knob", True),
+                "u": ("undo knob", True),
+            }
+            await eventually(
+                pause=pilot.pause,
+                condition=lambda: dynamo.items() <= footer(app).items(),
+                message=lambda: str(footer(app)),
+            )
+            assert "p" not in footer(app)  # Dynamo has no pause: nothing to offer
+            labels = " ".join(label for label, _ in footer(app).values())
+            assert "lane" not in labels and "in-flight" not in labels
+            await pilot.press(str(row_of(app, "vllm") + 1))
+            await eventually(
+                pause=pilot.pause,
+                condition=lambda: footer(app).get("p") == ("pause stack", True),
+                message=lambda: str(footer(app)),
+            )
+            rows = len(app.session.knobs.rows())
+            await pilot.press(*["tab"] * (rows - row_of(app, "vllm")))  # past the last knob
+            assert app.session.on_knob is None
+            await eventually(
+                pause=pilot.pause,
+                condition=lambda: footer(app).get("plus") == ("+in-flight", False),
+                message=lambda: str(footer(app)),
+            )
+
+
 async def test_keys_step_a_dynamo_threshold_audited_and_undone(stacks: Stacks) -> None:
     app = stacks.app()
     app.session.knobs.coalesce_s = 2.0  # the keys below land in one window on a loaded machine
@@ -137,9 +197,7 @@ async def test_p_pauses_vllm_after_asking_and_resumes_without(stacks: Stacks) ->
     app = stacks.app()
     async with app.run_test(size=(160, 48)) as pilot:
         await shown(pilot, app)
-        rows = app.session.knobs.rows()
-        index = next(i for i, r in enumerate(rows) if r.key[0] == "vllm")
-        await pilot.press(str(index + 1))  # no gate: the number keys count the knob rows
+        await pilot.press(str(row_of(app, "vllm") + 1))  # no gate: the keys count knob rows
         await pilot.press("p")
         modal = await confirm_shown(pilot, app)
         assert "vllm server paused false -> true" in str(modal.query_one("#details").render())
@@ -187,7 +245,8 @@ async def test_read_only_refuses_on_a_knob_row_and_sends_nothing(stacks: Stacks)
     app = stacks.app(read_only=True)
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         await shown(pilot, app)
-        await pilot.press("tab", "plus", "asterisk", "p", "e", "u")
+        await pilot.press("tab", "plus", "asterisk", "e", "u")
+        await pilot.press(str(row_of(app, "vllm") + 1), "p")  # p where the stack can pause
         await settled(pilot, app)
         said = [n.message for n in app._notifications]
         assert said and all("read-only" in m for m in said), said

@@ -11,7 +11,7 @@ import pytest
 from gpuwatch.adminapi import ConflictBody, LaneLimits, Limits, LimitsPatch
 from gpuwatch.control.gate import GateClient, GateConflict, GateError
 from gpuwatch.control.guard import Guard, ReadOnlyError
-from gpuwatch.control.steering import Steering
+from gpuwatch.control.steering import Keys, Steering
 from gpuwatch.fmt import clip
 from gpuwatch.gate.limits import apply_patch
 from tests.helpers import eventually
@@ -252,11 +252,12 @@ async def test_keys_after_our_own_change_build_on_it_not_on_the_old_limits(
 ) -> None:
     s, view, gate = rig
     base = view.current
+    assert base is not None
     s.inflight(1)
     await s.settle()
     assert view.current is not None and view.current.version == 4
-    s._base = base  # a key's change made from limits shown before our own change landed
-    s._ops = [("chat", "max_inflight", lambda v: v + 1)]
+    # A key's change made from limits shown before our own change landed.
+    s._outbox.pending = Keys(base, [("chat", "max_inflight", lambda v: v + 1)])
     s.flush()
     await s.settle()
     assert gate.sent[-1] == (LimitsPatch(lanes={"chat": {"max_inflight": 18}}), 4)

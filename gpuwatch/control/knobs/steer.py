@@ -7,8 +7,8 @@ need: the selected knob, how each key steps a knob of each kind (``step_value``)
 within ``COALESCE_S`` of each other sent as one change per stack, the confirmation of a change
 that pauses or cuts a knob by more than half, and undo (the inverse change, itself
 conflict-checked and audited). Whoever shows it implements ``KnobView``; the gate's keys have
-the same shape in ``control/steering.py``, whose view protocol, coalescing window and
-severity this shares.
+the same shape in ``control/steering.py``, whose view protocol, coalescing window, guard
+check and ``Outbox`` (the keys waiting, the changes in flight, settle, close) this shares.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gpuwatch.control.knobs.base import (
     same_value,
     show_value,
 )
-from gpuwatch.control.steering import COALESCE_S, InFlight, OperatorView
+from gpuwatch.control.steering import COALESCE_S, OperatorView, Outbox, guard_allows
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
 from gpuwatch.gate.audit import AuditError, AuditLog
@@ -110,6 +110,10 @@ def step_value(knob: Knob, value: KnobValue, step: Step) -> KnobValue:
     return new
 
 
+def _pause_knob(source: KnobSource) -> Knob | None:
+    return next((k for k in source.knobs if k.name == PAUSE_KNOB and k.kind == "bool"), None)
+
+
 @dataclass
 class KnobSource:
     """One stack's admin API as the dashboard knows it: its adapter, its knobs as last read
@@ -183,6 +187,10 @@ class Applied:
         ]
 
 
+# Keys not yet sent: per knob, where it is, the knob as shown, and the value wanted.
+Pending = dict[KnobRef, tuple[KnobSource, Knob, KnobValue]]
+
+
 class KnobSteering:
     def __init__(
         self,
@@ -199,18 +207,16 @@ class KnobSteering:
         self.coalesce_s = coalesce_s
         self.selected: KnobRef | None = None  # None: the gate's lane is selected
         self.history: list[Applied] = []
-        # Keys not yet sent: per knob, where it is, the knob as shown, and the value wanted.
-        self._pending: dict[KnobRef, tuple[KnobSource, Knob, KnobValue]] = {}
-        self._timer: asyncio.TimerHandle | None = None
         self._lock = asyncio.Lock()  # one change at a time, in the order the keys came
-        self._inflight = InFlight(view, "knobs")
+        self._outbox: Outbox[Pending] = Outbox(view, "knobs", dict, self._send_keys)
+        self._inflight = self._outbox.inflight
 
     # -- state ----------------------------------------------------------------------------
 
     @property
     def idle(self) -> bool:
         """No key waits to be sent and no change is in flight or awaiting confirmation."""
-        return not self._pending and self._timer is None and not self._inflight
+        return self._outbox.idle
 
     def rows(self) -> list[KnobRef]:
         """Every knob shown, in order: the rows selection moves through (a stack whose last
@@ -229,7 +235,13 @@ class KnobSteering:
         return None
 
     def pending_lines(self) -> list[str]:
-        return [KnobChange(knob, value).describe() for _, knob, value in self._pending.values()]
+        pending = self._outbox.pending
+        return [KnobChange(knob, value).describe() for _, knob, value in pending.values()]
+
+    def pause_knob(self) -> Knob | None:
+        """The switch that pauses the selected knob's stack (``p``), if it has one."""
+        found = self.current()
+        return _pause_knob(found[0]) if found is not None else None
 
     def select(self, ref: KnobRef | None) -> None:
         self.selected = ref
@@ -237,12 +249,7 @@ class KnobSteering:
 
     def allowed(self, what: str) -> bool:
         """The guard's answer, asked before anything is computed or sent; told why not."""
-        try:
-            self.guard.check(what)
-        except ReadOnlyError as exc:
-            self.view.notify(str(exc), "warning")
-            return False
-        return True
+        return guard_allows(self.guard, self.view, what)
 
     def _selected_knob(self, what: str) -> tuple[KnobSource, Knob] | None:
         found = self.current()
@@ -262,21 +269,18 @@ class KnobSteering:
             return
         source, knob = found
         ref = KnobRef.of(source, knob)
-        _, shown, wanted = self._pending.get(ref, (source, knob, knob.value))
+        pending = self._outbox.pending
+        _, shown, wanted = pending.get(ref, (source, knob, knob.value))
         try:
             new = step_value(shown, wanted, step)
         except NoStep as exc:
             self.view.notify(str(exc), "warning")
             return
         if same_value(new, shown.value):
-            self._pending.pop(ref, None)  # back where it was shown: nothing to send
+            pending.pop(ref, None)  # back where it was shown: nothing to send
         else:
-            self._pending[ref] = (source, shown, new)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._pending:
-            self._timer = asyncio.get_running_loop().call_later(self.coalesce_s, self.flush)
+            pending[ref] = (source, shown, new)
+        self._outbox.wait(self.coalesce_s)
         self.view.changed()
 
     def pause(self) -> None:
@@ -285,7 +289,7 @@ class KnobSteering:
         if found is None:
             return
         source = found[0]
-        knob = next((k for k in source.knobs if k.name == PAUSE_KNOB and k.kind == "bool"), None)
+        knob = _pause_knob(source)
         if knob is None:
             self.view.notify(
                 f"{source.stack} at {source.url} has no pause knob: p on a lane row pauses "
@@ -299,10 +303,9 @@ class KnobSteering:
     def flush(self) -> None:
         """Send what the pending keys amount to now, one change per stack (the coalescing
         timer calls this)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        pending, self._pending = self._pending, {}
+        self._outbox.flush()
+
+    def _send_keys(self, pending: Pending) -> None:
         by_source: dict[str, tuple[KnobSource, list[KnobChange]]] = {}
         for source, knob, value in pending.values():
             by_source.setdefault(source.url, (source, []))[1].append(KnobChange(knob, value))
@@ -406,13 +409,8 @@ class KnobSteering:
 
     async def settle(self) -> None:
         """Send what is pending now and wait until every change has been answered."""
-        self.flush()
-        await self._inflight.wait()
+        await self._outbox.settle()
 
     def close(self) -> None:
         """Drop pending keys and stop changes in flight (the screen is going away)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._pending = {}
-        self._inflight.cancel()
+        self._outbox.close()

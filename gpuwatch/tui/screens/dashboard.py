@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from gpuwatch.adminapi import AuditEntry
 from gpuwatch.control.gate import GateError
+from gpuwatch.control.knobs.steer import Step
 from gpuwatch.control.steering import QUEUE_STEP
 from gpuwatch.fmt import pct, seconds
 from gpuwatch.gate.audit import AuditError
@@ -106,6 +107,16 @@ class Dashboard(Screen[None]):
         Binding("x", "tenant_pause", "pause/resume tenant", show=False),
         Binding("c", "tenant_cap(True)", "lower tenant cap", show=False),
         Binding("C", "tenant_cap(False)", "raise tenant cap", show=False),
+        # The same keys on a knob row (check_action offers each kind on its own rows only):
+        # the footer names what they do to the selected knob.
+        Binding("tab", "knob_next", "next row", priority=True),
+        Binding("plus", "knob_step('up')", "+knob", key_display="+"),
+        Binding("minus", "knob_step('down')", "-knob", key_display="-"),
+        Binding("asterisk", "knob_step('double')", "double knob", key_display="*", show=False),
+        Binding("slash", "knob_step('halve')", "halve knob", key_display="/", show=False),
+        Binding("p", "knob_pause", "pause stack"),
+        Binding("e", "knob_edit", "edit knob"),
+        Binding("u", "knob_undo", "undo knob"),
     ]
 
     def __init__(self, session: NodeSession) -> None:
@@ -116,6 +127,9 @@ class Dashboard(Screen[None]):
         self.first_frame_at: float | None = None
         self._painted_version = -1
         self._charts_at = self._panels_at = -1e9
+        # The row selected when last painted (a lane or a knob): a key that moves it scrolls
+        # it into view. The first lane is selected from the start, and moves nothing.
+        self._selected: object = session.steering.selected_lane
 
     def compose(self) -> ComposeResult:
         m = self.session.monitor
@@ -203,6 +217,37 @@ class Dashboard(Screen[None]):
         self._painted_version = -1
         self.refresh_bindings()  # a knob row selected (or gone) changes which keys apply
         self.paint(force_charts)
+        s = self.session
+        selected = s.on_knob or s.steering.selected_lane
+        if selected != self._selected:
+            self._selected = selected
+            self.call_after_refresh(self._selected_in_view)  # once laid out with its lines
+
+    def _selected_in_view(self) -> None:
+        """The row the keys act on stays in view: where it is below the left column's fold (a
+        knob row at 80x24) the column scrolls down to it, and all the way back up whenever the
+        row selected is in view from the top (a lane again)."""
+        try:
+            column = self.query_one("#left", KeepInView)
+            panel = self.query_one(AdmissionPanel)
+        except NoMatches:
+            return
+        line = panel.selected_line
+        if line is None or not panel.display:
+            return
+        row = panel.virtual_region.y + panel.styles.gutter.top + line  # in the column
+        height = column.scrollable_content_region.height
+        top = round(column.scroll_y)
+        if not height:
+            return
+        if row < height:
+            y = 0  # all the way up: the panels above come back with it
+        elif row >= top + height:
+            y = row - height + 1  # down to it, no further
+        else:
+            y = min(top, row)
+        if y != top:
+            column.scroll_to(y=y, animate=False)
 
     def _paint(self, force_charts: bool) -> None:
         s = self.session
@@ -319,12 +364,18 @@ class Dashboard(Screen[None]):
     # -- the control keys: what they do is decided in ``Steering`` ------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        s = self.session
+        if action in KNOB_ACTIONS:
+            # A knob row's keys, offered there alone; they always run there, so that read-only
+            # is refused by the guard, which says why. `p` only where the stack can pause.
+            if s.on_knob is None:
+                return False
+            return action != "knob_pause" or s.knobs.pause_knob() is not None
         if action in CONTROL_ACTIONS:
-            s = self.session
             if s.on_knob is not None:
-                # On a knob row its keys always run, so that read-only is refused by the
-                # guard, which says why; the gate's other keys are greyed there.
-                return True if action in KNOB_ACTIONS else None
+                # The gate's meanings of the keys: none on a knob row (the number keys still
+                # pick a row).
+                return action == "select_lane"
             if not s.options.admin_url:
                 # No gate: only the moves into the knob rows, if any (else nothing offered).
                 return action in ("select_lane", "next_lane") and bool(s.knobs.rows())
@@ -350,16 +401,10 @@ class Dashboard(Screen[None]):
         self.session.steering.tenant_cap(down)
 
     def action_inflight(self, delta: int) -> None:
-        if self.session.on_knob is not None:
-            self.session.knobs.step("up" if delta > 0 else "down")
-        else:
-            self.session.steering.inflight(delta)
+        self.session.steering.inflight(delta)
 
     def action_scale_inflight(self, factor: float) -> None:
-        if self.session.on_knob is not None:
-            self.session.knobs.step("double" if factor > 1 else "halve")
-        else:
-            self.session.steering.scale_inflight(factor)
+        self.session.steering.scale_inflight(factor)
 
     def action_queue(self, delta: int) -> None:
         self.session.steering.queue(delta)
@@ -371,10 +416,7 @@ class Dashboard(Screen[None]):
         self.session.steering.budget(down)
 
     def action_pause(self) -> None:
-        if self.session.on_knob is not None:
-            self.session.knobs.pause()
-        else:
-            self.session.steering.pause()
+        self.session.steering.pause()
 
     def action_adaptive(self) -> None:
         # A lane switched on without a target of its own gets the dashboard's TTFT SLO.
@@ -382,17 +424,28 @@ class Dashboard(Screen[None]):
         self.session.steering.toggle_adaptive(slo or 2.0)
 
     def action_undo(self) -> None:
-        # On a knob row, this operator's last knob change; on a lane, the gate's.
-        if self.session.on_knob is not None:
-            self.session.knobs.undo()
-        else:
-            self.session.steering.undo()
+        self.session.steering.undo()
 
     def action_edit(self) -> None:
-        if self.session.on_knob is not None:
-            self.session.knobs.edit()
-        else:
-            self.session.steering.edit()
+        self.session.steering.edit()
+
+    # -- the keys on a knob row: ``KnobSteering`` ------------------------------------------
+
+    def action_knob_next(self) -> None:
+        self.session.next_row()
+
+    def action_knob_step(self, step: Step) -> None:
+        self.session.knobs.step(step)
+
+    def action_knob_pause(self) -> None:
+        self.session.knobs.pause()
+
+    def action_knob_undo(self) -> None:
+        # This operator's last knob change (on a lane row, `u` undoes the gate's).
+        self.session.knobs.undo()
+
+    def action_knob_edit(self) -> None:
+        self.session.knobs.edit()
 
     def action_audit(self) -> None:
         """The gate's audit trail and, where this node steers a stack's own knobs, the local

@@ -8,6 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from gpuwatch.tui.control import KNOB_ACTIONS
 from gpuwatch.tui.markup import escape
 
 
@@ -42,7 +43,15 @@ class HelpScreen(ModalScreen[None]):
         lines = ["[b]gpuwatch keys[/]", ""]
         # The number keys are one line: they pick a row of the admission panel, in its order.
         digits = [b.key for b in self._keys if b.key.isdigit()]
-        for b in self._keys:
+        # A knob row's own meanings of the keys go under a heading of their own, after the rest.
+        on_knob = [b for b in self._keys if b.action.split("(", 1)[0] in KNOB_ACTIONS]
+        rest: list[Binding | None] = [b for b in self._keys if b not in on_knob]
+        if on_knob:
+            rest += [None, *on_knob]
+        for b in rest:
+            if b is None:
+                lines += ["", "  [b]on a knob row[/] (the stacks' own knobs, after the lanes)"]
+                continue
             if b.key.isdigit():
                 if b.key == digits[0]:
                     key = f"{digits[0]}..{digits[-1]}".ljust(12)

@@ -6,7 +6,7 @@ from gpuwatch.adminapi import REASONS, LaneLimits, LaneStatus
 from gpuwatch.control.knobs.steer import KnobRef, KnobSource
 from gpuwatch.monitor.state import GateView
 from gpuwatch.tui.markup import escape
-from gpuwatch.tui.widgets.knobs import knob_lines
+from gpuwatch.tui.widgets.knobs import knob_block
 from gpuwatch.tui.widgets.panel import Panel
 from gpuwatch.tui.widgets.tenants import tenant_lines
 
@@ -60,6 +60,10 @@ def _wait(live: LaneStatus) -> str:
 class AdmissionPanel(Panel):
     DEFAULT_CSS = "AdmissionPanel { height: auto; }"
 
+    # The line of the row the keys act on (the selected lane or knob), None when none is
+    # shown: the dashboard keeps it in view.
+    selected_line: int | None = None
+
     def render_gate(
         self,
         gate: GateView | None,
@@ -72,8 +76,10 @@ class AdmissionPanel(Panel):
     ) -> None:
         """The gate's lanes (``selected``: the lane the keys act on, None when a knob row is),
         then the stacks' own knobs (``knobs``), then what is being sent."""
-        knob_rows = knob_lines(knobs or [], selected_knob, compact, self.content_size.width)
+        width = self.content_size.width  # 0 before the first layout: nothing is cut then
+        knob_rows, knob_at = knob_block(knobs or [], selected_knob, compact, width)
         sending = [f" [$warn]sending: {escape('; '.join(pending))}[/]"] if pending else []
+        self.selected_line = None if knob_at is None else 1 + knob_at  # under the head line
         if gate is None:
             self.display = bool(knob_rows)
             self.show("\n".join(["[b]admission[/] the stacks' own knobs", *knob_rows, *sending]))
@@ -128,7 +134,10 @@ class AdmissionPanel(Panel):
                 " ".join(f"[$bad]{label} {rate:.1f}[/]" for label, rate in refusals if rate > 0.05)
                 or "[dim]-[/]"
             )
-            label = f"[reverse]{name:<8}[/reverse]" if name == selected else f"{name:<8}"
+            label = escape(f"{name:<8}")
+            if name == selected:
+                label = f"[reverse]{label}[/reverse]"
+                self.selected_line = len(out)
             flight = f"{inflight}/{limit}"
             waiting = f"{queued}/{lane.max_queue}"
             tokens = f"  {'tokens ' + _budget(lane, live):<14}" if budgets else ""
@@ -138,5 +147,7 @@ class AdmissionPanel(Panel):
                 f"{wait}  {cap!s:>7}{tokens}  {shown}"
             )
             tenant = selected_tenant if name == selected else None
-            out.extend(tenant_lines(live, tenant, compact))
+            out.extend(tenant_lines(live, tenant, compact, width))
+        if knob_at is not None:
+            self.selected_line = len(out) + knob_at
         self.show("\n".join([*out, *knob_rows, *sending]))
