@@ -104,6 +104,23 @@ def signal_url(endpoint: str, signal: str) -> str:
     return f"{base}/v1/{signal}"
 
 
+# The GenAI operation of each path (gen_ai.operation.name), for the gate's spans and the
+# simulator's alike; another path is named by its last part.
+OPERATIONS = (
+    ("/v1/chat/completions", "chat"),
+    ("/v1/responses", "chat"),
+    ("/v1/completions", "text_completion"),
+    ("/v1/embeddings", "embeddings"),
+)
+
+
+def operation(path: str) -> str:
+    for prefix, name in OPERATIONS:
+        if path.startswith(prefix):
+            return name
+    return path.rsplit("/", 1)[-1] or path
+
+
 def wall_ns(monotonic_s: float) -> int:
     """A ``time.monotonic()`` reading as epoch nanoseconds: spans carry wall times, the gate
     measures with the monotonic clock."""
@@ -386,6 +403,7 @@ class Exporting:
         resource = self.resource = Resource.create({"service.name": service_name})
         self.scope = InstrumentationScope(service_name.replace("-", "."))
         spans, self._metric_exporter = _exporters(config, self.outage, resource, self.scope)
+        self._span_exporter = spans
         for name in _NOISY:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         processor = self.processor = BatchSpanProcessor(
@@ -456,6 +474,14 @@ class Exporting:
     def shutdown(self) -> None:
         """Send what is held and stop the export threads; blocks (call it in a thread)."""
         self.outage.closing = True
+        if self.outage.down:
+            # Known down: an export under way is cut short too. It would otherwise retry with
+            # backoff until its timeout (some 7 s of the default 10, both protocols), and the
+            # batch processor waits for it. The exporters' own shutdown ends their backoff
+            # wait and closes the channel (gRPC) or session (HTTP); what they are sent after
+            # that is dropped by ``outage.skip`` before it reaches them.
+            self._span_exporter.shutdown()
+            self._metric_exporter.shutdown()
         self._stop.set()
         self._pump.join(self.config.timeout_s)
         self.tracer_provider.shutdown()
@@ -474,31 +500,41 @@ def _exporters(
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     assert config.endpoint is not None
+    # Either protocol's exporter classes (typed apart by their packages; subclassed alike).
+    span_base: Any
+    metric_base: Any
     if config.protocol == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-                OTLPMetricExporter,
+                OTLPMetricExporter as GrpcMetrics,
             )
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                OTLPSpanExporter,
+                OTLPSpanExporter as GrpcSpans,
             )
         except ImportError:
             raise OtlpError(GRPC_MISSING) from None
+        span_base, metric_base = GrpcSpans, GrpcMetrics
         span_url = metric_url = config.endpoint
+        # The endpoint's scheme says plaintext or TLS, as for OTLP/HTTP: left to the exporter,
+        # OTEL_EXPORTER_OTLP_INSECURE (or its _TRACES_/_METRICS_ forms) in the environment
+        # would override it, and a TLS handshake with a plaintext collector exports nothing.
+        options: dict[str, Any] = {"insecure": urlsplit(config.endpoint).scheme == "http"}
     else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-            OTLPMetricExporter,
+            OTLPMetricExporter as HttpMetrics,
         )
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-            OTLPSpanExporter,
+            OTLPSpanExporter as HttpSpans,
         )
 
+        span_base, metric_base = HttpSpans, HttpMetrics
         span_url = signal_url(config.endpoint, "traces")
         metric_url = signal_url(config.endpoint, "metrics")
+        options = {}
 
     direct = config.protocol == "http/protobuf"
 
-    class Spans(OTLPSpanExporter):  # type: ignore[misc]
+    class Spans(span_base):  # type: ignore[misc]
         def export(self, spans: Any) -> SpanExportResult:
             batch: list[ReadableSpan | SpanRecord] = list(spans)
             if outage.skip():
@@ -525,7 +561,7 @@ def _exporters(
             result: SpanExportResult = super().export(spans)
             return result
 
-    class Metrics(OTLPMetricExporter):  # type: ignore[misc]
+    class Metrics(metric_base):  # type: ignore[misc]
         def export(
             self, metrics_data: MetricsData, timeout_millis: float | None = 10_000, **kwargs: Any
         ) -> MetricExportResult:
@@ -536,6 +572,6 @@ def _exporters(
             return result
 
     return (
-        Spans(endpoint=span_url, timeout=config.timeout_s),
-        Metrics(endpoint=metric_url, timeout=config.timeout_s),
+        Spans(endpoint=span_url, timeout=config.timeout_s, **options),
+        Metrics(endpoint=metric_url, timeout=config.timeout_s, **options),
     )

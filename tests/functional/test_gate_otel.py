@@ -1,7 +1,8 @@
-"""OpenTelemetry export from the gate and the simulator, against a real OTLP/HTTP receiver
+"""OpenTelemetry export from the gate and the simulator, against a real OTLP receiver
 (``otlpkit.py``): load through the gate to the simulator, then what the receiver decoded. The
-batch processor runs on a short schedule (the config's ``schedule_delay_s``); every check
-waits for its condition."""
+tests marked ``BOTH`` run over each protocol, OTLP/HTTP and gRPC (``[otlp] protocol``), each
+against a receiver of that transport. The batch processor runs on a short schedule (the
+config's ``schedule_delay_s``); every check waits for its condition."""
 
 from __future__ import annotations
 
@@ -21,27 +22,37 @@ from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import Gate, start_gate
-from gpuwatch.otlp import OtlpConfig
+from gpuwatch.otlp import PROTOCOLS, OtlpConfig
 from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.profiles import get_profile
 from gpuwatch.sim.server import start_sim
-from tests.functional.otlpkit import OtlpReceiver, Span
+from tests.functional.otlpkit import OtlpReceiver, OtlpStore, Span, otlp_receiver
 from tests.helpers import eventually
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 CHAT = "/v1/chat/completions"
 SERVER = 2  # the proto's SpanKind
 FAIRNESS = Fairness(objectives={"interactive": "critical", "batch": "sheddable"})
+# Over each protocol: the ``protocol`` fixture's value, for the stack and the receiver.
+BOTH = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
-def quick(endpoint: str) -> OtlpConfig:
+def quick(endpoint: str, protocol: str = "http/protobuf") -> OtlpConfig:
     """Export on a short schedule, so a test waits milliseconds for what it checks."""
-    return OtlpConfig(endpoint, schedule_delay_s=0.05, timeout_s=1.0, metrics_interval_s=0.2)
+    return OtlpConfig(
+        endpoint, protocol, schedule_delay_s=0.05, timeout_s=1.0, metrics_interval_s=0.2
+    )
+
+
+@pytest.fixture
+def protocol() -> str:
+    """OTLP/HTTP, unless a test is marked ``BOTH``."""
+    return "http/protobuf"
 
 
 @dataclass
 class Stack:
-    receiver: OtlpReceiver
+    receiver: OtlpStore
     gate: Gate
     gate_url: str
     node: SimNode
@@ -49,20 +60,19 @@ class Stack:
 
 
 @pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    receiver = OtlpReceiver()
-    endpoint = await receiver.start()
-    node, sim = await start_sim(
-        PROFILE, time_scale=20.0, seed=3, model_name="llama", otlp=quick(endpoint)
-    )
-    config = GateConfig(DEFAULT_LANES, fairness=FAIRNESS, otlp=quick(endpoint))
+async def stack(tmp_path: Path, protocol: str) -> AsyncIterator[Stack]:
+    """The simulator and the gate, both exporting to one receiver over ``protocol``."""
+    collector = otlp_receiver(protocol)
+    otlp = quick(await collector.start(), protocol)
+    node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama", otlp=otlp)
+    config = GateConfig(DEFAULT_LANES, fairness=FAIRNESS, otlp=otlp)
     gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
     try:
-        yield Stack(receiver, gate, served.url, node, sim.url)
+        yield Stack(collector, gate, served.url, node, sim.url)
     finally:
         await served.close()
         await sim.close()
-        await receiver.stop()
+        await collector.stop()
 
 
 def chat(stream: bool, max_tokens: int = 6) -> dict[str, Any]:
@@ -104,10 +114,11 @@ def ids(traceparent: str) -> tuple[str, str]:
     return trace_id, parent
 
 
-def gate_spans(receiver: OtlpReceiver) -> list[Span]:
+def gate_spans(receiver: OtlpStore) -> list[Span]:
     return receiver.of("gpuwatch-gate")
 
 
+@BOTH
 async def test_one_span_per_request_with_genai_and_gate_attributes(stack: Stack) -> None:
     url = f"{stack.gate_url}{CHAT}"
     headers = {FAIRNESS_HEADER: "team-a", OBJECTIVE_HEADER: "interactive"}
@@ -143,6 +154,7 @@ async def test_one_span_per_request_with_genai_and_gate_attributes(stack: Stack)
         assert span.parent_id == ""  # no traceparent came in: the gate's span is the root
 
 
+@BOTH
 async def test_traceparent_reached_the_simulator_whose_spans_nest_under_the_gates(
     stack: Stack,
 ) -> None:
@@ -258,6 +270,7 @@ async def test_a_shed_requests_span_says_shed_with_its_queue_wait(stack: Stack) 
     assert all(span.attributes["gpuwatch.outcome"] == "ok" for span in served)
 
 
+@BOTH
 async def test_genai_metrics_are_exported(stack: Stack) -> None:
     async with aiohttp.ClientSession() as s:
         for stream in (True, False, True):
@@ -294,12 +307,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@BOTH
 async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, protocol: str
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
-    config = GateConfig(DEFAULT_LANES, otlp=quick(dead))
+    config = GateConfig(DEFAULT_LANES, otlp=quick(dead, protocol))
     gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
     assert gate.telemetry is not None
     outage = gate.telemetry.exporting.outage
@@ -321,6 +335,70 @@ async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
     assert dead in said[0].getMessage()
     # The SDK's own per-batch lines are not in the log.
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
+
+
+@BOTH
+async def test_shutdown_does_not_wait_for_a_collector_known_down(
+    tmp_path: Path, protocol: str
+) -> None:
+    """A collector that refused an export (known down), then answers every export "busy",
+    which exporters retry with backoff until their timeout (30 s here: 15 s of backoff).
+    Closing the gate cuts the export under way short instead of waiting it out."""
+    collector = otlp_receiver(protocol)
+    otlp = replace(quick(await collector.start(), protocol), timeout_s=30.0)
+    _, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
+    gate, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
+    )
+    assert gate.telemetry is not None
+    outage = gate.telemetry.exporting.outage
+    closing: asyncio.Task[None] | None = None
+    try:
+        collector.answer = "refuse"
+        async with aiohttp.ClientSession() as s:
+            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
+            assert status == 200
+            await eventually(lambda: outage.down)
+            collector.answer = "busy"
+            calls = collector.calls
+            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
+            assert status == 200
+        # An export was answered busy: its exporter now waits to retry (a second at least).
+        await eventually(lambda: collector.calls > calls)
+        closing = asyncio.create_task(served.close())
+        await eventually(closing.done, timeout=5, message="the gate's close waited on the export")
+        await closing
+    finally:
+        if closing is None:
+            await served.close()
+        await sim.close()
+        await collector.stop()
+    assert outage.failures >= 2 and not collector.spans  # nothing was kept, nothing hung
+
+
+async def test_grpc_plaintext_follows_the_endpoints_scheme_not_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTEL_EXPORTER_OTLP_INSECURE=false would have the SDK's gRPC exporter speak TLS to an
+    http:// endpoint (a plaintext collector then gets nothing); the URL's scheme decides."""
+    for name in ("", "_TRACES", "_METRICS"):
+        monkeypatch.setenv(f"OTEL_EXPORTER_OTLP{name}_INSECURE", "false")
+    collector = otlp_receiver("grpc")
+    otlp = quick(await collector.start(), "grpc")
+    _, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
+    _, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
+    )
+    try:
+        async with aiohttp.ClientSession() as s:
+            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
+        assert status == 200
+        await eventually(lambda: gate_spans(collector))
+        await eventually(lambda: collector.points)
+    finally:
+        await served.close()
+        await sim.close()
+        await collector.stop()
 
 
 async def test_a_trace_sampled_out_still_propagates_and_counts(tmp_path: Path) -> None:
