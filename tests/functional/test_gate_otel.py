@@ -11,6 +11,7 @@ import json
 import logging
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,9 @@ from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import Gate, start_gate
-from gpuwatch.otlp import PROTOCOLS, OtlpConfig
+from gpuwatch.otlp import PROTOCOLS, OtlpConfig, operation
 from gpuwatch.sim.node import SimNode
-from gpuwatch.sim.profiles import get_profile
+from gpuwatch.sim.profiles import BGE_LARGE, SDXL, get_profile
 from gpuwatch.sim.server import start_sim
 from tests.functional.otlpkit import OtlpReceiver, OtlpStore, Span, otlp_receiver
 from tests.helpers import eventually
@@ -59,12 +60,17 @@ class Stack:
     sim_url: str
 
 
-@pytest.fixture
-async def stack(tmp_path: Path, protocol: str) -> AsyncIterator[Stack]:
-    """The simulator and the gate, both exporting to one receiver over ``protocol``."""
+@asynccontextmanager
+async def running(
+    tmp_path: Path, protocol: str, *, embed: bool = False, image: bool = False
+) -> AsyncIterator[Stack]:
+    """The simulator (``embed``, ``image``: its side work too) and the gate, both exporting to
+    one receiver over ``protocol``."""
     collector = otlp_receiver(protocol)
     otlp = quick(await collector.start(), protocol)
-    node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama", otlp=otlp)
+    node, sim = await start_sim(
+        PROFILE, time_scale=20.0, seed=3, model_name="llama", otlp=otlp, embed=embed, image=image
+    )
     config = GateConfig(DEFAULT_LANES, fairness=FAIRNESS, otlp=otlp)
     gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
     try:
@@ -73,6 +79,12 @@ async def stack(tmp_path: Path, protocol: str) -> AsyncIterator[Stack]:
         await served.close()
         await sim.close()
         await collector.stop()
+
+
+@pytest.fixture
+async def stack(tmp_path: Path, protocol: str) -> AsyncIterator[Stack]:
+    async with running(tmp_path, protocol) as started:
+        yield started
 
 
 def chat(stream: bool, max_tokens: int = 6) -> dict[str, Any]:
@@ -175,6 +187,94 @@ async def test_traceparent_reached_the_simulator_whose_spans_nest_under_the_gate
     # The phases follow one another, inside the gate's span.
     assert by_name["queue"].end_ns <= by_name["prefill"].end_ns <= by_name["decode"].end_ns
     assert gate.start_ns <= engine.start_ns and engine.end_ns <= gate.end_ns
+
+
+# The simulator's side work: path, body, model, the phase after ``queue``.
+SIDE_WORK = (
+    ("/v1/embeddings", {"model": BGE_LARGE.name, "input": ["one", "two three"]}, "embed"),
+    (
+        "/v1/images/generations",
+        {"model": SDXL.name, "prompt": "a cat", "size": "256x256", "steps": 4},
+        "generate",
+    ),
+)
+
+
+@BOTH
+async def test_the_simulators_embeddings_and_images_are_traced_under_the_gates_spans(
+    tmp_path: Path, protocol: str
+) -> None:
+    """The side work as the text requests: the traceparent kept, a SERVER span named by the
+    same operation as the gate's, under the gate's span, with its phases under it."""
+    async with running(tmp_path, protocol, embed=True, image=True) as stack:
+        answers = {}
+        async with aiohttp.ClientSession() as s:
+            for path, body, _ in SIDE_WORK:
+                async with s.post(f"{stack.gate_url}{path}", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    answers[path] = await r.json()
+        await eventually(lambda: len(gate_spans(stack.receiver)) == 2)
+        await eventually(lambda: len(stack.receiver.of("gpuwatch-sim")) == 6)
+        sent = [ids(parent) for parent in stack.node.tracing.seen]
+        for path, body, run in SIDE_WORK:
+            name = f"{operation(path)} {body['model']}"  # as the gate names it
+            [gate] = [span for span in gate_spans(stack.receiver) if span.name == name]
+            assert (gate.trace_id, gate.span_id) in sent  # the context went upstream
+            sim = stack.receiver.of("gpuwatch-sim")
+            by_name = {span.name: span for span in sim if span.trace_id == gate.trace_id}
+            assert set(by_name) == {name, "queue", run}
+            engine, queue, ran = by_name[name], by_name["queue"], by_name[run]
+            assert (engine.parent_id, engine.kind, engine.status) == (gate.span_id, SERVER, 0)
+            a = engine.attributes
+            assert a["gen_ai.operation.name"] == operation(path)
+            assert a["gen_ai.request.model"] == a["gen_ai.response.model"] == body["model"]
+            assert queue.parent_id == ran.parent_id == engine.span_id
+            # The run starts where the queue ends (the same instant, rounded apart at most).
+            assert abs(queue.end_ns - ran.start_ns) <= 1_000_000
+            assert gate.start_ns <= engine.start_ns and engine.end_ns <= gate.end_ns
+        embedded = by_name_of(stack.receiver, f"embeddings {BGE_LARGE.name}").attributes
+        usage = answers["/v1/embeddings"]["usage"]["prompt_tokens"]
+        assert (embedded["gen_ai.usage.input_tokens"], embedded["gpuwatch.sim.inputs"]) == (
+            usage,
+            2,
+        )
+        drawn = by_name_of(stack.receiver, f"generations {SDXL.name}").attributes
+        assert (drawn["gpuwatch.sim.images"], drawn["gpuwatch.sim.image.size"]) == (1, "256x256")
+        assert drawn["gpuwatch.sim.image.steps"] == 4
+
+
+async def test_an_image_request_whose_client_left_is_an_aborted_span(tmp_path: Path) -> None:
+    """Straight to the simulator, under a client's trace: the client leaves while its image
+    is drawn; the span says aborted, with the queue it passed and no ``generate``."""
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    body = {"model": SDXL.name, "prompt": "a cat", "steps": 500}  # minutes of simulated work
+    async with running(tmp_path, "http/protobuf", image=True) as stack:
+        images = stack.node.side.images
+        assert images is not None
+        async with aiohttp.ClientSession() as s:
+            drawing = asyncio.create_task(
+                s.post(
+                    f"{stack.sim_url}/v1/images/generations",
+                    json=body,
+                    headers={"traceparent": f"00-{trace_id}-{parent}-01"},
+                )
+            )
+            await eventually(lambda: images.running)
+            drawing.cancel()  # the connection closes: the simulator's handler is cancelled
+            with pytest.raises(asyncio.CancelledError):
+                await drawing
+        await eventually(lambda: len(stack.receiver.of("gpuwatch-sim")) == 2)
+        assert list(stack.node.tracing.seen) == [f"00-{trace_id}-{parent}-01"]
+        engine = by_name_of(stack.receiver, f"generations {SDXL.name}")
+        assert (engine.trace_id, engine.parent_id) == (trace_id, parent)
+        assert engine.status == 2 and engine.attributes["error.type"] == "aborted"
+        assert by_name_of(stack.receiver, "queue").parent_id == engine.span_id
+
+
+def by_name_of(receiver: OtlpStore, name: str) -> Span:
+    """The simulator's one span of this name."""
+    [span] = [span for span in receiver.of("gpuwatch-sim") if span.name == name]
+    return span
 
 
 async def test_a_clients_trace_is_continued(stack: Stack) -> None:
