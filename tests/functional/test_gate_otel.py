@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import socket
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -23,12 +24,13 @@ from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import Gate, start_gate
-from gpuwatch.otlp import PROTOCOLS, OtlpConfig, operation
+from gpuwatch.otlp import PROTOCOLS, Exporting, OtlpConfig, check_endpoint, operation
 from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.profiles import BGE_LARGE, SDXL, get_profile
 from gpuwatch.sim.server import start_sim
+from tests.functional.fleetkit import child
 from tests.functional.otlpkit import OtlpReceiver, OtlpStore, Span, otlp_receiver
-from tests.helpers import eventually
+from tests.helpers import eventually, stop_process
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 CHAT = "/v1/chat/completions"
@@ -435,6 +437,100 @@ async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
     assert dead in said[0].getMessage()
     # The SDK's own per-batch lines are not in the log.
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
+
+
+@BOTH
+async def test_a_collector_that_comes_back_gets_spans_again_and_the_log_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, protocol: str
+) -> None:
+    """Down, then started on its port: the exporter reconnects (gRPC: a new channel) and the
+    next requests' spans arrive; the log has the outage and the recovery, a line each."""
+    port = free_port()
+    _, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
+    otlp = quick(f"http://127.0.0.1:{port}", protocol)
+    gate, served = await start_gate(
+        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
+    )
+    assert gate.telemetry is not None
+    outage = gate.telemetry.exporting.outage
+    collector = otlp_receiver(protocol)
+    caplog.set_level(logging.INFO)
+    try:
+        async with aiohttp.ClientSession() as s:
+            assert (await post(s, f"{served.url}{CHAT}", chat(stream=False)))[0] == 200
+            await eventually(lambda: outage.down)
+            await collector.start(port)
+
+            async def arrived() -> bool:
+                assert (await post(s, f"{served.url}{CHAT}", chat(stream=False)))[0] == 200
+                return bool(gate_spans(collector))
+
+            await eventually(arrived)
+    finally:
+        await served.close()
+        await sim.close()
+        await collector.stop()
+    said = [r.getMessage() for r in caplog.records if "OTLP export to" in r.getMessage()]
+    assert len(said) == 2 and said[0].endswith("requests are not affected)"), said
+    assert said[1] == f"OTLP export to {otlp.endpoint} works again"
+
+
+async def test_the_gate_and_simulator_processes_export_over_grpc(tmp_path: Path) -> None:
+    """``gpuwatch gate --config`` with ``[otlp] protocol = "grpc"`` and ``gpuwatch sim
+    --otlp-protocol grpc`` as processes, a gRPC receiver here: one request's gate span, the
+    simulator's under it, the gate's metrics; both leave cleanly (SIGTERM: exit 0)."""
+    collector = otlp_receiver("grpc")
+    endpoint = await collector.start()
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        f'[otlp]\nendpoint = "{endpoint}"\nprotocol = "grpc"\n'
+        "schedule_delay_s = 0.05\nmetrics_interval_s = 0.2\n"
+    )
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        sim, sim_url = child(
+            "sim", "--time-scale", "20", "--served-model-name", "llama",
+            "--otlp-endpoint", endpoint, "--otlp-protocol", "grpc",
+        )  # fmt: skip
+        procs.append(sim)
+        gate, gate_url = child(
+            "gate", "--upstream", sim_url, "--config", str(config),
+            "--state-file", str(tmp_path / "state.json"),
+        )  # fmt: skip
+        procs.append(gate)
+        async with aiohttp.ClientSession() as s:
+            status, _ = await post(s, f"{gate_url}{CHAT}", chat(stream=True))
+        assert status == 200
+        [span] = await eventually(lambda: gate_spans(collector))
+        assert span.attributes["gpuwatch.outcome"] == "ok"
+        await eventually(lambda: [p for p in collector.points if p.service == "gpuwatch-gate"])
+        # The simulator's batch goes within its schedule (1 s), or at its exit at the latest.
+        await asyncio.to_thread(stop_process, sim)
+        engine = [x for x in collector.of("gpuwatch-sim") if x.kind == SERVER]
+        assert [(x.trace_id, x.parent_id) for x in engine] == [(span.trace_id, span.span_id)]
+    finally:
+        for proc in reversed(procs):
+            await asyncio.to_thread(stop_process, proc)  # the loop serves the receiver meanwhile
+        await collector.stop()
+    assert [proc.returncode for proc in procs] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    "form", ["http://127.0.0.1:{port}", "http://localhost:{port}/", "http://127.0.0.1:{port}/v1"]
+)
+async def test_grpc_endpoint_forms(form: str) -> None:
+    """The forms a gRPC endpoint is written in (a collector's docs write http://host:4317):
+    a path is not part of a gRPC target and is dropped, a host name is resolved."""
+    collector = otlp_receiver("grpc")
+    port = int((await collector.start()).rsplit(":", 1)[1])
+    exporting = Exporting(quick(check_endpoint(form.format(port=port)), "grpc"), "gpuwatch-test")
+    try:
+        exporting.tracer("t").start_span("hello").end()
+        [span] = await eventually(lambda: collector.of("gpuwatch-test"))
+        assert span.name == "hello"
+    finally:
+        await asyncio.to_thread(exporting.shutdown)
+        await collector.stop()
 
 
 @BOTH
