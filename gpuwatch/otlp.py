@@ -351,6 +351,15 @@ def encode_records(
 ) -> bytes:
     """One ``ExportTraceServiceRequest`` of the records, serialized: the bytes the SDK's OTLP
     encoder makes of their ``readable`` spans."""
+    data: bytes = records_message(records, resource, scope).SerializePartialToString()
+    return data
+
+
+def records_message(
+    records: Sequence[SpanRecord], resource: Resource, scope: InstrumentationScope
+) -> Any:
+    """The ``ExportTraceServiceRequest`` of the records (``encode_records`` serializes it;
+    the gRPC exporter sends the message)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
@@ -376,8 +385,7 @@ def encode_records(
     add = request.resource_spans[0].scope_spans[0].spans.add
     for record in records:
         add(**record.encoded())
-    data: bytes = request.SerializePartialToString()
-    return data
+    return request
 
 
 class Exporting:
@@ -403,7 +411,7 @@ class Exporting:
         resource = self.resource = Resource.create({"service.name": service_name})
         self.scope = InstrumentationScope(service_name.replace("-", "."))
         spans, self._metric_exporter = _exporters(config, self.outage, resource, self.scope)
-        self._span_exporter = spans
+        self.span_exporter = spans
         for name in _NOISY:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         processor = self.processor = BatchSpanProcessor(
@@ -480,7 +488,7 @@ class Exporting:
             # batch processor waits for it. The exporters' own shutdown ends their backoff
             # wait and closes the channel (gRPC) or session (HTTP); what they are sent after
             # that is dropped by ``outage.skip`` before it reaches them.
-            self._span_exporter.shutdown()
+            self.span_exporter.shutdown()
             self._metric_exporter.shutdown()
         self._stop.set()
         self._pump.join(self.config.timeout_s)
@@ -549,17 +557,31 @@ def _exporters(
             # private: no public call takes bytes, and ``export`` encodes with the SDK's
             # encoder, the cost this avoids. Rather than write a second HTTP client with its
             # own retry rules, the private one is used where it is what this SDK version has
-            # (an ``export(bytes)`` whose answer has ``success``); otherwise (gRPC, an SDK
-            # without it) the records become ``ReadableSpan``s and take the public path.
+            # (an ``export(bytes)`` whose answer has ``success``). The gRPC exporter asks
+            # ``_translate_data`` (below) for each attempt's message. Otherwise (an SDK
+            # without either) the records become ``ReadableSpan``s and take the public path.
             client = getattr(self, "_client", None)
             records = [s for s in batch if isinstance(s, SpanRecord)]
             if direct and len(records) == len(batch) and callable(getattr(client, "export", None)):
                 sent = client.export(encode_records(records, resource, scope))  # type: ignore[union-attr]
                 ok = getattr(sent, "success", False) is True
                 return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+            if not direct and callable(getattr(super(), "_translate_data", None)):
+                sends: SpanExportResult = super().export(batch)
+                return sends
             spans = [s.readable(resource, scope) if isinstance(s, SpanRecord) else s for s in batch]
             result: SpanExportResult = super().export(spans)
             return result
+
+        def _translate_data(self, data: Sequence[ReadableSpan | SpanRecord]) -> Any:
+            """The gRPC exporter's encoding hook (private, as ``_client``): a batch of
+            records straight into the message, as ``encode_records`` does for HTTP."""
+            batch = list(data)
+            records = [s for s in batch if isinstance(s, SpanRecord)]
+            if len(records) == len(batch):
+                return records_message(records, resource, scope)
+            spans = [s.readable(resource, scope) if isinstance(s, SpanRecord) else s for s in batch]
+            return super()._translate_data(spans)
 
     class Metrics(metric_base):  # type: ignore[misc]
         def export(
