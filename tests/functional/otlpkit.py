@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,8 +151,14 @@ class OtlpReceiver(OtlpStore):
 
     async def start(self, port: int = 0) -> str:
         app = web.Application()
-        app.router.add_post("/v1/traces", self._traces)
-        app.router.add_post("/v1/metrics", self._metrics)
+        traces = self._signal(
+            ExportTraceServiceRequest, self.add_traces, ExportTraceServiceResponse
+        )
+        app.router.add_post("/v1/traces", traces)
+        metrics = self._signal(
+            ExportMetricsServiceRequest, self.add_metrics, ExportMetricsServiceResponse
+        )
+        app.router.add_post("/v1/metrics", metrics)
         app.router.add_get("/count", self._count)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -173,26 +180,19 @@ class OtlpReceiver(OtlpStore):
             body = gzip.decompress(body)
         return body
 
-    def _refusal(self) -> web.Response | None:
-        if self.take():
-            return None
-        return web.Response(status=400 if self.answer == "refuse" else 503)
+    def _signal(
+        self, message: type[Any], add: Callable[[Any], None], answer: type[Any]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """The handler of one signal's path: its message decoded and stored, or refused."""
 
-    async def _traces(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        if (refused := self._refusal()) is not None:
-            return refused
-        self.add_traces(ExportTraceServiceRequest.FromString(body))
-        answer = ExportTraceServiceResponse().SerializeToString()
-        return web.Response(body=answer, content_type=PROTOBUF)
+        async def handle(request: web.Request) -> web.Response:
+            body = await self._body(request)
+            if not self.take():
+                return web.Response(status=400 if self.answer == "refuse" else 503)
+            add(message.FromString(body))
+            return web.Response(body=answer().SerializeToString(), content_type=PROTOBUF)
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        if (refused := self._refusal()) is not None:
-            return refused
-        self.add_metrics(ExportMetricsServiceRequest.FromString(body))
-        answer = ExportMetricsServiceResponse().SerializeToString()
-        return web.Response(body=answer, content_type=PROTOBUF)
+        return handle
 
     async def _count(self, _: web.Request) -> web.Response:
         return web.json_response({"spans": self.received})

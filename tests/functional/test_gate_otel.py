@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gpuwatch.aioserve import Served
 from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
@@ -63,23 +64,43 @@ class Stack:
 
 
 @asynccontextmanager
-async def running(
-    tmp_path: Path, protocol: str, *, embed: bool = False, image: bool = False
-) -> AsyncIterator[Stack]:
-    """The simulator (``embed``, ``image``: its side work too) and the gate, both exporting to
-    one receiver over ``protocol``."""
-    collector = otlp_receiver(protocol)
-    otlp = quick(await collector.start(), protocol)
+async def gate_and_sim(
+    tmp_path: Path,
+    otlp: OtlpConfig,
+    sim_otlp: OtlpConfig | None = None,
+    *,
+    embed: bool = False,
+    image: bool = False,
+) -> AsyncIterator[tuple[Gate, Served, SimNode, str]]:
+    """The simulator (exporting as ``sim_otlp`` says; ``embed``, ``image``: its side work too)
+    and the gate in front of it exporting as ``otlp`` says; the gate's server may be closed by
+    the test already."""
     node, sim = await start_sim(
-        PROFILE, time_scale=20.0, seed=3, model_name="llama", otlp=otlp, embed=embed, image=image
-    )
+        PROFILE, time_scale=20.0, seed=3, model_name="llama", otlp=sim_otlp, embed=embed,
+        image=image,
+    )  # fmt: skip
     config = GateConfig(DEFAULT_LANES, fairness=FAIRNESS, otlp=otlp)
     gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
     try:
-        yield Stack(collector, gate, served.url, node, sim.url)
+        yield gate, served, node, sim.url
     finally:
-        await served.close()
+        if served.runner.server is not None:
+            await served.close()
         await sim.close()
+
+
+@asynccontextmanager
+async def running(
+    tmp_path: Path, protocol: str, *, embed: bool = False, image: bool = False
+) -> AsyncIterator[Stack]:
+    """The simulator and the gate, both exporting to one receiver over ``protocol``."""
+    collector = otlp_receiver(protocol)
+    otlp = quick(await collector.start(), protocol)
+    try:
+        async with gate_and_sim(tmp_path, otlp, otlp, embed=embed, image=image) as started:
+            gate, served, node, sim_url = started
+            yield Stack(collector, gate, served.url, node, sim_url)
+    finally:
         await collector.stop()
 
 
@@ -414,13 +435,10 @@ async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, protocol: str
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
-    config = GateConfig(DEFAULT_LANES, otlp=quick(dead, protocol))
-    gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
-    assert gate.telemetry is not None
-    outage = gate.telemetry.exporting.outage
     caplog.set_level(logging.INFO)
-    try:
+    async with gate_and_sim(tmp_path, quick(dead, protocol)) as (gate, served, node, _):
+        assert gate.telemetry is not None
+        outage = gate.telemetry.exporting.outage
         async with aiohttp.ClientSession() as s:
             for k in range(6):
                 status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=k % 2 == 0))
@@ -429,9 +447,6 @@ async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
                 if k == 2:
                     await eventually(lambda: outage.failures >= 2, timeout=20)
         assert len(node.tracing.seen) == 6  # the spans' contexts still went upstream
-    finally:
-        await served.close()
-        await sim.close()
     said = [r for r in caplog.records if "OTLP export to" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING], said
     assert dead in said[0].getMessage()
@@ -446,29 +461,24 @@ async def test_a_collector_that_comes_back_gets_spans_again_and_the_log_says_so(
     """Down, then started on its port: the exporter reconnects (gRPC: a new channel) and the
     next requests' spans arrive; the log has the outage and the recovery, a line each."""
     port = free_port()
-    _, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
     otlp = quick(f"http://127.0.0.1:{port}", protocol)
-    gate, served = await start_gate(
-        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
-    )
-    assert gate.telemetry is not None
-    outage = gate.telemetry.exporting.outage
     collector = otlp_receiver(protocol)
     caplog.set_level(logging.INFO)
     try:
-        async with aiohttp.ClientSession() as s:
-            assert (await post(s, f"{served.url}{CHAT}", chat(stream=False)))[0] == 200
-            await eventually(lambda: outage.down)
-            await collector.start(port)
-
-            async def arrived() -> bool:
+        async with gate_and_sim(tmp_path, otlp) as (gate, served, _, _):
+            assert gate.telemetry is not None
+            outage = gate.telemetry.exporting.outage
+            async with aiohttp.ClientSession() as s:
                 assert (await post(s, f"{served.url}{CHAT}", chat(stream=False)))[0] == 200
-                return bool(gate_spans(collector))
+                await eventually(lambda: outage.down)
+                await collector.start(port)
 
-            await eventually(arrived)
+                async def arrived() -> bool:
+                    assert (await post(s, f"{served.url}{CHAT}", chat(stream=False)))[0] == 200
+                    return bool(gate_spans(collector))
+
+                await eventually(arrived)
     finally:
-        await served.close()
-        await sim.close()
         await collector.stop()
     said = [r.getMessage() for r in caplog.records if "OTLP export to" in r.getMessage()]
     assert len(said) == 2 and said[0].endswith("requests are not affected)"), said
@@ -542,32 +552,25 @@ async def test_shutdown_does_not_wait_for_a_collector_known_down(
     Closing the gate cuts the export under way short instead of waiting it out."""
     collector = otlp_receiver(protocol)
     otlp = replace(quick(await collector.start(), protocol), timeout_s=30.0)
-    _, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
-    gate, served = await start_gate(
-        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
-    )
-    assert gate.telemetry is not None
-    outage = gate.telemetry.exporting.outage
-    closing: asyncio.Task[None] | None = None
     try:
-        collector.answer = "refuse"
-        async with aiohttp.ClientSession() as s:
-            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
-            assert status == 200
-            await eventually(lambda: outage.down)
-            collector.answer = "busy"
-            calls = collector.calls
-            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
-            assert status == 200
-        # An export was answered busy: its exporter now waits to retry (a second at least).
-        await eventually(lambda: collector.calls > calls)
-        closing = asyncio.create_task(served.close())
-        await eventually(closing.done, timeout=5, message="the gate's close waited on the export")
-        await closing
+        async with gate_and_sim(tmp_path, otlp) as (gate, served, _, _):
+            assert gate.telemetry is not None
+            outage = gate.telemetry.exporting.outage
+            collector.answer = "refuse"
+            async with aiohttp.ClientSession() as s:
+                status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
+                assert status == 200
+                await eventually(lambda: outage.down)
+                collector.answer = "busy"
+                calls = collector.calls
+                status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
+                assert status == 200
+            # An export was answered busy: its exporter now waits to retry (a second at least).
+            await eventually(lambda: collector.calls > calls)
+            closing = asyncio.create_task(served.close())
+            await eventually(closing.done, timeout=5, message="the gate's close waited on it")
+            await closing
     finally:
-        if closing is None:
-            await served.close()
-        await sim.close()
         await collector.stop()
     assert outage.failures >= 2 and not collector.spans  # nothing was kept, nothing hung
 
@@ -579,45 +582,30 @@ async def test_grpc_plaintext_follows_the_endpoints_scheme_not_the_environment(
     http:// endpoint (a plaintext collector then gets nothing); the URL's scheme decides."""
     for name in ("", "_TRACES", "_METRICS"):
         monkeypatch.setenv(f"OTEL_EXPORTER_OTLP{name}_INSECURE", "false")
-    collector = otlp_receiver("grpc")
-    otlp = quick(await collector.start(), "grpc")
-    _, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
-    _, served = await start_gate(
-        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
-    )
-    try:
+    async with running(tmp_path, "grpc") as stack:
         async with aiohttp.ClientSession() as s:
-            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
+            status, _ = await post(s, f"{stack.gate_url}{CHAT}", chat(stream=False))
         assert status == 200
-        await eventually(lambda: gate_spans(collector))
-        await eventually(lambda: collector.points)
-    finally:
-        await served.close()
-        await sim.close()
-        await collector.stop()
+        await eventually(lambda: gate_spans(stack.receiver))
+        await eventually(lambda: stack.receiver.of("gpuwatch-sim"))  # the simulator's too
+        await eventually(lambda: stack.receiver.points)
 
 
 async def test_a_trace_sampled_out_still_propagates_and_counts(tmp_path: Path) -> None:
     """sample_ratio 0: no span recorded, yet the context goes upstream (not sampled) and the
     request is in the metrics."""
     receiver = OtlpReceiver()
-    endpoint = await receiver.start()
-    node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
-    otlp = replace(quick(endpoint), sample_ratio=0.0)
-    _, served = await start_gate(
-        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
-    )
+    otlp = replace(quick(await receiver.start()), sample_ratio=0.0)
     try:
-        async with aiohttp.ClientSession() as s:
-            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=True))
-        assert status == 200
-        await eventually(
-            lambda: any(p.metric == "gen_ai.server.request.duration" for p in receiver.points)
-        )
-        [sent] = node.tracing.seen
-        assert sent.endswith("-00")  # not sampled: the engine records nothing either
+        async with gate_and_sim(tmp_path, otlp) as (_, served, node, _):
+            async with aiohttp.ClientSession() as s:
+                status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=True))
+            assert status == 200
+            await eventually(
+                lambda: any(p.metric == "gen_ai.server.request.duration" for p in receiver.points)
+            )
+            [sent] = node.tracing.seen
+            assert sent.endswith("-00")  # not sampled: the engine records nothing either
     finally:
-        await served.close()
-        await sim.close()
         await receiver.stop()
     assert not gate_spans(receiver)  # and none came at shutdown's flush either
