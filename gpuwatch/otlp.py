@@ -121,10 +121,38 @@ def operation(path: str) -> str:
     return path.rsplit("/", 1)[-1] or path
 
 
-def wall_ns(monotonic_s: float) -> int:
-    """A ``time.monotonic()`` reading as epoch nanoseconds: spans carry wall times, the gate
-    measures with the monotonic clock."""
-    return time.time_ns() - int((time.monotonic() - monotonic_s) * 1e9)
+class _EpochOffset:
+    """What to add to ``time.monotonic()`` nanoseconds for epoch nanoseconds: spans carry
+    wall times, the gate and the simulator measure with the monotonic clock. A pause between
+    reading the two clocks (a thread switch, 5 ms of the GIL's) would skew the offset by as
+    much, and put an engine's span outside the gate's: the offset is the tightest of a few
+    reads, the wall clock's bracketed by the monotonic one, and kept for a second (the clocks
+    drift apart by microseconds a second, under NTP's slewing). One offset for all the times
+    of a span keeps their order, and its phases meet exactly."""
+
+    KEEP_NS = 1_000_000_000
+    READS = 3
+
+    def __init__(self) -> None:
+        self._held = (-self.KEEP_NS, 0)  # (monotonic ns when read, offset ns); one tuple, so
+        # a reader on another thread sees a whole pair
+
+    def __call__(self) -> int:
+        read_at, offset = self._held
+        if time.monotonic_ns() - read_at < self.KEEP_NS:
+            return offset
+        best_gap = None
+        for _ in range(self.READS):
+            before = time.monotonic_ns()
+            wall = time.time_ns()
+            after = time.monotonic_ns()
+            if best_gap is None or after - before < best_gap:
+                best_gap, offset = after - before, wall - (before + after) // 2
+        self._held = (after, offset)
+        return offset
+
+
+epoch_offset_ns = _EpochOffset()
 
 
 class _Outage:
@@ -142,19 +170,26 @@ class _Outage:
         # would cost the export's timeout, and the process is leaving).
         self.closing = False
 
+        # When the newest export that worked began (monotonic s): one begun before it that
+        # failed (it retried against a collector not yet back) is old news, not a new outage.
+        self._worked_from = -math.inf
+
     def skip(self) -> bool:
         return self.closing and self.down
 
-    def saw(self, ok: bool, spans: int) -> None:
+    def saw(self, ok: bool, spans: int, began: float) -> None:
+        """An export's result; ``began``: when it began (``time.monotonic()``). The span and
+        metric exporters report apart, each retrying on its own time."""
         with self._lock:
             if ok:
+                self._worked_from = max(self._worked_from, began)
                 if self.down:
                     self.down = False
                     log.info("OTLP export to %s works again", self.endpoint)
                 return
             self.failures += 1
             self.dropped += spans
-            if not self.down:
+            if not self.down and began >= self._worked_from:
                 self.down = True
                 log.warning(
                     "OTLP export to %s failed: spans and metrics are dropped until it "
@@ -547,8 +582,9 @@ def _exporters(
             batch: list[ReadableSpan | SpanRecord] = list(spans)
             if outage.skip():
                 return SpanExportResult.FAILURE
+            began = time.monotonic()
             result = self._send(batch)
-            outage.saw(result is SpanExportResult.SUCCESS, len(batch))
+            outage.saw(result is SpanExportResult.SUCCESS, len(batch), began)
             return result
 
         def _send(self, batch: list[ReadableSpan | SpanRecord]) -> SpanExportResult:
@@ -589,8 +625,9 @@ def _exporters(
         ) -> MetricExportResult:
             if outage.skip():
                 return MetricExportResult.FAILURE
+            began = time.monotonic()
             result: MetricExportResult = super().export(metrics_data, timeout_millis, **kwargs)
-            outage.saw(result is MetricExportResult.SUCCESS, 0)
+            outage.saw(result is MetricExportResult.SUCCESS, 0, began)
             return result
 
     return (

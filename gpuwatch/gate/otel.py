@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gpuwatch.gate.classes import Who
-from gpuwatch.otlp import Attributes, Exporting, OtlpConfig, SpanRecord, operation
+from gpuwatch.otlp import (
+    Attributes,
+    Exporting,
+    OtlpConfig,
+    SpanRecord,
+    epoch_offset_ns,
+    operation,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
@@ -397,7 +404,7 @@ class RequestTrace(Untraced):
             attrs.setdefault("error.type", "client_closed" if status is None else str(status))
             error = outcome
         # Monotonic readings to epoch ns, the clocks' offset read once for all of them.
-        offset = time.time_ns() - int(now * 1e9)
+        offset = epoch_offset_ns()
         events = [
             (name, int(at * 1e9) + offset)
             for name, at in (

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpuwatch.otlp import AttributeValue, Exporting, OtlpConfig, wall_ns
+from gpuwatch.otlp import AttributeValue, Exporting, OtlpConfig, epoch_offset_ns
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -97,11 +97,16 @@ class SimTracing:
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+        offset = epoch_offset_ns()
+
+        def ns(at: float) -> int:  # the engine's clock to epoch ns
+            return int(wall_at(at) * 1e9) + offset
+
         span = self._tracer.start_span(
             f"{operation} {model}",
             context=TraceContextTextMapPropagator().extract(headers),
             kind=SpanKind.SERVER,
-            start_time=wall_ns(wall_at(start)),
+            start_time=ns(start),
             attributes={
                 "gen_ai.operation.name": operation,
                 "gen_ai.request.model": model,
@@ -116,11 +121,9 @@ class SimTracing:
         # Each phase ends where the next begins; a phase the request never reached is left out.
         for name, begin, until in phases:
             if begin is not None and until is not None:
-                phase = self._tracer.start_span(
-                    name, context=inner, start_time=wall_ns(wall_at(begin))
-                )
-                phase.end(end_time=wall_ns(wall_at(until)))
-        span.end(end_time=wall_ns(wall_at(end)))
+                phase = self._tracer.start_span(name, context=inner, start_time=ns(begin))
+                phase.end(end_time=ns(until))
+        span.end(end_time=ns(end))
 
     def shutdown(self) -> None:
         """Blocking (call it in a thread): what is held goes out."""
