@@ -104,10 +104,55 @@ def signal_url(endpoint: str, signal: str) -> str:
     return f"{base}/v1/{signal}"
 
 
-def wall_ns(monotonic_s: float) -> int:
-    """A ``time.monotonic()`` reading as epoch nanoseconds: spans carry wall times, the gate
-    measures with the monotonic clock."""
-    return time.time_ns() - int((time.monotonic() - monotonic_s) * 1e9)
+# The GenAI operation of each path (gen_ai.operation.name), for the gate's spans and the
+# simulator's alike; another path is named by its last part.
+OPERATIONS = (
+    ("/v1/chat/completions", "chat"),
+    ("/v1/responses", "chat"),
+    ("/v1/completions", "text_completion"),
+    ("/v1/embeddings", "embeddings"),
+)
+
+
+def operation(path: str) -> str:
+    for prefix, name in OPERATIONS:
+        if path.startswith(prefix):
+            return name
+    return path.rsplit("/", 1)[-1] or path
+
+
+class _EpochOffset:
+    """What to add to ``time.monotonic()`` nanoseconds for epoch nanoseconds: spans carry
+    wall times, the gate and the simulator measure with the monotonic clock. A pause between
+    reading the two clocks (a thread switch, 5 ms of the GIL's) would skew the offset by as
+    much, and put an engine's span outside the gate's: the offset is the tightest of a few
+    reads, the wall clock's bracketed by the monotonic one, and kept for a second (the clocks
+    drift apart by microseconds a second, under NTP's slewing). One offset for all the times
+    of a span keeps their order, and its phases meet exactly."""
+
+    KEEP_NS = 1_000_000_000
+    READS = 3
+
+    def __init__(self) -> None:
+        self._held = (-self.KEEP_NS, 0)  # (monotonic ns when read, offset ns); one tuple, so
+        # a reader on another thread sees a whole pair
+
+    def __call__(self) -> int:
+        read_at, offset = self._held
+        if time.monotonic_ns() - read_at < self.KEEP_NS:
+            return offset
+        best_gap = None
+        for _ in range(self.READS):
+            before = time.monotonic_ns()
+            wall = time.time_ns()
+            after = time.monotonic_ns()
+            if best_gap is None or after - before < best_gap:
+                best_gap, offset = after - before, wall - (before + after) // 2
+        self._held = (after, offset)
+        return offset
+
+
+epoch_offset_ns = _EpochOffset()
 
 
 class _Outage:
@@ -125,19 +170,26 @@ class _Outage:
         # would cost the export's timeout, and the process is leaving).
         self.closing = False
 
+        # When the newest export that worked began (monotonic s): one begun before it that
+        # failed (it retried against a collector not yet back) is old news, not a new outage.
+        self._worked_from = -math.inf
+
     def skip(self) -> bool:
         return self.closing and self.down
 
-    def saw(self, ok: bool, spans: int) -> None:
+    def saw(self, ok: bool, spans: int, began: float) -> None:
+        """An export's result; ``began``: when it began (``time.monotonic()``). The span and
+        metric exporters report apart, each retrying on its own time."""
         with self._lock:
             if ok:
+                self._worked_from = max(self._worked_from, began)
                 if self.down:
                     self.down = False
                     log.info("OTLP export to %s works again", self.endpoint)
                 return
             self.failures += 1
             self.dropped += spans
-            if not self.down:
+            if not self.down and began >= self._worked_from:
                 self.down = True
                 log.warning(
                     "OTLP export to %s failed: spans and metrics are dropped until it "
@@ -334,6 +386,15 @@ def encode_records(
 ) -> bytes:
     """One ``ExportTraceServiceRequest`` of the records, serialized: the bytes the SDK's OTLP
     encoder makes of their ``readable`` spans."""
+    data: bytes = records_message(records, resource, scope).SerializePartialToString()
+    return data
+
+
+def records_message(
+    records: Sequence[SpanRecord], resource: Resource, scope: InstrumentationScope
+) -> Any:
+    """The ``ExportTraceServiceRequest`` of the records (``encode_records`` serializes it;
+    the gRPC exporter sends the message)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
@@ -359,8 +420,7 @@ def encode_records(
     add = request.resource_spans[0].scope_spans[0].spans.add
     for record in records:
         add(**record.encoded())
-    data: bytes = request.SerializePartialToString()
-    return data
+    return request
 
 
 class Exporting:
@@ -386,6 +446,7 @@ class Exporting:
         resource = self.resource = Resource.create({"service.name": service_name})
         self.scope = InstrumentationScope(service_name.replace("-", "."))
         spans, self._metric_exporter = _exporters(config, self.outage, resource, self.scope)
+        self.span_exporter = spans
         for name in _NOISY:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         processor = self.processor = BatchSpanProcessor(
@@ -456,6 +517,14 @@ class Exporting:
     def shutdown(self) -> None:
         """Send what is held and stop the export threads; blocks (call it in a thread)."""
         self.outage.closing = True
+        if self.outage.down:
+            # Known down: an export under way is cut short too. It would otherwise retry with
+            # backoff until its timeout (some 7 s of the default 10, both protocols), and the
+            # batch processor waits for it. The exporters' own shutdown ends their backoff
+            # wait and closes the channel (gRPC) or session (HTTP); what they are sent after
+            # that is dropped by ``outage.skip`` before it reaches them.
+            self.span_exporter.shutdown()
+            self._metric_exporter.shutdown()
         self._stop.set()
         self._pump.join(self.config.timeout_s)
         self.tracer_provider.shutdown()
@@ -474,37 +543,48 @@ def _exporters(
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     assert config.endpoint is not None
+    # Either protocol's exporter classes (typed apart by their packages; subclassed alike).
+    span_base: Any
+    metric_base: Any
     if config.protocol == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-                OTLPMetricExporter,
+                OTLPMetricExporter as GrpcMetrics,
             )
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                OTLPSpanExporter,
+                OTLPSpanExporter as GrpcSpans,
             )
         except ImportError:
             raise OtlpError(GRPC_MISSING) from None
+        span_base, metric_base = GrpcSpans, GrpcMetrics
         span_url = metric_url = config.endpoint
+        # The endpoint's scheme says plaintext or TLS, as for OTLP/HTTP: left to the exporter,
+        # OTEL_EXPORTER_OTLP_INSECURE (or its _TRACES_/_METRICS_ forms) in the environment
+        # would override it, and a TLS handshake with a plaintext collector exports nothing.
+        options: dict[str, Any] = {"insecure": urlsplit(config.endpoint).scheme == "http"}
     else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-            OTLPMetricExporter,
+            OTLPMetricExporter as HttpMetrics,
         )
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-            OTLPSpanExporter,
+            OTLPSpanExporter as HttpSpans,
         )
 
+        span_base, metric_base = HttpSpans, HttpMetrics
         span_url = signal_url(config.endpoint, "traces")
         metric_url = signal_url(config.endpoint, "metrics")
+        options = {}
 
     direct = config.protocol == "http/protobuf"
 
-    class Spans(OTLPSpanExporter):  # type: ignore[misc]
+    class Spans(span_base):  # type: ignore[misc]
         def export(self, spans: Any) -> SpanExportResult:
             batch: list[ReadableSpan | SpanRecord] = list(spans)
             if outage.skip():
                 return SpanExportResult.FAILURE
+            began = time.monotonic()
             result = self._send(batch)
-            outage.saw(result is SpanExportResult.SUCCESS, len(batch))
+            outage.saw(result is SpanExportResult.SUCCESS, len(batch), began)
             return result
 
         def _send(self, batch: list[ReadableSpan | SpanRecord]) -> SpanExportResult:
@@ -513,29 +593,44 @@ def _exporters(
             # private: no public call takes bytes, and ``export`` encodes with the SDK's
             # encoder, the cost this avoids. Rather than write a second HTTP client with its
             # own retry rules, the private one is used where it is what this SDK version has
-            # (an ``export(bytes)`` whose answer has ``success``); otherwise (gRPC, an SDK
-            # without it) the records become ``ReadableSpan``s and take the public path.
+            # (an ``export(bytes)`` whose answer has ``success``). The gRPC exporter asks
+            # ``_translate_data`` (below) for each attempt's message. Otherwise (an SDK
+            # without either) the records become ``ReadableSpan``s and take the public path.
             client = getattr(self, "_client", None)
             records = [s for s in batch if isinstance(s, SpanRecord)]
             if direct and len(records) == len(batch) and callable(getattr(client, "export", None)):
                 sent = client.export(encode_records(records, resource, scope))  # type: ignore[union-attr]
                 ok = getattr(sent, "success", False) is True
                 return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+            if not direct and callable(getattr(super(), "_translate_data", None)):
+                sends: SpanExportResult = super().export(batch)
+                return sends
             spans = [s.readable(resource, scope) if isinstance(s, SpanRecord) else s for s in batch]
             result: SpanExportResult = super().export(spans)
             return result
 
-    class Metrics(OTLPMetricExporter):  # type: ignore[misc]
+        def _translate_data(self, data: Sequence[ReadableSpan | SpanRecord]) -> Any:
+            """The gRPC exporter's encoding hook (private, as ``_client``): a batch of
+            records straight into the message, as ``encode_records`` does for HTTP."""
+            batch = list(data)
+            records = [s for s in batch if isinstance(s, SpanRecord)]
+            if len(records) == len(batch):
+                return records_message(records, resource, scope)
+            spans = [s.readable(resource, scope) if isinstance(s, SpanRecord) else s for s in batch]
+            return super()._translate_data(spans)
+
+    class Metrics(metric_base):  # type: ignore[misc]
         def export(
             self, metrics_data: MetricsData, timeout_millis: float | None = 10_000, **kwargs: Any
         ) -> MetricExportResult:
             if outage.skip():
                 return MetricExportResult.FAILURE
+            began = time.monotonic()
             result: MetricExportResult = super().export(metrics_data, timeout_millis, **kwargs)
-            outage.saw(result is MetricExportResult.SUCCESS, 0)
+            outage.saw(result is MetricExportResult.SUCCESS, 0, began)
             return result
 
     return (
-        Spans(endpoint=span_url, timeout=config.timeout_s),
-        Metrics(endpoint=metric_url, timeout=config.timeout_s),
+        Spans(endpoint=span_url, timeout=config.timeout_s, **options),
+        Metrics(endpoint=metric_url, timeout=config.timeout_s, **options),
     )

@@ -69,7 +69,8 @@ def register(gate: argparse.ArgumentParser) -> None:
         type=endpoint_argument,
         metavar="URL",
         help="send a span per request and the GenAI metrics to this OpenTelemetry collector "
-        "(OTLP/HTTP, e.g. http://127.0.0.1:4318; overrides [otlp] endpoint; docs/otel.md)",
+        '(e.g. http://127.0.0.1:4318; OTLP/HTTP unless [otlp] protocol = "grpc"; '
+        "overrides [otlp] endpoint; docs/otel.md)",
     )
     gate.set_defaults(func=run)
 

@@ -7,7 +7,7 @@ import asyncio
 import signal
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, fail, positive_float, positive_int
-from gpuwatch.otlp import endpoint_argument
+from gpuwatch.otlp import PROTOCOLS, endpoint_argument
 
 
 def register(sim: argparse.ArgumentParser) -> None:
@@ -44,7 +44,14 @@ def register(sim: argparse.ArgumentParser) -> None:
         type=endpoint_argument,
         metavar="URL",
         help="export each request's spans (queue, prefill, decode) under the incoming "
-        "traceparent to this OpenTelemetry collector (OTLP/HTTP; docs/otel.md)",
+        "traceparent to this OpenTelemetry collector (docs/otel.md)",
+    )
+    sim.add_argument(
+        "--otlp-protocol",
+        choices=PROTOCOLS,
+        default="http/protobuf",
+        help="OTLP/HTTP (a collector's port 4318, the default) or gRPC (4317; needs the "
+        "otlp-grpc extra)",
     )
     sim.set_defaults(func=run)
 
@@ -77,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         # Checked here so that a mix that does not fit is a usage error, not a traceback.
         shared = with_side_models(profile, "embed" in workloads, "image" in workloads, reserve)
         mig = parse_layout(args.mig, profile.gpu.name, profile.gpu.vram_bytes) if args.mig else []
-        otlp = OtlpConfig(args.otlp_endpoint) if args.otlp_endpoint else None
+        otlp = OtlpConfig(args.otlp_endpoint, args.otlp_protocol) if args.otlp_endpoint else None
     except (ProfileError, ValueError) as exc:
         return fail("gpuwatch sim", str(exc))
 

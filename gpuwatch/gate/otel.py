@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gpuwatch.gate.classes import Who
-from gpuwatch.otlp import Attributes, Exporting, OtlpConfig, SpanRecord
+from gpuwatch.otlp import (
+    Attributes,
+    Exporting,
+    OtlpConfig,
+    SpanRecord,
+    epoch_offset_ns,
+    operation,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
@@ -36,13 +43,6 @@ if TYPE_CHECKING:
 
 # The reasons a request is shed rather than refused at the door (gpuwatch.shed = true).
 SHED = frozenset(("evicted", "upstream_stalled"))
-# The GenAI operation of each path (gen_ai.operation.name); another path is named by itself.
-OPERATIONS = (
-    ("/v1/chat/completions", "chat"),
-    ("/v1/responses", "chat"),
-    ("/v1/completions", "text_completion"),
-    ("/v1/embeddings", "embeddings"),
-)
 # The GenAI conventions' advised bucket boundaries for each histogram.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0)  # fmt: skip
@@ -59,13 +59,6 @@ _FACTS = re.compile(
 _MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
 _TAIL = 256  # bytes of the last chunk kept, for a fact split across two chunks
 _EDGE = 64  # bytes each side of a chunk boundary that a split key lies within
-
-
-def operation(path: str) -> str:
-    for prefix, name in OPERATIONS:
-        if path.startswith(prefix):
-            return name
-    return path.rsplit("/", 1)[-1] or path
 
 
 class AnswerFacts:
@@ -411,7 +404,7 @@ class RequestTrace(Untraced):
             attrs.setdefault("error.type", "client_closed" if status is None else str(status))
             error = outcome
         # Monotonic readings to epoch ns, the clocks' offset read once for all of them.
-        offset = time.time_ns() - int(now * 1e9)
+        offset = epoch_offset_ns()
         events = [
             (name, int(at * 1e9) + offset)
             for name, at in (

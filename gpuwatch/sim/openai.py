@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuwatch.otlp import operation
 from gpuwatch.sim.engine import Request
 from gpuwatch.sim.node import SimNode, Slot
 from gpuwatch.sim.request import BadRequest, Parsed, decode, error_response, parse
@@ -78,9 +79,9 @@ class OpenAIApi:
             return await self._whole(req, slot, chat)
         finally:
             self.node.release(i, req)
-            operation = "chat" if chat else "text_completion"
             node = self.node
-            node.tracing.finished(request.headers, req, operation, node.model_name, node.wall_at)
+            name = operation(request.path)
+            node.tracing.finished(request.headers, req, name, node.model_name, node.wall_at)
 
     def _chunk(
         self, req: Request, chat: bool, text: str | None, finish: str | None

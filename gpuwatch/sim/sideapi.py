@@ -1,4 +1,6 @@
 """The simulator's OpenAI embeddings and images endpoints, served when the node runs them.
+Each request that ran (or was queued and left) is traced as the text requests are
+(gpuwatch/sim/tracing.py); one refused at the door (400, 429) is not.
 
 Bodies are validated in gpuwatch/sim/request.py (``parse_embeddings``, ``parse_images``); the
 work runs on the node's side servers (gpuwatch/sim/siderun.py). Vectors and images are
@@ -15,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuwatch.otlp import AttributeValue, operation
 from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.request import (
     BadRequest,
@@ -23,6 +26,7 @@ from gpuwatch.sim.request import (
     parse_embeddings,
     parse_images,
 )
+from gpuwatch.sim.sidework import EmbedJob, ImageJob
 
 # A 1x1 grey PNG: every generated "image" (the simulator models the cost, not the picture).
 _PNG_B64 = (
@@ -82,7 +86,29 @@ class SideApi:
         except BadRequest as exc:
             return error_response(str(exc), exc.status, exc.param)
 
+    def _traced(
+        self,
+        request: web.Request,
+        model: str,
+        arrival: float,
+        job: EmbedJob | ImageJob | None,
+        run: str,
+        attributes: dict[str, AttributeValue],
+    ) -> None:
+        """The request's spans (``SimTracing.served``): ``queue`` to the start of its run,
+        ``run`` to its end. No job, or one that never finished: the client left."""
+        started, finished = (job.started, job.finished) if job else (None, None)
+        node = self.node
+        node.tracing.served(
+            request.headers, operation(request.path), model, arrival,
+            finished if finished is not None else node.sim_now(),
+            (("queue", arrival, started), (run, started, finished)), attributes,
+            aborted=finished is None, wall_at=node.wall_at,
+        )  # fmt: skip
+
     async def embeddings(self, request: web.Request) -> web.Response:
+        arrival = self.node.sim_now()
+        self.node.tracing.received(request.headers)
         model = self.side.embed_model
         assert model is not None
         parsed = await self._body(request, lambda b: parse_embeddings(b, model))
@@ -99,7 +125,16 @@ class SideApi:
                 f"(max {self.side.embeds.max_waiting}); retry later",
                 retry_after_s=1,
             )
-        job = await self.side.embed(parsed.tokens, parsed.batched)
+        job = None
+        try:
+            job = await self.side.embed(parsed.tokens, parsed.batched)
+        finally:
+            inputs = len(parsed.tokens)
+            usage = sum(parsed.tokens)
+            self._traced(
+                request, model.name, arrival, job, "embed",
+                {"gen_ai.usage.input_tokens": usage, "gpuwatch.sim.inputs": inputs},
+            )  # fmt: skip
         data = []
         for i in range(len(parsed.tokens)):
             vector = _vector(f"{job.rid}:{i}")
@@ -115,6 +150,8 @@ class SideApi:
         )
 
     async def images(self, request: web.Request) -> web.Response:
+        arrival = self.node.sim_now()
+        self.node.tracing.received(request.headers)
         model, side = self.side.image_model, self.side
         assert model is not None and side.images is not None
         parsed = await self._body(request, lambda b: parse_images(b, model))
@@ -138,7 +175,17 @@ class SideApi:
                 f"(max {side.images.max_waiting}); retry later",
                 retry_after_s=5,
             )
-        await side.generate(job)
+        try:
+            await side.generate(job)
+        finally:
+            self._traced(
+                request, model.name, arrival, job, "generate",
+                {
+                    "gpuwatch.sim.images": parsed.n,
+                    "gpuwatch.sim.image.size": f"{parsed.width}x{parsed.height}",
+                    "gpuwatch.sim.image.steps": parsed.steps,
+                },
+            )  # fmt: skip
         item = (
             {"b64_json": _PNG_B64} if parsed.b64 else {"url": "data:image/png;base64," + _PNG_B64}
         )

@@ -1,11 +1,20 @@
-"""A real OTLP/HTTP receiver for tests: aiohttp on 127.0.0.1, decoding what exporters send
-(``ExportTraceServiceRequest`` on /v1/traces, ``ExportMetricsServiceRequest`` on /v1/metrics,
-protobuf as the OTLP/HTTP spec has it) with the ``opentelemetry-proto`` messages, and keeping
-each span and each metric point it got. No collector binary is packaged for this machine."""
+"""Real OTLP receivers for tests, on 127.0.0.1, decoding what exporters send with the
+``opentelemetry-proto`` messages and keeping each span and each metric point they got (no
+collector binary is packaged for this machine). One store (``OtlpStore``: the decoding and what
+was kept), two transports, as a collector has:
+
+- ``OtlpReceiver``: OTLP/HTTP, aiohttp; ``ExportTraceServiceRequest`` on /v1/traces,
+  ``ExportMetricsServiceRequest`` on /v1/metrics, protobuf as the OTLP/HTTP spec has it;
+- ``GrpcOtlpReceiver``: OTLP/gRPC, a ``grpc.aio`` server with the collector's
+  ``TraceService`` and ``MetricsService`` (their ``Export`` calls take the same messages).
+
+``otlp_receiver(protocol)`` makes the one an ``[otlp] protocol`` talks to."""
 
 from __future__ import annotations
 
 import gzip
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,19 +73,92 @@ class Point:
 
 
 @dataclass
-class OtlpReceiver:
+class OtlpStore(ABC):
+    """What a receiver decoded, whatever the transport: the spans and metric points."""
+
     spans: list[Span] = field(default_factory=list)
     points: list[Point] = field(default_factory=list)
-    url: str = ""
+    url: str = ""  # the endpoint exporters are given, once started
     # False: decode and count spans, keep none (a bench's receiver, for hours of load).
     keep: bool = True
     received: int = 0  # spans decoded, kept or not
+    # How export calls are answered, as a collector would: "ok"; "refuse" (bad data: HTTP
+    # 400, gRPC INVALID_ARGUMENT, which exporters do not retry); "busy" (HTTP 503, gRPC
+    # UNAVAILABLE, which they retry with backoff). Anything but "ok" keeps nothing.
+    answer: str = "ok"
+    calls: int = 0  # export calls, traces and metrics, however answered
+
+    def take(self) -> bool:
+        """An export call came: whether to keep it (the answer is "ok")."""
+        self.calls += 1
+        return self.answer == "ok"
+
+    def add_traces(self, message: ExportTraceServiceRequest) -> None:
+        for resource_spans in message.resource_spans:
+            service = attributes(resource_spans.resource.attributes).get("service.name", "")
+            for scope in resource_spans.scope_spans:
+                self.received += len(scope.spans)
+                for s in scope.spans if self.keep else ():
+                    self.spans.append(
+                        Span(
+                            service,
+                            s.name,
+                            s.kind,
+                            s.trace_id.hex(),
+                            s.span_id.hex(),
+                            s.parent_span_id.hex(),
+                            attributes(s.attributes),
+                            tuple(e.name for e in s.events),
+                            s.status.code,
+                            s.start_time_unix_nano,
+                            s.end_time_unix_nano,
+                        )
+                    )
+
+    def add_metrics(self, message: ExportMetricsServiceRequest) -> None:
+        for resource_metrics in message.resource_metrics:
+            service = attributes(resource_metrics.resource.attributes).get("service.name", "")
+            for scope in resource_metrics.scope_metrics:
+                for metric in scope.metrics:
+                    for p in metric.histogram.data_points:
+                        self.points.append(
+                            Point(
+                                service,
+                                metric.name,
+                                metric.unit,
+                                attributes(p.attributes),
+                                p.count,
+                                p.sum,
+                            )
+                        )
+
+    def of(self, service: str) -> list[Span]:
+        return [s for s in self.spans if s.service == service]
+
+    @abstractmethod
+    async def start(self, port: int = 0) -> str:
+        """Listen on 127.0.0.1 (0: a free port); the endpoint URL, also in ``url``."""
+
+    @abstractmethod
+    async def stop(self) -> None: ...
+
+
+@dataclass
+class OtlpReceiver(OtlpStore):
+    """OTLP/HTTP (protobuf): the endpoint is the base URL, the signals' paths under it."""
+
     _runner: web.AppRunner | None = None
 
     async def start(self, port: int = 0) -> str:
         app = web.Application()
-        app.router.add_post("/v1/traces", self._traces)
-        app.router.add_post("/v1/metrics", self._metrics)
+        traces = self._signal(
+            ExportTraceServiceRequest, self.add_traces, ExportTraceServiceResponse
+        )
+        app.router.add_post("/v1/traces", traces)
+        metrics = self._signal(
+            ExportMetricsServiceRequest, self.add_metrics, ExportMetricsServiceResponse
+        )
+        app.router.add_post("/v1/metrics", metrics)
         app.router.add_get("/count", self._count)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -98,53 +180,82 @@ class OtlpReceiver:
             body = gzip.decompress(body)
         return body
 
-    async def _traces(self, request: web.Request) -> web.Response:
-        message = ExportTraceServiceRequest.FromString(await self._body(request))
-        for resource_spans in message.resource_spans:
-            service = attributes(resource_spans.resource.attributes).get("service.name", "")
-            for scope in resource_spans.scope_spans:
-                self.received += len(scope.spans)
-                for s in scope.spans if self.keep else ():
-                    self.spans.append(
-                        Span(
-                            service,
-                            s.name,
-                            s.kind,
-                            s.trace_id.hex(),
-                            s.span_id.hex(),
-                            s.parent_span_id.hex(),
-                            attributes(s.attributes),
-                            tuple(e.name for e in s.events),
-                            s.status.code,
-                            s.start_time_unix_nano,
-                            s.end_time_unix_nano,
-                        )
-                    )
-        answer = ExportTraceServiceResponse().SerializeToString()
-        return web.Response(body=answer, content_type=PROTOBUF)
+    def _signal(
+        self, message: type[Any], add: Callable[[Any], None], answer: type[Any]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """The handler of one signal's path: its message decoded and stored, or refused."""
+
+        async def handle(request: web.Request) -> web.Response:
+            body = await self._body(request)
+            if not self.take():
+                return web.Response(status=400 if self.answer == "refuse" else 503)
+            add(message.FromString(body))
+            return web.Response(body=answer().SerializeToString(), content_type=PROTOBUF)
+
+        return handle
 
     async def _count(self, _: web.Request) -> web.Response:
         return web.json_response({"spans": self.received})
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        message = ExportMetricsServiceRequest.FromString(await self._body(request))
-        for resource_metrics in message.resource_metrics:
-            service = attributes(resource_metrics.resource.attributes).get("service.name", "")
-            for scope in resource_metrics.scope_metrics:
-                for metric in scope.metrics:
-                    for p in metric.histogram.data_points:
-                        self.points.append(
-                            Point(
-                                service,
-                                metric.name,
-                                metric.unit,
-                                attributes(p.attributes),
-                                p.count,
-                                p.sum,
-                            )
-                        )
-        answer = ExportMetricsServiceResponse().SerializeToString()
-        return web.Response(body=answer, content_type=PROTOBUF)
 
-    def of(self, service: str) -> list[Span]:
-        return [s for s in self.spans if s.service == service]
+@dataclass
+class GrpcOtlpReceiver(OtlpStore):
+    """OTLP/gRPC: a plaintext ``grpc.aio`` server; the endpoint is ``http://127.0.0.1:PORT``
+    (the scheme says plaintext, as collectors' docs write it). Runs on the event loop that
+    starts it."""
+
+    _server: Any = None
+
+    async def start(self, port: int = 0) -> str:
+        # Imported here: the HTTP receiver alone (bench/otel.py's) needs no grpcio.
+        import grpc
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+        # The generated service modules are untyped: a servicer class with one ``Export`` to
+        # override, and a call to add it to a server.
+        traces: Any = trace_service_pb2_grpc
+        metrics: Any = metrics_service_pb2_grpc
+        store = self
+
+        async def refuse(context: Any) -> None:
+            if not store.take():
+                busy = store.answer == "busy"
+                code = grpc.StatusCode.UNAVAILABLE if busy else grpc.StatusCode.INVALID_ARGUMENT
+                await context.abort(code, store.answer)
+
+        class Traces(traces.TraceServiceServicer):  # type: ignore[misc]
+            async def Export(  # the service's method name
+                self, request: ExportTraceServiceRequest, context: Any
+            ) -> ExportTraceServiceResponse:
+                await refuse(context)
+                store.add_traces(request)
+                return ExportTraceServiceResponse()
+
+        class Metrics(metrics.MetricsServiceServicer):  # type: ignore[misc]
+            async def Export(
+                self, request: ExportMetricsServiceRequest, context: Any
+            ) -> ExportMetricsServiceResponse:
+                await refuse(context)
+                store.add_metrics(request)
+                return ExportMetricsServiceResponse()
+
+        server = self._server = grpc.aio.server()
+        traces.add_TraceServiceServicer_to_server(Traces(), server)
+        metrics.add_MetricsServiceServicer_to_server(Metrics(), server)
+        bound = server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        self.url = f"http://127.0.0.1:{bound}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=None)
+
+
+RECEIVERS: dict[str, type[OtlpStore]] = {"http/protobuf": OtlpReceiver, "grpc": GrpcOtlpReceiver}
+
+
+def otlp_receiver(protocol: str) -> OtlpStore:
+    """A receiver of the protocol an ``OtlpConfig`` names, not started."""
+    return RECEIVERS[protocol]()

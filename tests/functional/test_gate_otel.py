@@ -1,7 +1,8 @@
-"""OpenTelemetry export from the gate and the simulator, against a real OTLP/HTTP receiver
+"""OpenTelemetry export from the gate and the simulator, against a real OTLP receiver
 (``otlpkit.py``): load through the gate to the simulator, then what the receiver decoded. The
-batch processor runs on a short schedule (the config's ``schedule_delay_s``); every check
-waits for its condition."""
+tests marked ``BOTH`` run over each protocol, OTLP/HTTP and gRPC (``[otlp] protocol``), each
+against a receiver of that transport. The batch processor runs on a short schedule (the
+config's ``schedule_delay_s``); every check waits for its condition."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import asyncio
 import json
 import logging
 import socket
+import subprocess
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,52 +20,94 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gpuwatch.aioserve import Served
 from gpuwatch.gate.classes import FAIRNESS_HEADER, OBJECTIVE_HEADER, Fairness
 from gpuwatch.gate.config import GateConfig
 from gpuwatch.gate.limits import DEFAULT_LANES
 from gpuwatch.gate.server import Gate, start_gate
-from gpuwatch.otlp import OtlpConfig
+from gpuwatch.otlp import PROTOCOLS, Exporting, OtlpConfig, check_endpoint, operation
 from gpuwatch.sim.node import SimNode
-from gpuwatch.sim.profiles import get_profile
+from gpuwatch.sim.profiles import BGE_LARGE, SDXL, get_profile
 from gpuwatch.sim.server import start_sim
-from tests.functional.otlpkit import OtlpReceiver, Span
-from tests.helpers import eventually
+from tests.functional.fleetkit import child
+from tests.functional.otlpkit import OtlpReceiver, OtlpStore, Span, otlp_receiver
+from tests.helpers import eventually, stop_process
 
 PROFILE = get_profile("rtx4090-llama3-8b-awq")
 CHAT = "/v1/chat/completions"
 SERVER = 2  # the proto's SpanKind
 FAIRNESS = Fairness(objectives={"interactive": "critical", "batch": "sheddable"})
+# Over each protocol: the ``protocol`` fixture's value, for the stack and the receiver.
+BOTH = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
-def quick(endpoint: str) -> OtlpConfig:
+def quick(endpoint: str, protocol: str = "http/protobuf") -> OtlpConfig:
     """Export on a short schedule, so a test waits milliseconds for what it checks."""
-    return OtlpConfig(endpoint, schedule_delay_s=0.05, timeout_s=1.0, metrics_interval_s=0.2)
+    return OtlpConfig(
+        endpoint, protocol, schedule_delay_s=0.05, timeout_s=1.0, metrics_interval_s=0.2
+    )
+
+
+@pytest.fixture
+def protocol() -> str:
+    """OTLP/HTTP, unless a test is marked ``BOTH``."""
+    return "http/protobuf"
 
 
 @dataclass
 class Stack:
-    receiver: OtlpReceiver
+    receiver: OtlpStore
     gate: Gate
     gate_url: str
     node: SimNode
     sim_url: str
 
 
-@pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    receiver = OtlpReceiver()
-    endpoint = await receiver.start()
+@asynccontextmanager
+async def gate_and_sim(
+    tmp_path: Path,
+    otlp: OtlpConfig,
+    sim_otlp: OtlpConfig | None = None,
+    *,
+    embed: bool = False,
+    image: bool = False,
+) -> AsyncIterator[tuple[Gate, Served, SimNode, str]]:
+    """The simulator (exporting as ``sim_otlp`` says; ``embed``, ``image``: its side work too)
+    and the gate in front of it exporting as ``otlp`` says; the gate's server may be closed by
+    the test already."""
     node, sim = await start_sim(
-        PROFILE, time_scale=20.0, seed=3, model_name="llama", otlp=quick(endpoint)
-    )
-    config = GateConfig(DEFAULT_LANES, fairness=FAIRNESS, otlp=quick(endpoint))
+        PROFILE, time_scale=20.0, seed=3, model_name="llama", otlp=sim_otlp, embed=embed,
+        image=image,
+    )  # fmt: skip
+    config = GateConfig(DEFAULT_LANES, fairness=FAIRNESS, otlp=otlp)
     gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
     try:
-        yield Stack(receiver, gate, served.url, node, sim.url)
+        yield gate, served, node, sim.url
     finally:
-        await served.close()
+        if served.runner.server is not None:
+            await served.close()
         await sim.close()
-        await receiver.stop()
+
+
+@asynccontextmanager
+async def running(
+    tmp_path: Path, protocol: str, *, embed: bool = False, image: bool = False
+) -> AsyncIterator[Stack]:
+    """The simulator and the gate, both exporting to one receiver over ``protocol``."""
+    collector = otlp_receiver(protocol)
+    otlp = quick(await collector.start(), protocol)
+    try:
+        async with gate_and_sim(tmp_path, otlp, otlp, embed=embed, image=image) as started:
+            gate, served, node, sim_url = started
+            yield Stack(collector, gate, served.url, node, sim_url)
+    finally:
+        await collector.stop()
+
+
+@pytest.fixture
+async def stack(tmp_path: Path, protocol: str) -> AsyncIterator[Stack]:
+    async with running(tmp_path, protocol) as started:
+        yield started
 
 
 def chat(stream: bool, max_tokens: int = 6) -> dict[str, Any]:
@@ -104,10 +149,11 @@ def ids(traceparent: str) -> tuple[str, str]:
     return trace_id, parent
 
 
-def gate_spans(receiver: OtlpReceiver) -> list[Span]:
+def gate_spans(receiver: OtlpStore) -> list[Span]:
     return receiver.of("gpuwatch-gate")
 
 
+@BOTH
 async def test_one_span_per_request_with_genai_and_gate_attributes(stack: Stack) -> None:
     url = f"{stack.gate_url}{CHAT}"
     headers = {FAIRNESS_HEADER: "team-a", OBJECTIVE_HEADER: "interactive"}
@@ -143,6 +189,7 @@ async def test_one_span_per_request_with_genai_and_gate_attributes(stack: Stack)
         assert span.parent_id == ""  # no traceparent came in: the gate's span is the root
 
 
+@BOTH
 async def test_traceparent_reached_the_simulator_whose_spans_nest_under_the_gates(
     stack: Stack,
 ) -> None:
@@ -163,6 +210,93 @@ async def test_traceparent_reached_the_simulator_whose_spans_nest_under_the_gate
     # The phases follow one another, inside the gate's span.
     assert by_name["queue"].end_ns <= by_name["prefill"].end_ns <= by_name["decode"].end_ns
     assert gate.start_ns <= engine.start_ns and engine.end_ns <= gate.end_ns
+
+
+# The simulator's side work: path, body, model, the phase after ``queue``.
+SIDE_WORK = (
+    ("/v1/embeddings", {"model": BGE_LARGE.name, "input": ["one", "two three"]}, "embed"),
+    (
+        "/v1/images/generations",
+        {"model": SDXL.name, "prompt": "a cat", "size": "256x256", "steps": 4},
+        "generate",
+    ),
+)
+
+
+@BOTH
+async def test_the_simulators_embeddings_and_images_are_traced_under_the_gates_spans(
+    tmp_path: Path, protocol: str
+) -> None:
+    """The side work as the text requests: the traceparent kept, a SERVER span named by the
+    same operation as the gate's, under the gate's span, with its phases under it."""
+    async with running(tmp_path, protocol, embed=True, image=True) as stack:
+        answers = {}
+        async with aiohttp.ClientSession() as s:
+            for path, body, _ in SIDE_WORK:
+                async with s.post(f"{stack.gate_url}{path}", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    answers[path] = await r.json()
+        await eventually(lambda: len(gate_spans(stack.receiver)) == 2)
+        await eventually(lambda: len(stack.receiver.of("gpuwatch-sim")) == 6)
+        sent = [ids(parent) for parent in stack.node.tracing.seen]
+        for path, body, run in SIDE_WORK:
+            name = f"{operation(path)} {body['model']}"  # as the gate names it
+            [gate] = [span for span in gate_spans(stack.receiver) if span.name == name]
+            assert (gate.trace_id, gate.span_id) in sent  # the context went upstream
+            sim = stack.receiver.of("gpuwatch-sim")
+            by_name = {span.name: span for span in sim if span.trace_id == gate.trace_id}
+            assert set(by_name) == {name, "queue", run}
+            engine, queue, ran = by_name[name], by_name["queue"], by_name[run]
+            assert (engine.parent_id, engine.kind, engine.status) == (gate.span_id, SERVER, 0)
+            a = engine.attributes
+            assert a["gen_ai.operation.name"] == operation(path)
+            assert a["gen_ai.request.model"] == a["gen_ai.response.model"] == body["model"]
+            assert queue.parent_id == ran.parent_id == engine.span_id
+            assert queue.end_ns == ran.start_ns  # the run starts where the queue ends
+            assert gate.start_ns <= engine.start_ns and engine.end_ns <= gate.end_ns
+        embedded = by_name_of(stack.receiver, f"embeddings {BGE_LARGE.name}").attributes
+        usage = answers["/v1/embeddings"]["usage"]["prompt_tokens"]
+        assert (embedded["gen_ai.usage.input_tokens"], embedded["gpuwatch.sim.inputs"]) == (
+            usage,
+            2,
+        )
+        drawn = by_name_of(stack.receiver, f"generations {SDXL.name}").attributes
+        assert (drawn["gpuwatch.sim.images"], drawn["gpuwatch.sim.image.size"]) == (1, "256x256")
+        assert drawn["gpuwatch.sim.image.steps"] == 4
+
+
+async def test_an_image_request_whose_client_left_is_an_aborted_span(tmp_path: Path) -> None:
+    """Straight to the simulator, under a client's trace: the client leaves while its image
+    is drawn; the span says aborted, with the queue it passed and no ``generate``."""
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    body = {"model": SDXL.name, "prompt": "a cat", "steps": 500}  # minutes of simulated work
+    async with running(tmp_path, "http/protobuf", image=True) as stack:
+        images = stack.node.side.images
+        assert images is not None
+        async with aiohttp.ClientSession() as s:
+            drawing = asyncio.create_task(
+                s.post(
+                    f"{stack.sim_url}/v1/images/generations",
+                    json=body,
+                    headers={"traceparent": f"00-{trace_id}-{parent}-01"},
+                )
+            )
+            await eventually(lambda: images.running)
+            drawing.cancel()  # the connection closes: the simulator's handler is cancelled
+            with pytest.raises(asyncio.CancelledError):
+                await drawing
+        await eventually(lambda: len(stack.receiver.of("gpuwatch-sim")) == 2)
+        assert list(stack.node.tracing.seen) == [f"00-{trace_id}-{parent}-01"]
+        engine = by_name_of(stack.receiver, f"generations {SDXL.name}")
+        assert (engine.trace_id, engine.parent_id) == (trace_id, parent)
+        assert engine.status == 2 and engine.attributes["error.type"] == "aborted"
+        assert by_name_of(stack.receiver, "queue").parent_id == engine.span_id
+
+
+def by_name_of(receiver: OtlpStore, name: str) -> Span:
+    """The simulator's one span of this name."""
+    [span] = [span for span in receiver.of("gpuwatch-sim") if span.name == name]
+    return span
 
 
 async def test_a_clients_trace_is_continued(stack: Stack) -> None:
@@ -258,6 +392,7 @@ async def test_a_shed_requests_span_says_shed_with_its_queue_wait(stack: Stack) 
     assert all(span.attributes["gpuwatch.outcome"] == "ok" for span in served)
 
 
+@BOTH
 async def test_genai_metrics_are_exported(stack: Stack) -> None:
     async with aiohttp.ClientSession() as s:
         for stream in (True, False, True):
@@ -294,17 +429,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@BOTH
 async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, protocol: str
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
-    config = GateConfig(DEFAULT_LANES, otlp=quick(dead))
-    gate, served = await start_gate(sim.url, config, state_file=tmp_path / "state.json")
-    assert gate.telemetry is not None
-    outage = gate.telemetry.exporting.outage
     caplog.set_level(logging.INFO)
-    try:
+    async with gate_and_sim(tmp_path, quick(dead, protocol)) as (gate, served, node, _):
+        assert gate.telemetry is not None
+        outage = gate.telemetry.exporting.outage
         async with aiohttp.ClientSession() as s:
             for k in range(6):
                 status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=k % 2 == 0))
@@ -313,9 +446,6 @@ async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
                 if k == 2:
                     await eventually(lambda: outage.failures >= 2, timeout=20)
         assert len(node.tracing.seen) == 6  # the spans' contexts still went upstream
-    finally:
-        await served.close()
-        await sim.close()
     said = [r for r in caplog.records if "OTLP export to" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING], said
     assert dead in said[0].getMessage()
@@ -323,27 +453,158 @@ async def test_a_dead_collector_costs_requests_nothing_and_is_said_once(
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
 
 
+@BOTH
+async def test_a_collector_that_comes_back_gets_spans_again_and_the_log_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, protocol: str
+) -> None:
+    """Down, then started on its port: the exporter reconnects (gRPC: a new channel) and the
+    next requests' spans arrive; the log has the outage and the recovery, a line each."""
+    port = free_port()
+    otlp = quick(f"http://127.0.0.1:{port}", protocol)
+    collector = otlp_receiver(protocol)
+    caplog.set_level(logging.INFO)
+    try:
+        async with gate_and_sim(tmp_path, otlp) as (gate, served, _, _):
+            assert gate.telemetry is not None
+            outage = gate.telemetry.exporting.outage
+            async with aiohttp.ClientSession() as s:
+                assert (await post(s, f"{served.url}{CHAT}", chat(stream=False)))[0] == 200
+                await eventually(lambda: outage.down)
+                await collector.start(port)
+
+                async def arrived() -> bool:
+                    assert (await post(s, f"{served.url}{CHAT}", chat(stream=False)))[0] == 200
+                    return bool(gate_spans(collector))
+
+                await eventually(arrived, timeout=20)
+    finally:
+        await collector.stop()
+    said = [r.getMessage() for r in caplog.records if "OTLP export to" in r.getMessage()]
+    assert len(said) == 2 and said[0].endswith("requests are not affected)"), said
+    assert said[1] == f"OTLP export to {otlp.endpoint} works again"
+
+
+async def test_the_gate_and_simulator_processes_export_over_grpc(tmp_path: Path) -> None:
+    """``gpuwatch gate --config`` with ``[otlp] protocol = "grpc"`` and ``gpuwatch sim
+    --otlp-protocol grpc`` as processes, a gRPC receiver here: one request's gate span, the
+    simulator's under it, the gate's metrics; both leave cleanly (SIGTERM: exit 0)."""
+    collector = otlp_receiver("grpc")
+    endpoint = await collector.start()
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        f'[otlp]\nendpoint = "{endpoint}"\nprotocol = "grpc"\n'
+        "schedule_delay_s = 0.05\nmetrics_interval_s = 0.2\n"
+    )
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        sim, sim_url = child(
+            "sim", "--time-scale", "20", "--served-model-name", "llama",
+            "--otlp-endpoint", endpoint, "--otlp-protocol", "grpc",
+        )  # fmt: skip
+        procs.append(sim)
+        gate, gate_url = child(
+            "gate", "--upstream", sim_url, "--config", str(config),
+            "--state-file", str(tmp_path / "state.json"),
+        )  # fmt: skip
+        procs.append(gate)
+        async with aiohttp.ClientSession() as s:
+            status, _ = await post(s, f"{gate_url}{CHAT}", chat(stream=True))
+        assert status == 200
+        [span] = await eventually(lambda: gate_spans(collector))
+        assert span.attributes["gpuwatch.outcome"] == "ok"
+        await eventually(lambda: [p for p in collector.points if p.service == "gpuwatch-gate"])
+        # The simulator's batch goes within its schedule (1 s), or at its exit at the latest.
+        await asyncio.to_thread(stop_process, sim)
+        engine = [x for x in collector.of("gpuwatch-sim") if x.kind == SERVER]
+        assert [(x.trace_id, x.parent_id) for x in engine] == [(span.trace_id, span.span_id)]
+    finally:
+        for proc in reversed(procs):
+            await asyncio.to_thread(stop_process, proc)  # the loop serves the receiver meanwhile
+        await collector.stop()
+    assert [proc.returncode for proc in procs] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    "form", ["http://127.0.0.1:{port}", "http://localhost:{port}/", "http://127.0.0.1:{port}/v1"]
+)
+async def test_grpc_endpoint_forms(form: str) -> None:
+    """The forms a gRPC endpoint is written in (a collector's docs write http://host:4317):
+    a path is not part of a gRPC target and is dropped, a host name is resolved."""
+    collector = otlp_receiver("grpc")
+    port = int((await collector.start()).rsplit(":", 1)[1])
+    exporting = Exporting(quick(check_endpoint(form.format(port=port)), "grpc"), "gpuwatch-test")
+    try:
+        exporting.tracer("t").start_span("hello").end()
+        [span] = await eventually(lambda: collector.of("gpuwatch-test"))
+        assert span.name == "hello"
+    finally:
+        await asyncio.to_thread(exporting.shutdown)
+        await collector.stop()
+
+
+@BOTH
+async def test_shutdown_does_not_wait_for_a_collector_known_down(
+    tmp_path: Path, protocol: str
+) -> None:
+    """A collector that refused an export (known down), then answers every export "busy",
+    which exporters retry with backoff until their timeout (30 s here: 15 s of backoff).
+    Closing the gate cuts the export under way short instead of waiting it out."""
+    collector = otlp_receiver(protocol)
+    otlp = replace(quick(await collector.start(), protocol), timeout_s=30.0)
+    try:
+        async with gate_and_sim(tmp_path, otlp) as (gate, served, _, _):
+            assert gate.telemetry is not None
+            outage = gate.telemetry.exporting.outage
+            collector.answer = "refuse"
+            async with aiohttp.ClientSession() as s:
+                status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
+                assert status == 200
+                await eventually(lambda: outage.down)
+                collector.answer = "busy"
+                calls = collector.calls
+                status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=False))
+                assert status == 200
+            # An export was answered busy: its exporter now waits to retry (a second at least).
+            await eventually(lambda: collector.calls > calls)
+            closing = asyncio.create_task(served.close())
+            await eventually(closing.done, timeout=5, message="the gate's close waited on it")
+            await closing
+    finally:
+        await collector.stop()
+    assert outage.failures >= 2 and not collector.spans  # nothing was kept, nothing hung
+
+
+async def test_grpc_plaintext_follows_the_endpoints_scheme_not_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTEL_EXPORTER_OTLP_INSECURE=false would have the SDK's gRPC exporter speak TLS to an
+    http:// endpoint (a plaintext collector then gets nothing); the URL's scheme decides."""
+    for name in ("", "_TRACES", "_METRICS"):
+        monkeypatch.setenv(f"OTEL_EXPORTER_OTLP{name}_INSECURE", "false")
+    async with running(tmp_path, "grpc") as stack:
+        async with aiohttp.ClientSession() as s:
+            status, _ = await post(s, f"{stack.gate_url}{CHAT}", chat(stream=False))
+        assert status == 200
+        await eventually(lambda: gate_spans(stack.receiver))
+        await eventually(lambda: stack.receiver.of("gpuwatch-sim"))  # the simulator's too
+        await eventually(lambda: stack.receiver.points)
+
+
 async def test_a_trace_sampled_out_still_propagates_and_counts(tmp_path: Path) -> None:
     """sample_ratio 0: no span recorded, yet the context goes upstream (not sampled) and the
     request is in the metrics."""
     receiver = OtlpReceiver()
-    endpoint = await receiver.start()
-    node, sim = await start_sim(PROFILE, time_scale=20.0, seed=3, model_name="llama")
-    otlp = replace(quick(endpoint), sample_ratio=0.0)
-    _, served = await start_gate(
-        sim.url, GateConfig(DEFAULT_LANES, otlp=otlp), state_file=tmp_path / "state.json"
-    )
+    otlp = replace(quick(await receiver.start()), sample_ratio=0.0)
     try:
-        async with aiohttp.ClientSession() as s:
-            status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=True))
-        assert status == 200
-        await eventually(
-            lambda: any(p.metric == "gen_ai.server.request.duration" for p in receiver.points)
-        )
-        [sent] = node.tracing.seen
-        assert sent.endswith("-00")  # not sampled: the engine records nothing either
+        async with gate_and_sim(tmp_path, otlp) as (_, served, node, _):
+            async with aiohttp.ClientSession() as s:
+                status, _ = await post(s, f"{served.url}{CHAT}", chat(stream=True))
+            assert status == 200
+            await eventually(
+                lambda: any(p.metric == "gen_ai.server.request.duration" for p in receiver.points)
+            )
+            [sent] = node.tracing.seen
+            assert sent.endswith("-00")  # not sampled: the engine records nothing either
     finally:
-        await served.close()
-        await sim.close()
         await receiver.stop()
     assert not gate_spans(receiver)  # and none came at shutdown's flush either

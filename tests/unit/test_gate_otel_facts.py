@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from gpuwatch.gate.otel import AnswerFacts, operation
+from gpuwatch.gate.otel import AnswerFacts
+from gpuwatch.otlp import operation
 
 CHUNKS = [
     {"id": "chatcmpl-1", "model": "m-7b", "choices": [{"delta": {"content": 'x "model": "no"'},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -136,3 +137,27 @@ def test_an_attribute_of_another_type_is_encoded_as_the_sdk_does(
     )  # fmt: skip
     ours = ExportTraceServiceRequest.FromString(encode_records([record], resource, scope))
     assert ours == encode_spans([record.readable(resource, scope)])
+
+
+GRPC_TRACES = "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"
+
+
+def test_the_grpc_exporter_sends_the_direct_encoding_too() -> None:
+    """Over gRPC the exporter asks its ``_translate_data`` for each attempt's message: the
+    records' own (``records_message``), the SDK encoder's message, without the SDK encoder."""
+    gate = GateTelemetry(OtlpConfig("http://127.0.0.1:9", "grpc", metrics_interval_s=3600))
+    records: list[SpanRecord] = []
+    gate.exporting.emit = records.append  # type: ignore[method-assign,assignment]
+    try:
+        make_spans(gate)
+        resource, scope = gate.exporting.resource, gate.exporting.scope
+        sdks = encode_spans([r.readable(resource, scope) for r in records])
+        with patch(f"{GRPC_TRACES}.encode_spans", side_effect=AssertionError("SDK encoder")):
+            sent = gate.exporting.span_exporter._translate_data(records)
+        assert isinstance(sent, ExportTraceServiceRequest) and sent == sdks
+        # A batch of the SDK's own spans (the simulator's) still takes the SDK's encoder.
+        readable = [r.readable(resource, scope) for r in records]
+        assert gate.exporting.span_exporter._translate_data(readable) == sdks
+    finally:
+        gate.exporting.outage.closing = gate.exporting.outage.down = True
+        gate.exporting.shutdown()
