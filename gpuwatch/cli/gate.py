@@ -18,7 +18,7 @@ from gpuwatch.cli.common import (
     use_uvloop,
 )
 from gpuwatch.fmt import clip
-from gpuwatch.otlp import endpoint_argument
+from gpuwatch.otlp import PROTOCOLS, endpoint_argument
 from gpuwatch.stall import DEFAULT_STALL_AFTER_S
 
 PROG = "gpuwatch gate"
@@ -69,8 +69,14 @@ def register(gate: argparse.ArgumentParser) -> None:
         type=endpoint_argument,
         metavar="URL",
         help="send a span per request and the GenAI metrics to this OpenTelemetry collector "
-        '(e.g. http://127.0.0.1:4318; OTLP/HTTP unless [otlp] protocol = "grpc"; '
+        "(e.g. http://127.0.0.1:4318, or :4317 with --otlp-protocol grpc; "
         "overrides [otlp] endpoint; docs/otel.md)",
+    )
+    gate.add_argument(
+        "--otlp-protocol",
+        choices=PROTOCOLS,
+        help="OTLP/HTTP (a collector's port 4318, the default) or gRPC (4317; needs the "
+        "otlp-grpc extra); overrides [otlp] protocol",
     )
     gate.set_defaults(func=run)
 
@@ -113,9 +119,12 @@ def run(args: argparse.Namespace) -> int:
             "could change the limits. Set --admin-token-file or GPUWATCH_ADMIN_TOKEN.",
         )
     gate_config = load_gate_config(args.config)
+    otlp = gate_config.otlp
     if args.otlp_endpoint is not None:
-        otlp = replace(gate_config.otlp, endpoint=args.otlp_endpoint)
-        gate_config = replace(gate_config, otlp=otlp)
+        otlp = replace(otlp, endpoint=args.otlp_endpoint)
+    if args.otlp_protocol is not None:
+        otlp = replace(otlp, protocol=args.otlp_protocol)
+    gate_config = replace(gate_config, otlp=otlp)
     stall_lanes = None
     if args.stall_lanes is not None:
         names = {lane.name for lane in gate_config.lanes}

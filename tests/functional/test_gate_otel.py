@@ -484,17 +484,18 @@ async def test_a_collector_that_comes_back_gets_spans_again_and_the_log_says_so(
     assert said[1] == f"OTLP export to {otlp.endpoint} works again"
 
 
-async def test_the_gate_and_simulator_processes_export_over_grpc(tmp_path: Path) -> None:
-    """``gpuwatch gate --config`` with ``[otlp] protocol = "grpc"`` and ``gpuwatch sim
-    --otlp-protocol grpc`` as processes, a gRPC receiver here: one request's gate span, the
-    simulator's under it, the gate's metrics; both leave cleanly (SIGTERM: exit 0)."""
+@pytest.mark.parametrize("how", ["config", "flags"])
+async def test_the_gate_and_simulator_processes_export_over_grpc(tmp_path: Path, how: str) -> None:
+    """``gpuwatch gate`` with ``[otlp] protocol = "grpc"`` in its config (or
+    ``--otlp-endpoint URL --otlp-protocol grpc``) and ``gpuwatch sim --otlp-protocol grpc`` as
+    processes, a gRPC receiver here: one request's gate span, the simulator's under it, the
+    gate's metrics; both leave cleanly (SIGTERM: exit 0)."""
     collector = otlp_receiver("grpc")
     endpoint = await collector.start()
     config = tmp_path / "gate.toml"
-    config.write_text(
-        f'[otlp]\nendpoint = "{endpoint}"\nprotocol = "grpc"\n'
-        "schedule_delay_s = 0.05\nmetrics_interval_s = 0.2\n"
-    )
+    export = f'endpoint = "{endpoint}"\nprotocol = "grpc"\n' if how == "config" else ""
+    config.write_text(f"[otlp]\n{export}schedule_delay_s = 0.05\nmetrics_interval_s = 0.2\n")
+    flags = ["--otlp-endpoint", endpoint, "--otlp-protocol", "grpc"] if how == "flags" else []
     procs: list[subprocess.Popen[str]] = []
     try:
         sim, sim_url = child(
@@ -504,7 +505,7 @@ async def test_the_gate_and_simulator_processes_export_over_grpc(tmp_path: Path)
         procs.append(sim)
         gate, gate_url = child(
             "gate", "--upstream", sim_url, "--config", str(config),
-            "--state-file", str(tmp_path / "state.json"),
+            "--state-file", str(tmp_path / "state.json"), *flags,
         )  # fmt: skip
         procs.append(gate)
         async with aiohttp.ClientSession() as s:
