@@ -12,6 +12,8 @@ import pytest
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widget import Widget
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 
 from gpuwatch.demo import demo_load
 from gpuwatch.monitor.state import Monitor
@@ -220,3 +222,32 @@ async def test_a_knob_row_selected_below_the_fold_is_scrolled_into_view(
         assert app.session.on_knob is None and app.session.steering.selected_lane == "chat"
         await eventually(lambda: column.scroll_y == 0, pause=pilot.pause)
         assert selected_row_shown(app)
+
+
+def footer_in_view(app: GpuwatchApp) -> list[str]:
+    """The footer's keys whose label is whole on screen, in order."""
+    width = app.screen.size.width
+    return [
+        k.key for k in app.screen.query(FooterKey) if k.region.width and k.region.right <= width
+    ]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+async def test_the_footer_keeps_undo_quit_and_help_in_view(
+    calm: scenario.Scenario, size: tuple[int, int]
+) -> None:
+    """Under 120 columns the footer drops its padding and the palette's ^p, so the keys up to
+    ``? help`` fit in 80, on a lane row and on a knob row; wide, it keeps both."""
+    app = scenario.app_for(calm)
+    with_knobs(app)
+    async with app.run_test(size=size) as pilot:
+        await _painted(app, pilot)
+        footer = app.screen.query_one(Footer)
+        assert footer.compact == (size[0] < 120)
+        assert footer.show_command_palette == (size[0] >= 120)
+        lane_keys = ["tab", "plus", "minus", "p", "e", "u", "q", "question_mark"]
+        await eventually(lambda: footer_in_view(app)[:8] == lane_keys, pause=pilot.pause)
+        await pilot.press(*["tab"] * len(app.session.steering.lanes()))  # the first knob row
+        assert app.session.on_knob is not None
+        knob_keys = ["tab", "plus", "minus", "e", "u", "q", "question_mark"]  # Dynamo: no p
+        await eventually(lambda: footer_in_view(app)[:7] == knob_keys, pause=pilot.pause)

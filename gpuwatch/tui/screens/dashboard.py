@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Container, Horizontal
@@ -97,7 +98,7 @@ class Dashboard(Screen[None]):
         Binding("O", "output(False)", "raise output cap", show=False),
         Binding("b", "budget(True)", "lower token budget", show=False),
         Binding("B", "budget(False)", "raise token budget", show=False),
-        Binding("p", "pause", "pause/resume"),
+        Binding("p", "pause", "pause"),
         Binding("e", "edit", "edit lane"),
         Binding("u", "undo", "undo"),
         Binding("a", "audit", "audit", show=False),
@@ -161,6 +162,14 @@ class Dashboard(Screen[None]):
         yield Footer()
 
     # -- set-up: the session's loops run as this screen's workers -------------------------
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Under 120 columns the footer drops its padding and the palette's ^p (still bound):
+        # at 80 the keys up to "? help" fit, where the padded footer cut off undo, quit and help.
+        # (A replay has its own bar where the footer was.)
+        narrow = event.size.width < 120
+        for footer in self.query(Footer):
+            footer.compact, footer.show_command_palette = narrow, not narrow
 
     def on_mount(self) -> None:
         self.session.show_on(DashboardControl(self, self.repaint))
