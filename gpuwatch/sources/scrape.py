@@ -21,7 +21,7 @@ from prometheus_client.samples import Sample
 from gpuwatch.bounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES, DEFAULT_TIMEOUT_S
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
-from gpuwatch.httpclient import BodyRefused, read_bounded
+from gpuwatch.httpclient import BodyRefused, get_stream, read_bounded
 from gpuwatch.model import ScrapeResult
 from gpuwatch.sources.dialects import MODEL_LABELS, index_samples, map_samples, wanted_sample_names
 from gpuwatch.sources.promtext import (
@@ -458,7 +458,7 @@ def map_page(
 async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """GET ``url`` and return its text, refusing bodies over ``max_bytes``."""
     try:
-        async with client.stream("GET", url) as response:
+        async with get_stream(client, url) as response:
             if response.status_code != 200:
                 raise ScrapeError(f"HTTP {response.status_code} {response.reason_phrase}".strip())
             body = await read_bounded(response, max_bytes)
