@@ -5,6 +5,7 @@ AdminApiError, never another exception."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuwatch import adminapi
 from gpuwatch.adminapi import (
     SKETCH_REL_ERROR,
     AdaptiveDecision,
@@ -353,3 +355,26 @@ def test_a_status_with_one_part_replaced_is_read_or_refused_naming_where(
         GateStatus.from_json(doc)
     except AdminApiError as exc:
         assert str(exc).startswith("status")
+
+
+def flat_classes(cls: type[adminapi._Flat] = adminapi._Flat) -> list[type[adminapi._Flat]]:
+    subclasses: list[type[adminapi._Flat]] = cls.__subclasses__()
+    return [c for sub in subclasses for c in (sub, *flat_classes(sub))]
+
+
+@pytest.mark.parametrize("cls", flat_classes(), ids=lambda c: c.__name__)
+def test_each_flat_class_is_read_by_its_fields_as_planned_once(cls: type[adminapi._Flat]) -> None:
+    """``_Flat.from_json`` reads by a plan worked out once per class: it is the fields'
+    names, JSON keys, requiredness and types, in order."""
+    plan = adminapi._plan(cls)
+    wanted = [
+        (
+            f.name,
+            cls._WIRE.get(f.name, f.name),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            adminapi._READ[str(f.type)],
+        )
+        for f in dataclasses.fields(cls)
+    ]
+    assert list(plan) == wanted
+    assert adminapi._plan(cls) is plan
