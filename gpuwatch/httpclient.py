@@ -58,9 +58,7 @@ def async_client(
         keepalive_expiry=limits.keepalive_expiry,
         network_backend=AsyncioBackend(),
     )
-    return PollClient(
-        transport=transport, timeout=timeout, headers=headers, trust_env=False
-    )
+    return PollClient(transport=transport, timeout=timeout, headers=headers, trust_env=False)
 
 
 class PollClient(httpx.AsyncClient):
