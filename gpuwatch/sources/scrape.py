@@ -509,6 +509,10 @@ class PagePlan:
         )  # fmt: skip
 
 
+# The largest page mapped on the caller's loop when its plan read the page before: about a
+# millisecond to read by the plan, a few to parse whole on the scrape its lines change.
+INLINE_MAX_CHARS = 128 * 1024
+
 _HTML = re.compile(r"^\s*<(!doctype|html|head|body|\?xml)", re.IGNORECASE)
 
 
@@ -655,6 +659,11 @@ async def scrape(
     except ScrapeError as exc:
         return ScrapeResult(url, error=str(exc), unreachable=exc.unreachable)
     # Parsing is CPU work (milliseconds for a big page): keep it off the caller's event loop.
+    # A small page its plan read last time is the exception: it is read by the plan again
+    # (a line scan, a fraction of a millisecond) or, once, parsed whole, and handing it to a
+    # thread and back (two wake-ups) cost as much CPU as reading it.
+    if cache is not None and cache.stats.page_reused and len(text) <= INLINE_MAX_CHARS:
+        return map_page(url, text, max_engines, cache)
     return await asyncio.to_thread(map_page, url, text, max_engines, cache)
 
 

@@ -3,13 +3,16 @@ the plan, and what it gives equals the prefilter and parse of that page, scrape 
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.sources.scrape import MAX_LINE_CHARS, ParseCache, map_page
+from gpuwatch.httpclient import async_client
+from gpuwatch.sources.scrape import INLINE_MAX_CHARS, MAX_LINE_CHARS, ParseCache, map_page, scrape
 from tests.conftest import FIXTURES, fixture_text
 from tests.unit.test_parse_cache import VALUES, Page
 
@@ -41,9 +44,9 @@ def check(text: str, cache: ParseCache, max_engines: int) -> bool:
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_fixtures_with_moving_numbers_are_read_by_the_plan(name: str) -> None:
     text, cache, rng = fixture_text(name), ParseCache(), random.Random(name)
-    for scrape in range(6):
+    for n in range(6):
         reused = check(text, cache, 8)
-        if scrape and cache.page is not None:
+        if n and cache.page is not None:
             assert reused  # only numbers moved: the plan read it
         text = moved(text, rng, 0.6, NUMBERS)
 
@@ -135,3 +138,51 @@ def test_another_engine_limit_is_not_read_by_the_plan() -> None:
     check(text, cache, 8)
     assert check(text, cache, 8)
     assert not check(text, cache, 2)
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+async def test_a_small_page_its_plan_read_is_mapped_on_the_loop(
+    size: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread hop is skipped for a small page the plan read last time (the plan reads it
+    again in a fraction of a millisecond); a page before that, or a large one, goes to a thread.
+    Either way the result is the one-shot mapping."""
+    page = fixture_text(FIXTURE_NAMES[0])
+    if size == "large":  # past the inline limit: a family no dialect reads, padding it out
+        page += "".join(f'junk_padding{{i="{i}"}} {i}\n' for i in range(INLINE_MAX_CHARS // 20))
+    rng = random.Random(3)
+    hops: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def counted(func: Callable[..., object], *args: object) -> object:
+        hops.append(func.__name__)
+        return await real_to_thread(func, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return  # the client closed its connection
+            body = moved(page, rng, 0.5, NUMBERS).encode()
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n"
+            writer.write(head.encode() + body)
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/metrics"
+    cache = ParseCache()
+    try:
+        async with async_client(tls=False) as client:
+            for _ in range(4):
+                result = await scrape(client, url, cache=cache)
+                assert result.engines and result.error is None
+                assert result.page is not None
+                # The kept lines are the page as the dialects read it: mapped again, the same.
+                assert result == map_page(url, result.page, 8)
+    finally:
+        srv.close()
+    # Small: the first page parsed whole, the second read by the plan (both in a thread), then
+    # on the loop. Large: always in a thread.
+    assert hops == ["map_page"] * (2 if size == "small" else 4)
