@@ -46,8 +46,8 @@ async def server(serve: Serve, tls: ssl.SSLContext | None = None) -> AsyncIterat
         handlers.add(task)
         try:
             await serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # the client went away, or the test is over (cancelled below)
         finally:
             writer.close()
             handlers.discard(task)
@@ -254,3 +254,23 @@ async def test_a_reader_that_lags_stops_the_socket_being_read_past_the_high_wate
         assert got == size
         assert not held.reading_paused
         await stream.aclose()
+
+
+async def test_one_built_request_serves_concurrent_gets_of_its_url() -> None:
+    """A request built once is sent as it is: GETs of the same URL at the same time (a
+    snapshot reading every source at once) each get their own answer on their own connection."""
+    served = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        while True:
+            await read_request(reader)
+            served += 1
+            mine = served
+            await asyncio.sleep(0.05)  # every GET is in flight at once
+            writer.write(answer(f"answer {mine}\n".encode()))
+
+    async with server(serve) as url, async_client(tls=False) as c:
+        pages = await asyncio.gather(*(fetch(c, f"{url}/metrics") for _ in range(5)))
+        assert isinstance(c, PollClient) and len(c._requests) == 1
+    assert sorted(pages) == [f"answer {n}\n" for n in range(1, 6)]
