@@ -6,7 +6,8 @@ a fresh process of the tree runs the dashboard's own pollers (``live_session``'s
 fake NVML of bench/tui.py with 8 GPUs) for ``--seconds`` after a 3 s warm-up and prints its
 whole-process CPU time (user + sys) over that window as % of one core. ``--tree DIR`` runs
 another checkout's pollers in the same run (before); ``--repeat`` windows, the median printed.
-It also prints what one GET costs through httpx against a bare asyncio socket on the same
+It also prints what one GET costs through httpx's client, the pollers' way (``get_stream``: a
+request built once, on asyncio's transports) and on a bare asyncio socket, each on one
 keep-alive connection (the HTTP floor of each poll).
 
 Run: python bench/pollcost.py [--seconds 15] [--repeat 3] [--tree DIR]
@@ -69,9 +70,11 @@ async def child(url: str, gate: str, sources: list[str], seconds: float) -> floa
     return used
 
 
-async def get_cost(url: str, n: int = 300) -> tuple[float, float]:
-    """CPU ms per GET of ``url``: through the pollers' httpx client, and on a bare socket."""
-    from gpuwatch.httpclient import async_client
+async def get_cost(url: str, n: int = 300) -> tuple[float, float, float]:
+    """CPU ms per GET of ``url``: through httpx's client (``stream``), the pollers' way
+    (``get_stream``: a request built once, sent to the transport, on asyncio's transports),
+    and on a bare socket."""
+    from gpuwatch.httpclient import async_client, get_stream, read_bounded
 
     async with async_client() as client:
         for _ in range(20):
@@ -81,6 +84,11 @@ async def get_cost(url: str, n: int = 300) -> tuple[float, float]:
             async with client.stream("GET", url) as response:
                 await response.aread()
         via_httpx = (time.process_time() - started) / n * 1000
+        started = time.process_time()
+        for _ in range(n):
+            async with get_stream(client, url) as response:
+                await read_bounded(response, 1 << 24)
+        via_pollers = (time.process_time() - started) / n * 1000
     host, port = url.split("//")[1].split("/")[0].split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     request = f"GET /{url.split('/', 3)[3]} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
@@ -96,7 +104,7 @@ async def get_cost(url: str, n: int = 300) -> tuple[float, float]:
         await reader.readexactly(length)
     bare = (time.process_time() - started) / n * 1000
     writer.close()
-    return via_httpx, bare
+    return via_httpx, via_pollers, bare
 
 
 def main() -> None:
@@ -143,7 +151,7 @@ def main() -> None:
                         cwd=tree, capture_output=True, text=True, check=True,
                     )  # fmt: skip
                     cpu.setdefault((name, sources), []).append(float(out.stdout.split()[-1]))
-        via_httpx, bare = asyncio.run(get_cost(f"{stack.sim_url}/metrics"))
+        via_httpx, via_pollers, bare = asyncio.run(get_cost(f"{stack.sim_url}/metrics"))
     finally:
         if load is not None:
             load.terminate()
@@ -159,8 +167,9 @@ def main() -> None:
             shown = " ".join(f"{v:.2f}" for v in runs)
             cells.append(f"{statistics.median(runs):>16.3f} ({shown})".rjust(34))
         print(f"{sources:30}" + "".join(cells))
-    print(f"one GET of the sim's /metrics, CPU per request: httpx {via_httpx:.3f} ms, a bare "
-          f"asyncio socket {bare:.3f} ms (keep-alive both)")  # fmt: skip
+    print(f"one GET of the sim's /metrics, CPU per request: httpx's stream {via_httpx:.3f} ms, "
+          f"the pollers' get_stream {via_pollers:.3f} ms, a bare asyncio socket {bare:.3f} ms "
+          "(keep-alive all)")  # fmt: skip
     print(
         "goal: engine,gate <= 0.35% of one core"
         + (f"   (before = {args.tree})" if args.tree else "")

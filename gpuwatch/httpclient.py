@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 
+import httpcore
 import httpx
 
+from gpuwatch.asyncnet import AsyncioBackend
 from gpuwatch.bounds import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
@@ -27,7 +31,7 @@ def async_client(
     max_connections: int = 16,
     headers: dict[str, str] | None = None,
     tls: bool = True,
-) -> httpx.AsyncClient:
+) -> PollClient:
     """An async client for low-rate polling: short connect timeout, bounded total time.
     ``tls=False`` for a client that reads only http:// URLs (see below)."""
     timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
@@ -41,10 +45,69 @@ def async_client(
     # Loading the certificate store is 25-45 ms of every client made; a one-shot read of
     # http:// endpoints needs none. Its context trusts no certificate, so were it ever sent to
     # an https URL it would refuse to connect, never connect unverified.
-    verify = True if tls else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    return httpx.AsyncClient(
-        timeout=timeout, limits=limits, headers=headers, trust_env=False, verify=verify
+    if tls:
+        context = httpx.create_ssl_context(verify=True, trust_env=False)
+    else:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    transport = httpx.AsyncHTTPTransport(verify=context, limits=limits, trust_env=False)
+    # The same pool httpx builds, on asyncio's own transports rather than AnyIO's (asyncnet.py).
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=context,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=AsyncioBackend(),
     )
+    return PollClient(transport=transport, timeout=timeout, headers=headers, trust_env=False)
+
+
+class PollClient(httpx.AsyncClient):
+    """The pollers' client: an ``httpx.AsyncClient`` whose ``open_get`` sends a GET built once
+    per URL (and query) straight to its transport.
+
+    A poller asks for the same URL every second, and the client's path around the transport
+    (building the request, merging headers, cookies, auth and redirect handling, event hooks)
+    was a quarter of each GET's CPU (bench/pollcost.py). None of it changes between polls: the
+    request, headers and timeouts included, is the one ``build_request`` makes, sent as it
+    is. What is skipped: cookies the server sets (no polled endpoint sets any) and redirects
+    (the client never follows them)."""
+
+    MAX_KEPT = 64  # requests kept; a caller asking for endless distinct URLs starts over
+
+    def __init__(self, *, transport: httpx.AsyncHTTPTransport, **kwargs: Any) -> None:
+        super().__init__(transport=transport, **kwargs)
+        self._direct = transport
+        self._requests: dict[tuple[str, tuple[tuple[str, str], ...]], httpx.Request] = {}
+
+    async def open_get(self, url: str, params: Mapping[str, str] | None = None) -> httpx.Response:
+        """The answer to a GET of ``url``, its body not read yet: read it (``read_bounded``)
+        and close it (``aclose``, which gives the connection back), as ``stream`` would."""
+        key = (url, tuple(params.items()) if params else ())
+        request = self._requests.get(key)
+        if request is None:
+            if len(self._requests) >= self.MAX_KEPT:
+                self._requests.clear()
+            request = self._requests[key] = self.build_request("GET", url, params=params)
+        response = await self._direct.handle_async_request(request)
+        response.request = request
+        return response
+
+
+@contextlib.asynccontextmanager
+async def get_stream(
+    client: httpx.AsyncClient, url: str, params: Mapping[str, str] | None = None
+) -> AsyncIterator[httpx.Response]:
+    """``client.stream("GET", url, params=params)``, by ``PollClient.open_get`` where the
+    client is one (``async_client``'s)."""
+    if isinstance(client, PollClient):
+        response = await client.open_get(url, params)
+        try:
+            yield response
+        finally:
+            await response.aclose()
+    else:
+        async with client.stream("GET", url, params=params) as response:
+            yield response
 
 
 def unix_client(path: str, timeout_s: float) -> httpx.Client:

@@ -30,10 +30,12 @@ from gpuwatch.admintoken import token_problem
 from gpuwatch.control.guard import Guard
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
-from gpuwatch.httpclient import async_client
+from gpuwatch.httpclient import BodyRefused, async_client, get_stream, read_bounded
 from gpuwatch.safejson import JSONError, loads_bounded
 
 T = TypeVar("T")
+# The most of an answer read: a gate's status with many lanes and tenants is tens of KB.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
 
 class GateError(GpuwatchError):
@@ -111,35 +113,47 @@ class GateClient:
 
     async def _get(self, path: str, read: Callable[[Json], T], **kwargs: Any) -> T:
         """A read of ``path`` as the API's type; the same body as last time is not parsed
-        again (what it was read as is kept, typed objects being frozen)."""
-        response = await self._send("GET", path, **kwargs)
+        again (what it was read as is kept, typed objects being frozen). Sent as the same
+        request each time (``PollClient.open_get``), the body read up to ``MAX_ANSWER_BYTES``."""
+        try:
+            async with get_stream(self._client, self.base + path, kwargs.get("params")) as answer:
+                content = await read_bounded(answer, MAX_ANSWER_BYTES)
+        except BodyRefused as exc:
+            raise GateError(None, f"gate {self.base}: {path}: {exc}") from None
+        except httpx.HTTPError as exc:
+            raise GateError(None, f"gate {self.base} unreachable: {type(exc).__name__}") from exc
+        status = answer.status_code
         kept = self._last.get(path)
-        if response.status_code == 200 and kept is not None and kept[0] == response.content:
+        if status == 200 and kept is not None and kept[0] == content:
             return kept[1]  # type: ignore[return-value]  # stored by this path's reader
-        value = self._read(path, self._body(response), read)
-        if response.status_code == 200:
-            self._last[path] = (response.content, value)
+        value = self._read(path, self._parse(status, content), read)
+        if status == 200:
+            self._last[path] = (content, value)
         return value
 
     def _body(self, response: httpx.Response) -> Json:
+        return self._parse(response.status_code, response.content)
+
+    def _parse(self, status: int, content: bytes) -> Json:
         try:
             # Bounded like every answer we parse (nesting, huge integers): a deep one is not a
             # RecursionError for the caller.
-            body: Json = loads_bounded(response.content)
+            body: Json = loads_bounded(content)
         except JSONError as exc:
-            if response.status_code < 400:
+            if status < 400:
                 raise GateError(
-                    response.status_code, f"gate {self.base}: the answer is not its API ({exc})"
+                    status, f"gate {self.base}: the answer is not its API ({exc})"
                 ) from None
             body = None
-        if response.status_code >= 400:
+        if status >= 400:
             error = body.get("error") if isinstance(body, dict) else None
             message = error.get("message") if isinstance(error, dict) else None
             # The gate's words (or whatever answers at that URL): one clean line, bounded.
-            text = clip(f"HTTP {response.status_code}: {message or response.text[:400]}", 300)
-            if response.status_code == 409:
+            said = message or content[:400].decode("utf-8", "replace")
+            text = clip(f"HTTP {status}: {said}", 300)
+            if status == 409:
                 raise GateConflict.from_body(text, body)
-            raise GateError(response.status_code, text, body)
+            raise GateError(status, text, body)
         return body
 
     def _read(self, path: str, body: Json, read: Callable[[Json], T]) -> T:

@@ -44,6 +44,10 @@ class Selector:
 
     @classmethod
     def parse(cls, text: str) -> Selector:
+        return _selector(text) if cls is Selector else cls._parse(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> Selector:
         if "{" not in text:
             return cls(text)
         name, _, rest = text.partition("{")
@@ -55,6 +59,12 @@ class Selector:
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.labels)
+
+
+@functools.lru_cache(maxsize=1024)
+def _selector(text: str) -> Selector:
+    """A dialect table's selector, parsed once (frozen): each page mapped asks for ~100."""
+    return Selector._parse(text)
 
 
 @dataclass(frozen=True)
@@ -378,6 +388,7 @@ class BadBucket(GpuwatchError, ValueError):
     """A bucket bound that is not a number: the whole histogram family is unusable."""
 
 
+@functools.lru_cache(maxsize=4096)  # a page's bounds are the same few dozen, page after page
 def _parse_le(text: str) -> float:
     """A bucket's upper bound: a finite number or +Inf (NaN and -Inf order nothing)."""
     try:
@@ -398,12 +409,25 @@ class MapResult:
 def detect(index: Mapping[str, list[Sample]]) -> list[Dialect]:
     found: list[Dialect] = []
     for dialect in DIALECTS:
-        names = {sel.name for sel in dialect.selectors()}
-        for hist in dialect.histogram_names():
-            names.update({f"{hist}_bucket", f"{hist}_count"})
+        names = _detected_by(dialect)
         if any(name in index for name in names) and dialect.name not in {d.name for d in found}:
             found.append(dialect)
     return found
+
+
+_DETECTED_BY: dict[int, tuple[Dialect, frozenset[str]]] = {}
+
+
+def _detected_by(dialect: Dialect) -> frozenset[str]:
+    """The sample names that say a page is in ``dialect`` (worked out once: the tables are
+    constants, and building these sets was two fifths of mapping a page)."""
+    kept = _DETECTED_BY.get(id(dialect))
+    if kept is None or kept[0] is not dialect:  # the dialect itself is kept: its id stays its
+        names = {sel.name for sel in dialect.selectors()}
+        for hist in dialect.histogram_names():
+            names.update({f"{hist}_bucket", f"{hist}_count"})
+        kept = _DETECTED_BY[id(dialect)] = (dialect, frozenset(names))
+    return kept[1]
 
 
 def _scalar(

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from prometheus_client.metrics_core import Metric
@@ -21,7 +21,7 @@ from prometheus_client.samples import Sample
 from gpuwatch.bounds import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENGINES, DEFAULT_TIMEOUT_S
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
-from gpuwatch.httpclient import BodyRefused, read_bounded
+from gpuwatch.httpclient import BodyRefused, get_stream, read_bounded
 from gpuwatch.model import ScrapeResult
 from gpuwatch.sources.dialects import MODEL_LABELS, index_samples, map_samples, wanted_sample_names
 from gpuwatch.sources.promtext import (
@@ -112,6 +112,10 @@ class Prefiltered:
     models_kept: int = 0
     # Lines of wanted families dropped for being longer than MAX_LINE_CHARS.
     long_lines: int = 0
+    # Where each line of ``text`` was on the page (its index in ``page.split("\n")``), and the
+    # wanted sample lines dropped for their model (past ``max_models``): a ``PagePlan``'s map.
+    kept_at: list[int] = field(default_factory=list)
+    capped_at: list[int] = field(default_factory=list)
 
 
 _UNSEEN = "\x00unseen"  # compared by identity: no label read from a page is this object
@@ -129,11 +133,13 @@ def prefilter(
     100,000 models costs a line scan, not 100,000 engines' worth of parsing and mapping.
     A source's ``cache`` remembers each series' model label from its last page."""
     keep: list[str] = []
+    kept_at: list[int] = []
+    capped_at: list[int] = []
     models: dict[str, int] = {}
     known = cache.model_labels if cache is not None and max_models is not None else None
     seen: dict[str, str | None] = {}
     long_lines = 0
-    for line in text.split("\n"):
+    for at, line in enumerate(text.split("\n")):
         if not line:
             continue
         if line[0] == "#":
@@ -142,6 +148,7 @@ def prefilter(
                     long_lines += 1
                     continue
                 keep.append(line)
+                kept_at.append(at)
             continue
         name = line.partition("{")[0]
         if " " in name or "\t" in name:
@@ -165,13 +172,15 @@ def prefilter(
                         model = _model_label(line)
                     seen[head] = model
             if model is not None and models.setdefault(model, len(models)) >= max_models:
+                capped_at.append(at)
                 continue
         keep.append(line)
+        kept_at.append(at)
     if known is not None and cache is not None:
         cache.model_labels = seen
     keep.append("")
     kept = min(len(models), max_models or 0)
-    return Prefiltered("\n".join(keep), len(models), kept, long_lines)
+    return Prefiltered("\n".join(keep), len(models), kept, long_lines, kept_at, capped_at)
 
 
 def long_lines_dropped(count: int) -> str:
@@ -241,20 +250,24 @@ class _Template:
     family_of: list[int]  # each value's family
     values: list[str]
 
-    def refill(self, values: list[str]) -> int:
+    def refill(self, values: list[str]) -> int | None:
         """The families with ``values`` read in (new objects where a value changed, never
-        changed in place); returns how many values changed."""
+        changed in place); returns how many values changed, or None (and changes nothing)
+        where a changed value is not a plain number (``number``)."""
         old = self.values
         samples = self.samples
         changed: dict[int, None] = {}
         count = 0
         for k, text in enumerate(values):
             if text != old[k]:
+                value = number(text)
+                if value is None:
+                    return None
                 if not count:
                     samples = list(samples)
                 i = self.slots[k]
                 s = samples[i]
-                samples[i] = Sample(s.name, s.labels, number(text))  # type: ignore[arg-type]
+                samples[i] = Sample(s.name, s.labels, value)
                 changed[self.family_of[k]] = None
                 count += 1
         if count:
@@ -302,6 +315,7 @@ class CacheStats:
     lines: int = 0  # non-blank lines
     lines_parsed: int = 0  # in blocks parsed by prometheus_client
     values_read: int = 0  # values read in refilled blocks
+    page_reused: bool = False  # the page but its values was the last one (``PagePlan``)
 
 
 class ParseCache:
@@ -321,12 +335,17 @@ class ParseCache:
         self.stats = CacheStats()
         # For ``prefilter``: the model label of each series (a sample line but its value).
         self.model_labels: dict[str, str | None] = {}
+        # The last parse's blocks in order: their lines and templates (None: parsed whole).
+        self.last_blocks: list[tuple[int, _Template | None]] = []
+        # For ``map_page``: the last page's lines but their values, and where each value goes.
+        self.page: PagePlan | None = None
 
     def parse(self, text: str) -> list[Metric]:
         stats = CacheStats()
         blocks: dict[str, tuple[list[Metric], str, _Template | None]] = {}
         templates: dict[str, _Template] = {}
         out: list[Metric] = []
+        last_blocks: list[tuple[int, _Template | None]] = []
         for block in split_blocks(text):
             stats.blocks += 1
             stats.lines += len(block)
@@ -343,8 +362,10 @@ class ParseCache:
             else:
                 skeleton, values, slots = _skeleton(block)
                 template = templates.get(skeleton) or self._templates.get(skeleton)
-                if template is not None:
-                    stats.values_read += template.refill(values)
+                # The skeleton holds every value that is not a plain number: these all are.
+                read = None if template is None else template.refill(values)
+                if template is not None and read is not None:
+                    stats.values_read += read
                     stats.blocks_refilled += 1
                     families = template.families
                 else:
@@ -355,10 +376,142 @@ class ParseCache:
             if template is not None:
                 templates.setdefault(skeleton, template)
             blocks[body] = (families, skeleton, template)
+            last_blocks.append((len(block), template))
             out += families
         self._blocks, self._templates, self.stats = blocks, templates, stats
+        self.last_blocks = last_blocks
         return out
 
+
+# The page plan: a live page is the last one with other numbers.
+#
+# Scrape after scrape, a serving stack's page keeps its lines and moves their values (most of
+# them, every second, under load). The parse cache still had to find that out line by line:
+# the prefilter's name test, the blocks cut and joined, each block's skeleton. A ``PagePlan``
+# keeps the last page's lines with their last word cut off (``rpartition(" ")``: a sample
+# line's value), and for each line what a change of that word may do:
+#  - _IGNORED: a sample line of a family no dialect reads (its name lies before the cut);
+#  - _NUMBER: a wanted sample line dropped for its model: any plain number keeps it dropped;
+#  - _VALUE: a value of a kept line, read into its block's template (``_Template.refill``);
+#  - _FIXED: anything else (a comment, a line with no space, a value the parser reads itself):
+#    a change there is a new page, prefiltered and parsed as one.
+# A page whose lines but their last words are the plan's, and whose changed words are all
+# allowed, is the plan's page with new values: its prefilter and parse are the plan's, with
+# the changed values read into the same templates. The result equals ``prefilter`` then
+# ``ParseCache.parse`` (tests/unit/test_page_plan.py).
+_IGNORED, _NUMBER, _VALUE, _FIXED = 0, 1, 2, 3
+
+
+def _cut(lines: list[str]) -> tuple[list[str], list[str]]:
+    """Each line but its last word, and that word."""
+    heads: list[str] = []
+    words: list[str] = []
+    for line in lines:
+        head, _, word = line.rpartition(" ")
+        heads.append(head)
+        words.append(word)
+    return heads, words
+
+
+@dataclass
+class PagePlan:
+    heads: list[str]
+    words: list[str]
+    kinds: list[int]  # per line, what a change of its word may do
+    kept_at: list[int]  # the kept lines, in order
+    # Per block of the kept text: its template and the page's lines of its values, in order.
+    blocks: list[tuple[_Template, list[int]]]
+    kept: Prefiltered
+    max_models: int | None
+
+    @classmethod
+    def build(
+        cls, text: str, kept: Prefiltered, cache: ParseCache, max_models: int | None
+    ) -> PagePlan | None:
+        """The plan of a page just prefiltered and parsed with ``cache``; None where its kept
+        lines are not the parser's lines as they stand (surrounding blanks), or a block has
+        no template."""
+        lines = text.split("\n")
+        heads, words = _cut(lines)
+        kinds = [_FIXED] * len(lines)
+        for i, line in enumerate(lines):
+            if heads[i] and line[0] != "#" and _line_name(line) not in WANTED:
+                kinds[i] = _IGNORED
+        for i in kept.capped_at:
+            # A number has no quote: the model label the prefilter reads stays the head's.
+            if number(words[i]) is not None:
+                kinds[i] = _NUMBER
+        blocks: list[tuple[_Template, list[int]]] = []
+        position = 0
+        for count, template in cache.last_blocks:
+            at = kept.kept_at[position : position + count]
+            position += count
+            if template is None or any(lines[i].strip() != lines[i] for i in at):
+                return None
+            slots = [
+                i for i in at if lines[i][0] != "#" and heads[i] and number(words[i]) is not None
+            ]
+            if [words[i] for i in slots] != template.values:
+                return None  # not the template's reading of these lines
+            for i in slots:
+                kinds[i] = _VALUE
+            blocks.append((template, slots))
+        if position != len(kept.kept_at):
+            return None
+        return cls(heads, words, kinds, kept.kept_at, blocks, kept, max_models)
+
+    def reuse(
+        self, text: str, cache: ParseCache, max_models: int | None
+    ) -> tuple[Prefiltered, list[Sample]] | None:
+        """``text`` prefiltered and its samples, read by this plan; None when it is another
+        page (then it is prefiltered and parsed as one, and a new plan made)."""
+        if max_models != self.max_models:
+            return None
+        lines = text.split("\n")
+        if len(lines) != len(self.heads):
+            return None
+        heads, words = _cut(lines)
+        if heads != self.heads:
+            return None
+        kinds, old = self.kinds, self.words
+        for i, word in enumerate(words):
+            if word != old[i]:
+                kind = kinds[i]
+                if kind == _IGNORED:
+                    continue
+                if kind == _FIXED or len(lines[i]) > MAX_LINE_CHARS:
+                    return None  # another page (or a line the prefilter now drops as long)
+                if kind == _NUMBER and number(word) is None:
+                    return None  # (a value is read, and refused if not a number, below)
+        stats = CacheStats(page_reused=True)
+        samples: list[Sample] = []
+        for template, slots in self.blocks:
+            changed = template.refill([words[i] for i in slots])
+            if changed is None:
+                return None  # a value that is not a plain number: parsed as a new page
+            stats.blocks += 1
+            stats.values_read += changed
+            if changed:
+                stats.blocks_refilled += 1
+            else:
+                stats.blocks_same += 1
+            for family in template.families:
+                samples += family.samples
+        self.words = words
+        keep = [lines[i] for i in self.kept_at]
+        keep.append("")
+        kept = self.kept
+        cache.stats = stats
+        return (
+            Prefiltered("\n".join(keep), kept.models_seen, kept.models_kept, kept.long_lines,
+                        kept.kept_at, kept.capped_at),
+            samples,
+        )  # fmt: skip
+
+
+# The largest page mapped on the caller's loop when its plan read the page before: about a
+# millisecond to read by the plan, a few to parse whole on the scrape its lines change.
+INLINE_MAX_CHARS = 128 * 1024
 
 _HTML = re.compile(r"^\s*<(!doctype|html|head|body|\?xml)", re.IGNORECASE)
 
@@ -432,8 +585,19 @@ def map_page(
     passes the source's ``cache`` (a one-shot reader has none to keep)."""
     try:
         _refuse_html(text)  # before the prefilter, which would drop every HTML line
-        kept = prefilter(text, max_models=max_engines, cache=cache)
-        samples = page_samples(kept.text, cache)
+        plan = cache.page if cache is not None else None
+        reused = None
+        if plan is not None and cache is not None:
+            reused = plan.reuse(text, cache, max_engines)
+        if reused is not None:
+            kept, samples = reused
+        else:
+            kept = prefilter(text, max_models=max_engines, cache=cache)
+            if cache is not None:
+                cache.page = None  # until this page is parsed whole
+            samples = page_samples(kept.text, cache)
+            if cache is not None:
+                cache.page = PagePlan.build(text, kept, cache, max_engines)
     except ScrapeError as exc:
         return ScrapeResult(source, error=str(exc))
     index = index_samples(samples)
@@ -458,7 +622,7 @@ def map_page(
 async def fetch(client: httpx.AsyncClient, url: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """GET ``url`` and return its text, refusing bodies over ``max_bytes``."""
     try:
-        async with client.stream("GET", url) as response:
+        async with get_stream(client, url) as response:
             if response.status_code != 200:
                 raise ScrapeError(f"HTTP {response.status_code} {response.reason_phrase}".strip())
             body = await read_bounded(response, max_bytes)
@@ -495,6 +659,11 @@ async def scrape(
     except ScrapeError as exc:
         return ScrapeResult(url, error=str(exc), unreachable=exc.unreachable)
     # Parsing is CPU work (milliseconds for a big page): keep it off the caller's event loop.
+    # A small page its plan read last time is the exception: it is read by the plan again
+    # (a line scan, a fraction of a millisecond) or, once, parsed whole, and handing it to a
+    # thread and back (two wake-ups) cost as much CPU as reading it.
+    if cache is not None and cache.stats.page_reused and len(text) <= INLINE_MAX_CHARS:
+        return map_page(url, text, max_engines, cache)
     return await asyncio.to_thread(map_page, url, text, max_engines, cache)
 
 

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from gpuwatch.adminapi import LimitsPatch
-from gpuwatch.control.gate import GateClient, GateConflict, GateError
+from gpuwatch.control.gate import MAX_ANSWER_BYTES, GateClient, GateConflict, GateError
 from gpuwatch.control.guard import Guard
 from tests.functional.gatekit import rig
 from tests.functional.servers import ThreadedServer
@@ -106,3 +106,41 @@ async def test_entries_that_are_not_audit_entries_are_left_out() -> None:
     with ThreadedServer({"/admin/audit": _answer(json.dumps({"entries": entries}))}) as server:
         read = await _ask(server.url(""), "audit")
     assert [(e.actor, e.version, e.change.paused) for e in read] == [("alice", 2, True)]
+
+
+async def test_an_answer_past_the_limit_is_refused_as_it_arrives() -> None:
+    """A status or limits answer is read at most MAX_ANSWER_BYTES: one GateError saying so,
+    whether the length is declared or the body just keeps coming."""
+    endless = b"[" + b"1," * (MAX_ANSWER_BYTES // 2) + b"1]"
+
+    async def declared(_: web.Request) -> web.Response:
+        return web.Response(body=endless, content_type="application/json")
+
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(endless), 65536):
+            await response.write(endless[start : start + 65536])
+        return response
+
+    routes = {"/admin/status": declared, "/admin/limits": streamed}
+    said = {"status": f"body of {len(endless)} bytes exceeds", "limits": "body exceeds"}
+    with ThreadedServer(routes) as server:
+        for what, reason in said.items():
+            with pytest.raises(GateError) as info:
+                await _ask(server.url(""), what)
+            assert str(info.value) == (
+                f"gate {server.url('')}: /admin/{what}: {reason} the 4 MiB limit"
+            )
+
+
+async def test_an_error_answer_that_is_not_json_is_its_first_bytes_on_one_line() -> None:
+    with (
+        ThreadedServer({"/admin/status": _answer("<html>nope</html>" * 100, 503)}) as server,
+        pytest.raises(GateError) as info,
+    ):
+        await _ask(server.url(""), "status")
+    assert info.value.status == 503
+    assert str(info.value).startswith("HTTP 503: <html>nope</html>")
+    assert len(str(info.value)) <= 300 and "\n" not in str(info.value)

@@ -5,7 +5,9 @@ AdminApiError, never another exception."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuwatch import adminapi
 from gpuwatch.adminapi import (
     SKETCH_REL_ERROR,
     AdaptiveDecision,
@@ -353,3 +356,48 @@ def test_a_status_with_one_part_replaced_is_read_or_refused_naming_where(
         GateStatus.from_json(doc)
     except AdminApiError as exc:
         assert str(exc).startswith("status")
+
+
+def flat_classes(cls: type[adminapi._Flat] = adminapi._Flat) -> list[type[adminapi._Flat]]:
+    subclasses: list[type[adminapi._Flat]] = cls.__subclasses__()
+    return [c for sub in subclasses for c in (sub, *flat_classes(sub))]
+
+
+@pytest.mark.parametrize("cls", flat_classes(), ids=lambda c: c.__name__)
+def test_each_flat_class_is_read_by_its_fields_as_planned_once(cls: type[adminapi._Flat]) -> None:
+    """``_Flat.from_json`` reads by a plan worked out once per class: it is the fields'
+    names, JSON keys, requiredness and types, in order; a value of a type the field's reader
+    passes through is taken as it is, any other goes to the reader (and its error)."""
+    plan = adminapi._plan(cls)
+    wanted = [
+        (
+            f.name,
+            cls._WIRE.get(f.name, f.name),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            adminapi._READ[str(f.type)],
+            adminapi._PLAIN[str(f.type)],
+        )
+        for f in dataclasses.fields(cls)
+    ]
+    assert list(plan) == wanted
+    assert adminapi._plan(cls) is plan
+
+
+@pytest.mark.parametrize("cls", flat_classes(), ids=lambda c: c.__name__)
+def test_values_the_plan_takes_as_they_are_are_what_the_readers_return(
+    cls: type[adminapi._Flat],
+) -> None:
+    """For every field and every kind of JSON value, the planned read (a plain value taken as
+    it is) equals its reader's result, or raises the reader's error."""
+    samples: list[object] = [None, True, False, 0, -3, 2.5, "x", "", [], {}]
+    for name, key, _required, read, _plain in adminapi._plan(cls):
+        for value in samples:
+            doc = {key: value}
+            try:
+                expected: object = read(adminapi._Doc(doc, "v"), key)
+            except AdminApiError as exc:
+                with pytest.raises(AdminApiError, match=re.escape(str(exc))):
+                    cls.from_json(doc, "v")
+                continue
+            got = getattr(cls.from_json(doc, "v"), name)  # other fields take their defaults
+            assert (type(got), got) == (type(expected), expected)

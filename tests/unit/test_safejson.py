@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gpuwatch.safejson import MAX_INT_DIGITS, JSONError, loads_bounded
+from gpuwatch.safejson import MAX_INT_DIGITS, JSONError, depth, loads_bounded
 
 HOSTILE = {
     # json.loads raises RecursionError on these, not JSONDecodeError.
@@ -84,3 +86,38 @@ def test_max_bytes() -> None:
 def test_bad_json_is_a_value_error() -> None:
     """Callers that already catch ValueError keep working."""
     assert issubclass(JSONError, ValueError)
+
+
+def reference_depth(value: object) -> int:
+    """The nesting depth by its definition (recursive, for small test values)."""
+    if isinstance(value, dict):
+        return 1 + max(map(reference_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(reference_depth, value), default=0)
+    return 0
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**60), 10**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=40,
+)
+
+
+@given(JSON_VALUES, st.integers(min_value=0, max_value=6))
+def test_the_level_by_level_walk_is_the_depth(value: object, limit: int) -> None:
+    """``depth`` walks level by level (the fast walk): the same depth as the definition, and
+    with a limit, the depth or ``limit + 1`` when deeper."""
+    deep = reference_depth(value)
+    assert depth(value) == deep
+    assert depth(value, limit) == min(deep, limit + 1)
+    text = json.dumps(value)
+    if deep > limit and limit:
+        with pytest.raises(JSONError, match=f"^nesting deeper than {limit}$"):
+            loads_bounded(text, max_depth=limit)
+    else:
+        assert loads_bounded(text, max_depth=limit) == json.loads(text)
