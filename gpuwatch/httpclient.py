@@ -9,10 +9,8 @@ import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-import httpcore
 import httpx
 
-from gpuwatch.asyncnet import AsyncioBackend
 from gpuwatch.bounds import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fmt import clip
@@ -50,14 +48,6 @@ def async_client(
     else:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     transport = httpx.AsyncHTTPTransport(verify=context, limits=limits, trust_env=False)
-    # The same pool httpx builds, on asyncio's own transports rather than AnyIO's (asyncnet.py).
-    transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=context,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        network_backend=AsyncioBackend(),
-    )
     return PollClient(transport=transport, timeout=timeout, headers=headers, trust_env=False)
 
 

@@ -1,28 +1,23 @@
-"""httpcore on asyncio's transports (asyncnet.py) and the pollers' client (PollClient): real
-HTTP/1.1 servers on 127.0.0.1, each case run on AnyIO's backend (httpx's own) and on ours,
-which must give the same bodies and the same errors."""
+"""The pollers' client (``PollClient``, whose GETs are built once and sent straight to httpx's
+transport): real HTTP/1.1 servers on 127.0.0.1, each case run through a plain
+``httpx.AsyncClient`` and through ours, which must give the same bodies and the same errors."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
-import httpcore
 import httpx
 import pytest
 
-from gpuwatch.asyncnet import HIGH_WATER, AsyncioBackend
 from gpuwatch.httpclient import PollClient, async_client, get_stream, read_bounded
 from gpuwatch.sources.scrape import ScrapeError, fetch
-from tests.helpers import eventually
 
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-BACKENDS = {"anyio": None, "asyncio": AsyncioBackend}
+BACKENDS = ("httpx", "poll")
+BIG = 1 << 20  # a body many reads long
 
 
 def answer(body: bytes, extra: str = "") -> bytes:
@@ -64,16 +59,14 @@ async def server(serve: Serve, tls: ssl.SSLContext | None = None) -> AsyncIterat
 
 
 def client(backend: str, timeout_s: float = 3.0) -> httpx.AsyncClient:
-    """``async_client``'s (ours), or a plain httpx client on AnyIO with the same timeouts."""
-    if backend == "asyncio":
+    """``async_client``'s (ours), or a plain httpx client with the same timeouts."""
+    if backend == "poll":
         return async_client(connect_timeout_s=1.0, timeout_s=timeout_s, tls=False)
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=1.0), trust_env=False)
 
 
-def test_the_pollers_client_runs_on_asyncio_transports() -> None:
-    made = async_client(tls=False)
-    assert isinstance(made, PollClient)
-    assert isinstance(made._direct._pool._network_backend, AsyncioBackend)
+def test_the_pollers_client_is_a_poll_client() -> None:
+    assert isinstance(async_client(tls=False), PollClient)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -114,8 +107,8 @@ async def test_an_idle_connection_the_server_closed_is_replaced(backend: str) ->
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_a_body_past_the_high_water_mark_is_read_whole(backend: str) -> None:
-    body = bytes(range(256)) * (3 * HIGH_WATER // 256 + 7)
+async def test_a_big_body_is_read_whole(backend: str) -> None:
+    body = bytes(range(256)) * (BIG // 256 + 7)
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
@@ -123,7 +116,7 @@ async def test_a_body_past_the_high_water_mark_is_read_whole(backend: str) -> No
         await writer.drain()
 
     async with server(serve) as url, client(backend) as c, get_stream(c, url) as response:
-        got = await read_bounded(response, 16 * HIGH_WATER)
+        got = await read_bounded(response, 4 * BIG)
     assert got == body
 
 
@@ -189,71 +182,6 @@ async def test_open_get_sends_one_request_built_once_with_the_clients_headers() 
     for head in heads:
         assert "Authorization: Bearer t0ken" in head
         assert "Accept-Encoding: gzip, deflate" in head
-
-
-def self_signed(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """A server context with a fresh self-signed certificate for 127.0.0.1, and a client
-    context that trusts only it."""
-    key, cert = tmp / "key.pem", tmp / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    served.load_cert_chain(cert, key)
-    return served, ssl.create_default_context(cafile=str(cert))
-
-
-@pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl for a certificate")
-async def test_tls_over_asyncio_transports(tmp_path: Path) -> None:
-    served, trusting = self_signed(tmp_path)
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await read_request(reader)
-            writer.write(answer(b"secret\n"))
-
-    async with server(serve, tls=served) as url:
-        for context, works in ((trusting, True), (ssl.create_default_context(), False)):
-            pool = httpcore.AsyncConnectionPool(
-                ssl_context=context, network_backend=AsyncioBackend()
-            )
-            async with pool:
-                if works:
-                    for _ in range(2):
-                        response = await pool.request("GET", url)
-                        assert response.content == b"secret\n"
-                    assert len(pool.connections) == 1
-                else:  # a certificate it does not trust: refused, never read unverified
-                    with pytest.raises(httpcore.ConnectError):
-                        await pool.request("GET", url)
-
-
-async def test_a_reader_that_lags_stops_the_socket_being_read_past_the_high_water_mark() -> None:
-    """Flow control: bytes the caller has not read are held up to about ``HIGH_WATER``, the
-    rest left in the kernel (and the server) until the caller reads on."""
-    size = 16 * HIGH_WATER
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"y" * size)
-        await writer.drain()
-
-    async with server(serve) as url:
-        port = int(url.rsplit(":", 1)[1])
-        stream = await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=1.0)
-        await stream.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", timeout=1.0)
-        held = stream._reader  # type: ignore[attr-defined]
-        await eventually(lambda: held.reading_paused, message="reading never paused")
-        assert HIGH_WATER < len(held.buffer) <= 2 * HIGH_WATER
-        got = 0
-        while got < size:
-            got += len(await stream.read(64 * 1024, timeout=2.0))
-        assert got == size
-        assert not held.reading_paused
-        await stream.aclose()
 
 
 async def test_one_built_request_serves_concurrent_gets_of_its_url() -> None:
