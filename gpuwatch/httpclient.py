@@ -57,7 +57,7 @@ class PollClient(httpx.AsyncClient):
 
     A poller asks for the same URL every second, and the client's path around the transport
     (building the request, merging headers, cookies, auth and redirect handling, event hooks)
-    was a quarter of each GET's CPU (bench/pollcost.py). None of it changes between polls: the
+    was a fifth of each GET's CPU (bench/pollcost.py). None of it changes between polls: the
     request, headers and timeouts included, is the one ``build_request`` makes, sent as it
     is. What is skipped: cookies the server sets (no polled endpoint sets any) and redirects
     (the client never follows them)."""
