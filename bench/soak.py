@@ -3,9 +3,10 @@
 Through a gate (its own process, so its memory is its own) in front of ``gpuwatch sim``:
 - ``gpuwatch load`` (the library) at a steady rate over the chat and embed lanes;
 - 24 churning clients with client timeouts of 0.05-0.6 s, and aborts of raw connections
-  mid-request (queued, waiting or streaming);
+  mid-request (queued, waiting or streaming), each request under a fairness id drawn from a
+  million (so per-tenant state that outlived its requests would show);
 - a limit change every second (chat max_inflight / max_queue / queue_timeout_s, a pause now
-  and then);
+  and then, an in-flight cap set on or taken off one of 16 of those tenants);
 - the upstream simulator restarted twice (at 1/3 and 2/3 of the run).
 
 At the end it prints whether the gate is back at in-flight 0 / queued 0, whether every lane
@@ -44,6 +45,7 @@ from typing import Any
 import aiohttp
 import psutil
 
+from gpuwatch.gate.classes import FAIRNESS_HEADER
 from gpuwatch.load import LoadRun, LoadSpec
 from gpuwatch.load.spec import Dist
 
@@ -78,12 +80,14 @@ async def churn(url: str, stop_at: float, rng: random.Random, counts: dict[str, 
         while time.monotonic() < stop_at:
             body = {"prompt": "churn " * rng.randint(1, 50), "max_tokens": rng.randint(4, 64),
                     "stream": rng.random() < 0.7}  # fmt: skip
+            tenant = f"churn-{rng.randrange(1_000_000)}"
             if rng.random() < 0.3:
                 with contextlib.suppress(OSError, asyncio.TimeoutError):
                     _, writer = await asyncio.open_connection(host, int(port))
                     data = json.dumps(body).encode()
                     writer.write(
                         b"POST /v1/completions HTTP/1.1\r\nHost: g\r\n"
+                        + f"{FAIRNESS_HEADER}: {tenant}\r\n".encode()
                         + f"Content-Length: {len(data)}\r\n\r\n".encode()
                         + data
                     )
@@ -93,7 +97,8 @@ async def churn(url: str, stop_at: float, rng: random.Random, counts: dict[str, 
                 continue
             timeout = aiohttp.ClientTimeout(total=rng.uniform(0.05, 0.6))
             try:
-                async with s.post(f"{url}/v1/completions", json=body, timeout=timeout) as r:
+                async with s.post(f"{url}/v1/completions", json=body, timeout=timeout,
+                                  headers={FAIRNESS_HEADER: tenant}) as r:  # fmt: skip
                     await r.read()
                     counts[str(r.status)] = counts.get(str(r.status), 0) + 1
             except asyncio.TimeoutError:
@@ -111,6 +116,10 @@ async def change_limits(url: str, stop_at: float, rng: random.Random) -> int:
                 "lanes": {"chat": {"max_inflight": rng.randint(1, 8),
                                    "max_queue": rng.randint(2, 64),
                                    "queue_timeout_s": rng.uniform(0.2, 5)}},
+                # Tenants the churn draws (churn-0..15 among a million): rarely busy, but
+                # their limits are part of every audit entry.
+                "tenants": {f"churn-{rng.randrange(16)}":
+                            {"max_inflight": rng.randint(1, 4)} if rng.random() < 0.5 else None},
             }  # fmt: skip
             async with s.patch(f"{url}/admin/limits", json=patch) as r:
                 assert r.status == 200, await r.text()
