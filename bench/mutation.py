@@ -108,6 +108,21 @@ MODULES: dict[str, Module] = {
     "promql": Module(
         "gpuwatch/sources/promql.py", ("tests/unit/test_promql.py", "tests/unit/test_promnode.py")
     ),
+    # The gate's per-second record (issue 32): the sketch, the blocks, the window sums.
+    "logsketch": Module(
+        "gpuwatch/gate/logsketch.py",
+        ("tests/unit/test_gate_blocks.py", "tests/unit/test_gate_latency.py"),
+    ),
+    "requestblocks": Module(
+        "gpuwatch/gate/requestblocks.py",
+        ("tests/unit/test_gate_blocks.py", "tests/unit/test_gate_latency.py"),
+    ),
+    "rolling": Module(
+        "gpuwatch/gate/rolling.py",
+        ("tests/unit/test_gate_blocks.py", "tests/unit/test_gate_latency.py"),
+    ),
+    "promtext": Module("gpuwatch/sources/promtext.py", ("tests/unit/test_promtext.py",)),
+    "termdiff": Module("gpuwatch/tui/termdiff.py", ("tests/unit/test_termdiff.py",)),
 }
 
 # Mutants no test can kill because no caller can tell them from the code: mutmut's name, the
