@@ -8,7 +8,7 @@ import random
 import pytest
 
 from gpuwatch.gate.latency import QUESTIONS, LaneLatency, Record
-from gpuwatch.gate.logsketch import ALPHA
+from gpuwatch.gate.logsketch import ALPHA, bucket, bucket_value, merge
 from gpuwatch.gate.requestblocks import EXACT_MAX, RAW_MAX, Requests, add, exact_summary
 from gpuwatch.gate.rolling import Rolling
 from gpuwatch.series import sample_quantile
@@ -265,3 +265,128 @@ def test_only_the_newest_questions_are_kept() -> None:
     assert all(set(b.good) <= kept for b in lane.ended.blocks.values())
     lane._cache.clear()
     assert lane.goodput(60, 1.0, None).good == 1  # asked again: counted again
+
+
+def test_a_second_at_a_window_s_edge_is_in_it_and_one_before_is_not() -> None:
+    """At 1000.5 the minute's oldest second is 940 and five minutes' is 700 (part of each is
+    after now - w): each is in its window's sum, the second before is not."""
+    rolling: Rolling[Requests] = Rolling(Requests, (60.0, 300.0))
+    assert rolling.at(699.9, 1000.5) is None  # the very first call: already too old
+    at_five = rolling.at(700.0, 1000.5)
+    assert at_five is not None and at_five[1] == [rolling.sums[1]]
+    at_minute = rolling.at(940.0, 1000.5)
+    assert at_minute is not None and at_minute[1] == rolling.sums
+    before = rolling.at(939.9, 1000.5)
+    assert before is not None and before[1] == [rolling.sums[1]]
+
+
+def test_the_longest_window_decides_what_is_too_old_whatever_the_windows() -> None:
+    rolling: Rolling[Requests] = Rolling(Requests, (10.0, 60.0, 300.0))
+    found = rolling.at(800.0, 1000.5)  # older than two windows, inside the longest
+    assert found is not None and found[1] == [rolling.sums[2]]
+
+
+def test_second_zero_counts_when_a_window_s_edge_is_zero() -> None:
+    """A clock that starts at 0 (a simulation): at 60.5 the minute's oldest second is 0."""
+    rolling: Rolling[Requests] = Rolling(Requests, (60.0, 300.0))
+    found = rolling.at(0.0, 60.5)
+    assert found is not None and found[1] == rolling.sums
+    block, sums = found
+    add(block, sums, Record(0.0, "ok", ttft_s=0.1, e2e_s=0.2), [])
+    total, blocks = rolling.window(60, 60.5)
+    assert total.ended == 1 and blocks == [block]
+    five: Rolling[Requests] = Rolling(Requests, (60.0, 300.0))
+    found = five.at(0.0, 300.5)  # five minutes' oldest second is 0
+    assert found is not None and found[1] == [five.sums[1]]
+
+
+def sketched_waits(lane: LaneLatency, second: float, waits: list[float]) -> None:
+    """``waits`` refused requests (each with its queue wait) in ``second``, past RAW_MAX."""
+    for wait in waits:
+        r = lane.start(second)
+        r.outcome, r.queue_wait_s = "refused", wait
+        lane.end(r)
+
+
+def test_a_sketched_window_counts_each_queue_wait_and_forgets_those_that_left() -> None:
+    clock = Clock()
+    lane = LaneLatency(clock)
+    waits = [0.2] * (RAW_MAX // 2) + [0.4] * (RAW_MAX // 2 + 1)
+    sketched_waits(lane, 1000.0, waits)
+    window = lane.summary(60)
+    assert not window.exact
+    assert window.queue_wait.count == RAW_MAX + 1 and window.queue_wait.max == 0.4
+    # Rank 129 of 257 is a 0.4 (128 waited 0.2): each wait counted once, in its own bucket.
+    assert window.queue_wait.p50 == pytest.approx(0.4, rel=ALPHA)
+    clock.t = 1030.0
+    sketched_waits(lane, 1030.0, [0.1] * (RAW_MAX + 1))
+    clock.t = 1061.0  # second 1000 left the minute: its waits are taken out of the sum
+    lane._cache.clear()
+    window = lane.summary(60)
+    assert not window.exact and window.queue_wait.count == RAW_MAX + 1
+    assert window.queue_wait.p99 == pytest.approx(0.1, rel=ALPHA)
+    assert window.queue_wait.max == 0.1
+    assert lane.summary(300).queue_wait.count == 2 * (RAW_MAX + 1)
+
+
+def test_a_sketched_window_s_maxima_are_exact_below_a_second() -> None:
+    lane = sketched_lane([("ok", 0.2, 0.01)])
+    window = lane.summary(60)
+    # Every value under a second: each maximum is the largest seen, not a starting value.
+    assert (window.ttft.max, window.e2e.max, window.queue_wait.max) == (0.2, 1.0, None)
+    assert window.ttft.p99 == 0.2  # never above the exact largest
+    only = LaneLatency(Clock())
+    sketched_waits(only, 1000.0, [0.25] * (RAW_MAX + 1))
+    assert only.summary(60).queue_wait.max == 0.25 and only.summary(60).e2e.max is None
+
+
+def test_a_sketched_window_reports_the_itl_sketch_and_skips_untimed_live_requests() -> None:
+    lane = sketched_lane([("ok", 0.2, None)])
+    lane.itl.add([0.01, 0.02, 0.03])
+    lane.start(1000.0)  # in flight, no first token yet: no TTFT to count
+    window = lane.summary(60)
+    assert not window.exact and window.itl == lane.itl.summary(60) and window.itl.count == 3
+    assert window.ttft.count == 1 and window.requests == RAW_MAX + 2
+
+
+def test_the_exact_regime_s_quantiles_are_interpolated_between_ranks() -> None:
+    clock = Clock()
+    lane = LaneLatency(clock)
+    ttfts = [0.01 * i * i for i in range(1, 41)]
+    for t in ttfts:
+        answered(lane, 1000.5, t)
+    got = lane.summary(60).ttft
+    ordered = sorted(ttfts)
+    want = [sample_quantile(ordered, q) for q in (0.5, 0.9, 0.99)]
+    assert [got.p50, got.p90, got.p99] == want and got.max == ordered[-1] and got.count == 40
+
+
+def test_a_request_exactly_at_a_bound_is_good_exact_or_sketched() -> None:
+    """Within the bound means at most the bound: judged on its own values (exact, or ending
+    after the question) and by buckets (a bound that is a bucket's value holds that bucket)."""
+    bound = bucket_value(bucket(0.5))
+    assert bucket(bound) == bucket(0.5)
+    exact_lane = LaneLatency(Clock())
+    answered(exact_lane, 1000.0, bound, bound)
+    assert exact_lane.goodput(60, bound, bound).good == 1
+    # First asked once the second was sketched: judged by the pair of buckets.
+    lane = sketched_lane([("ok", bound, bound)])
+    assert lane.goodput(60, bound, None).good == 1
+    assert lane.goodput(60, None, bound).good == 1
+    assert lane.goodput(60, bound, bound).good == 1
+
+
+def test_a_bound_between_bucket_values_holds_the_bucket_below() -> None:
+    b = bucket(0.5)
+    bound = bucket_value(b) * (1 - ALPHA / 2)  # in bucket b, under that bucket's value
+    assert bucket(bound) == b and bucket_value(b) > bound
+    lane = sketched_lane([("ok", bucket_value(b - 1), None), ("ok", bucket_value(b), None)])
+    assert lane.goodput(60, bound, None).good == 1
+
+
+def test_merging_counts_of_zero_leaves_nothing_behind() -> None:
+    into = {3: 2}
+    merge(into, {3: 2, 4: 0}, -1)
+    assert into == {}
+    merge(into, {5: 0})
+    assert into == {}
