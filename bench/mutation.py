@@ -141,7 +141,71 @@ _INF_SPELLINGS = (
     "with or without the sign) as infinity too"
 )
 _SINCE = "_since is always set with _candidate, and read only while _candidate is set"
+# requestblocks.summary's sketched branch runs only with a sketched block or more than
+# EXACT_MAX requests in the window: its ``max`` never sees an empty list, so no default is used.
+_SKETCHED_HAS_BLOCKS = "the sketched branch always has blocks: max's default is never used"
+
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    "gpuwatch.gate.rolling.xǁRollingǁadvance__mutmut_11": (
+        "if old is not None and edge < old:",
+        "an edge equal to the old one is set again over an empty range: nothing changes",
+    ),
+    "gpuwatch.gate.rolling.xǁRollingǁadvance__mutmut_12": (
+        "break",
+        "every edge moves from the same now_s: when the shortest window's has not, none has",
+    ),
+    **{
+        f"gpuwatch.gate.rolling.xǁRollingǁadvance__mutmut_{n}": (
+            line,
+            "both branches take the same blocks out in the same order; only the cost differs",
+        )
+        for n, line in (
+            (16, "if edge + old <= len(self.blocks):"),
+            (17, "if edge - old < len(self.blocks):"),
+        )
+    },
+    "gpuwatch.gate.rolling.xǁRollingǁwindow__mutmut_17": (
+        "inside = [b for s in range(edge, math.floor(now) + 2) if (b := blocks.get(s)) is not None]",
+        "`at` clamps a second to floor(now): with a clock that never goes back no block is past it",
+    ),
+    **{
+        f"gpuwatch.gate.requestblocks.x_summary__mutmut_{n}": (
+            ")",
+            "rel_error dropped: LatencyWindow's default (SKETCH_REL_ERROR, 0.005) is ALPHA",
+        )
+        for n in (21, 49)
+    },
+    **{
+        f"gpuwatch.gate.requestblocks.x_summary__mutmut_{n}": (line, _SKETCHED_HAS_BLOCKS)
+        for n, line in (
+            (
+                61,
+                "counted(ttfts, dict(total.ttft)), max([b.top_ttft for b in blocks] + ttfts, default=None)",
+            ),
+            (63, "counted(ttfts, dict(total.ttft)), max([b.top_ttft for b in blocks] + ttfts, )"),
+            (
+                65,
+                "counted(ttfts, dict(total.ttft)), max([b.top_ttft for b in blocks] + ttfts, default=1)",
+            ),
+            (76, "max([b.top_queue_wait for b in blocks] + waits, default=None),"),
+            (78, "max([b.top_queue_wait for b in blocks] + waits, ),"),
+            (80, "max([b.top_queue_wait for b in blocks] + waits, default=1),"),
+            (86, "e2e=tail(total.e2e, max((b.top_e2e for b in blocks), default=None)),"),
+            (88, "e2e=tail(total.e2e, max((b.top_e2e for b in blocks), )),"),
+            (89, "e2e=tail(total.e2e, max((b.top_e2e for b in blocks), default=1)),"),
+        )
+    },
+    **{
+        f"gpuwatch.gate.logsketch.x_tail__mutmut_{n}": (
+            f"raise AssertionError({message})  # seen == total >= every rank",
+            "unreachable (the counts always reach every rank): only its message changed",
+        )
+        for n, message in (
+            (37, "None"),
+            (38, '"XXthe counts reach every rankXX"'),
+            (39, '"THE COUNTS REACH EVERY RANK"'),
+        )
+    },
     "gpuwatch.gate.paths.x__segment__mutmut_32": (
         'elif decoded in "XX/\\\\XX" or code < 0x20 or code == 0x7F:',
         'decoded is one character, and "X" is unreserved: taken by the branch before',
