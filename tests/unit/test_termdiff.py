@@ -210,9 +210,10 @@ def test_it_counts_what_it_read_and_what_it_wrote() -> None:
 
 
 def test_carriage_return_newline_and_backspace_move_the_apps_cursor() -> None:
-    _, (sent,) = hidden("ab\r\ncd\bX\x1b[3;1H\bY")
-    # cd on the second row, X over the d, Y at the left edge (a backspace there stays).
-    assert sent == "\x1b[1;1H\x1b[0mab\x1b[2;1HcX\x1b[3;1HY"
+    _, (sent,) = hidden("ab\r\ncd\bX\x1b[3;1H\bY\n\nZ")
+    # cd on the second row, X over the d, Y at the left edge (a backspace there stays), Z
+    # two rows below it.
+    assert sent == "\x1b[1;1H\x1b[0mab\x1b[2;1HcX\x1b[3;1HY\x1b[5;2HZ"
 
 
 def test_other_control_characters_and_strings_are_passed_on_in_their_place() -> None:
@@ -307,7 +308,9 @@ def test_a_clear_is_sent_in_the_apps_style_at_the_apps_cursor_and_the_screen_for
     assert again == "\x1b[1;1H\x1b[0mab"
 
 
-@pytest.mark.parametrize("seq", ["\x1b[2J", "\x1b[?2J", "\x1b[K", "\x1b[2S", "\x1b[3L"])
+@pytest.mark.parametrize(
+    "seq", ["\x1b[2J", "\x1b[?2J", "\x1b[K", "\x1b[2S", "\x1b[3L", "\x1b[3X", "\x1b[?3X"]
+)
 def test_clears_and_scrolls_make_it_forget(seq: str) -> None:
     _, (_, sent) = hidden("\x1b[1;1Hab", seq + "\x1b[1;1Hab")
     assert sent.endswith("\x1b[1;1H\x1b[0mab")
@@ -328,8 +331,8 @@ def test_other_sequences_are_passed_on_and_keep_the_screen(seq: str) -> None:
 
 
 def test_pending_cells_are_sent_before_a_wide_character() -> None:
-    _, (sent,) = hidden("ab漢c")
-    assert sent == "\x1b[1;1H\x1b[0mab漢c"
+    _, (sent,) = hidden("ab\x1b[1;4H漢c")
+    assert sent == "\x1b[1;1H\x1b[0mab\x1b[C漢c"
 
 
 LINE = "\x1b[1;1Habcdefghijklmnopqrstuvwxyz"
