@@ -1,9 +1,13 @@
-"""TerminalDiff: what it sends for a frame, and the styles it switches between."""
+"""TerminalDiff: what it sends for a frame, and the styles it switches between; byte by byte
+for small frames (cursor moves, style switches, gaps written through, what makes it forget
+the screen); the driver class that writes through one."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
+from typing import Any
 
 import pytest
 from rich.color import ColorSystem
@@ -11,7 +15,15 @@ from rich.style import Style
 
 from gpuwatch.session.node import DashboardOptions, live_session
 from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.termdiff import _PLAIN, _UNKNOWN, Pen, TerminalDiff, apply_sgr, sgr_change
+from gpuwatch.tui.termdiff import (
+    _PLAIN,
+    _UNKNOWN,
+    Pen,
+    TerminalDiff,
+    apply_sgr,
+    diff_driver,
+    sgr_change,
+)
 
 STYLES = [
     Style(color="#d8dee9", bgcolor="#10141a"),
@@ -157,3 +169,250 @@ def test_the_app_writes_through_the_diff_unless_told_not_to(
         monkeypatch.setenv("GPUWATCH_TERM_DIFF", value)
     app = GpuwatchApp(live_session(DashboardOptions(urls=[])))
     assert app.driver_class.__name__ == name
+
+
+# Byte by byte: the exact sequences sent for small frames.
+HIDE = "\x1b[?25l"
+RED = "\x1b[31m"  # the app's styles, as it writes them
+BLUE = "\x1b[34m"
+
+
+def shown(data: str) -> tuple[TerminalDiff, str]:
+    diff = TerminalDiff()
+    return diff, diff.feed(data)
+
+
+def hidden(*frames: str) -> tuple[TerminalDiff, list[str]]:
+    """A diff with the cursor hidden (no cursor move after each write) and what each of
+    ``frames`` sent."""
+    diff = TerminalDiff()
+    diff.feed(HIDE)
+    return diff, [diff.feed(f) for f in frames]
+
+
+def test_a_fresh_diff_writes_at_the_top_left_and_leaves_a_visible_cursor_where_the_app_did() -> (
+    None
+):
+    diff, sent = shown("x")
+    # The terminal's style is unknown at first: a reset before the first character.
+    assert sent == "\x1b[1;1H\x1b[0mx"
+    assert diff.feed("\x1b[3;4H") == "\x1b[3;4H"
+    # The terminal's cursor is known after that move: text there needs no position.
+    assert diff.feed("y") == "y"
+
+
+def test_it_counts_what_it_read_and_what_it_wrote() -> None:
+    diff = TerminalDiff()
+    first = diff.feed("ab")
+    assert (diff.read, diff.written) == (2, len(first))
+    second = diff.feed("\x1b[1;1Hcd")
+    assert (diff.read, diff.written) == (2 + 8, len(first) + len(second))
+
+
+def test_carriage_return_newline_and_backspace_move_the_apps_cursor() -> None:
+    _, (sent,) = hidden("ab\r\ncd\bX\x1b[3;1H\bY\n\nZ")
+    # cd on the second row, X over the d, Y at the left edge (a backspace there stays), Z
+    # two rows below it.
+    assert sent == "\x1b[1;1H\x1b[0mab\x1b[2;1HcX\x1b[3;1HY\x1b[5;2HZ"
+
+
+def test_other_control_characters_and_strings_are_passed_on_in_their_place() -> None:
+    _, (sent,) = hidden("ab\x07cd")
+    assert sent == "\x1b[1;1H\x1b[0mab\x07cd"
+    for seq in ("\x1b]0;title\x07", "\x1bPq#0\x1b\\", "\x1b=", "\x1b\\"):
+        _, (sent,) = hidden(seq)
+        assert sent == seq
+
+
+@pytest.mark.parametrize("esc", ["\x1b7", "\x1b8", "\x1bc", "\x1bD", "\x1bM"])
+def test_an_escape_that_may_move_the_cursor_or_screen_makes_it_forget(esc: str) -> None:
+    _, (_, sent) = hidden("\x1b[1;1Hab", esc + "\x1b[1;1Hab")
+    assert sent == esc + "\x1b[1;1H\x1b[0mab"
+
+
+def test_a_string_terminator_alone_keeps_the_screen() -> None:
+    _, (_, sent) = hidden("\x1b[1;1Hab", "\x1b\\\x1b[1;1Hab")
+    assert sent == "\x1b\\"
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        ["ab\x1b[2", ";3HX"],  # text before the cut
+        ["ab", "\x1b[2", ";3HX"],  # the cut at the start of a write
+        ["ab", "\x1b", "[2;3", "HX"],
+        ["ab\x1b[2;3H\x1b]0;t", "itle\x07X"],  # an escape before the cut one
+    ],
+)
+def test_a_sequence_cut_between_writes_is_read_whole(chunks: list[str]) -> None:
+    diff = TerminalDiff()
+    diff.feed(HIDE)
+    sent = "".join(diff.feed(c) for c in chunks)
+    title = "\x1b]0;title\x07" if "title" in "".join(chunks) else ""
+    assert sent == "\x1b[1;1H\x1b[0mab" + title + "\x1b[2;3HX"
+
+
+def test_a_style_it_cannot_follow_is_passed_on_and_the_next_known_one_starts_from_a_reset() -> None:
+    _, (first, second, third) = hidden("\x1b[1;1Hab", "\x1b[4:3mc", "\x1b[0;1md")
+    assert first == "\x1b[1;1H\x1b[0mab"
+    assert second == "\x1b[4:3mc"
+    assert third == "\x1b[0;1md"
+
+
+@pytest.mark.parametrize(
+    ("move", "where"),
+    [
+        ("\x1b[2;3f", "\x1b[2;3H"),
+        ("\x1b[3H", "\x1b[3;1H"),
+        ("\x1b[;5H", "\x1b[1;5H"),
+        ("\x1b[H", "\x1b[1;1H"),
+    ],
+)
+def test_cursor_positions_with_defaults(move: str, where: str) -> None:
+    _, (sent,) = hidden("\x1b[4;4Hz" + move + "X")
+    assert sent == "\x1b[4;4H\x1b[0mz" + where + "X"
+
+
+def test_a_private_sequence_with_a_position_final_is_passed_on() -> None:
+    _, (sent,) = hidden("\x1b[?1H")
+    assert sent == "\x1b[?1H"
+
+
+def test_showing_and_hiding_the_cursor() -> None:
+    diff = TerminalDiff()
+    # Hidden: no move to where the app left its cursor; the text before is sent first.
+    assert diff.feed("ab\x1b[5;5H" + HIDE) == "\x1b[1;1H\x1b[0mab" + HIDE
+    # Shown again: the cursor goes where the app has it, before the switch.
+    assert diff.feed("\x1b[?25h") == "\x1b[5;5H\x1b[?25h"
+    # Already there: no move.
+    assert diff.feed(HIDE + "\x1b[?25h") == HIDE + "\x1b[?25h"
+    # Several modes in one sequence.
+    assert diff.feed("\x1b[?1049;25l\x1b[1;1Hab") == "\x1b[?1049;25l\x1b[1;1H\x1b[0mab"
+
+
+def test_a_mode_switch_that_is_not_a_screen_keeps_the_screen() -> None:
+    _, (_, sent) = hidden("\x1b[1;1Hab", "\x1b[?1000h\x1b[1;1Hab")
+    assert sent == "\x1b[?1000h"
+
+
+@pytest.mark.parametrize("mode", ["47", "1047", "1049", "1049;25"])
+def test_the_alternate_screen_makes_it_forget(mode: str) -> None:
+    _, (_, sent) = hidden("\x1b[1;1Hab", f"\x1b[?{mode}h\x1b[1;1Hab")
+    assert sent.endswith("\x1b[1;1H\x1b[0mab")
+
+
+def test_a_clear_is_sent_in_the_apps_style_at_the_apps_cursor_and_the_screen_forgotten() -> None:
+    _, (sent, again) = hidden("ab\x1b[41m\x1b[3;1H\x1b[2J", "\x1b[0m\x1b[1;1Hab")
+    # The cells before the clear first, then the background it paints, then where.
+    assert sent == "\x1b[1;1H\x1b[0mab\x1b[41m\x1b[3;1H\x1b[2J"
+    assert again == "\x1b[1;1H\x1b[0mab"
+
+
+@pytest.mark.parametrize(
+    "seq", ["\x1b[2J", "\x1b[?2J", "\x1b[K", "\x1b[2S", "\x1b[3L", "\x1b[3X", "\x1b[?3X"]
+)
+def test_clears_and_scrolls_make_it_forget(seq: str) -> None:
+    _, (_, sent) = hidden("\x1b[1;1Hab", seq + "\x1b[1;1Hab")
+    assert sent.endswith("\x1b[1;1H\x1b[0mab")
+
+
+@pytest.mark.parametrize(
+    "seq", ["\x1b[2A", "\x1b[B", "\x1b[3C", "\x1b[4G", "\x1b[2d", "\x1b[s", "\x1b[u"]
+)
+def test_relative_moves_and_saved_cursors_make_it_forget(seq: str) -> None:
+    _, (_, sent) = hidden("\x1b[1;1Hab", seq + "\x1b[1;1Hab")
+    assert sent == seq + "\x1b[1;1H\x1b[0mab"
+
+
+@pytest.mark.parametrize("seq", ["\x1b[4h", "\x1b[c", "\x1b[1 q"])
+def test_other_sequences_are_passed_on_and_keep_the_screen(seq: str) -> None:
+    _, (_, sent) = hidden("\x1b[1;1Hab", seq + "\x1b[1;1Hab")
+    assert sent == seq
+
+
+def test_pending_cells_are_sent_before_a_wide_character() -> None:
+    _, (sent,) = hidden("ab\x1b[1;4H漢c")
+    assert sent == "\x1b[1;1H\x1b[0mab\x1b[C漢c"
+
+
+LINE = "\x1b[1;1Habcdefghijklmnopqrstuvwxyz"
+
+
+def test_a_cell_changed_and_changed_back_is_not_sent_and_later_ones_are() -> None:
+    _, (_, sent) = hidden(LINE, "\x1b[1;1HX\x1b[1;1Ha\x1b[1;4HZ")
+    assert sent == "\x1b[1;4HZ"
+
+
+@pytest.mark.parametrize(
+    ("cols", "sent"),
+    [
+        ((1, 3), "\x1b[1;1HXbX"),  # a run from the left edge
+        ((11, 13), "\x1b[1;11HXlX"),
+        ((11, 16), "\x1b[1;11HXlmnoX"),  # four unchanged cells: written through
+        ((11, 17), "\x1b[1;11HX\x1b[5CX"),  # five: jumped over
+    ],
+)
+def test_short_gaps_between_changed_cells_are_written_through(
+    cols: tuple[int, int], sent: str
+) -> None:
+    a, b = cols
+    _, (_, got) = hidden(LINE, f"\x1b[1;{a}HX\x1b[1;{b}HX")
+    assert got == sent
+
+
+def test_a_gap_in_another_style_is_jumped_over() -> None:
+    _, (_, got) = hidden(LINE + "\x1b[1;12H" + RED + "l\x1b[0m", "\x1b[1;11HX\x1b[1;13HX")
+    # The terminal is red after the first frame: the plain run is the one that switches.
+    assert got == "\x1b[1;11H\x1b[0mX\x1b[CX"
+
+
+def test_runs_in_the_terminals_style_go_first_and_moves_are_as_short_as_can_be() -> None:
+    # After this the terminal's style is blue.
+    _, (_, got) = hidden(LINE + "\x1b[1;5H" + BLUE + "e", RED + "\x1b[1;1HX" + BLUE + "\x1b[1;3HY")
+    # Y needs no style switch: first; then X, back on the same line (a full position).
+    assert got == "\x1b[1;3HY\x1b[1;1H\x1b[31mX"
+    # One cell forward: ESC[C; the next adjacent run of another style needs no move.
+    _, (_, got) = hidden(LINE, "\x1b[1;1HX\x1b[1;3H" + RED + "YZ")
+    assert got == "\x1b[1;1HX\x1b[C\x1b[31mYZ"
+    _, (_, got) = hidden(LINE, "\x1b[1;1HX" + RED + "YZ")
+    assert got == "\x1b[1;1HX\x1b[31mYZ"
+
+
+class FakeDriver:
+    """What diff_driver needs of a Textual driver: its constructor's arguments, a file
+    descriptor and ``write``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+        self.fileno = 7
+        self.out: list[str] = []
+
+    def write(self, data: str) -> None:
+        self.out.append(data)
+
+
+def test_the_driver_writes_through_a_diff_and_forgets_the_screen_when_resized() -> None:
+    sizes = [os.terminal_size((80, 24))]
+    asked: list[int] = []
+
+    def size(fd: int) -> os.terminal_size:
+        asked.append(fd)
+        if not sizes:
+            raise OSError("not a terminal")
+        return sizes[0]
+
+    cls = diff_driver(FakeDriver, size)
+    assert cls.__name__ == "DiffFakeDriver"
+    driver = cls("app", debug=True)
+    assert (driver.args, driver.kwargs) == (("app",), {"debug": True})
+    driver.write(HIDE + "\x1b[1;1Hab")
+    driver.write("\x1b[1;1Hab")  # the same frame: nothing written
+    assert driver.out == [HIDE + "\x1b[1;1H\x1b[0mab"]
+    assert asked == [7, 7]
+    sizes[0] = os.terminal_size((100, 30))
+    driver.write("\x1b[1;1Hab")  # resized: the frame whole again
+    assert driver.out[1:] == ["\x1b[1;1H\x1b[0mab"]
+    sizes.clear()
+    driver.write("\x1b[1;1Hab")  # no size to be had: forgotten once
+    driver.write("\x1b[1;1Hab")
+    assert driver.out[2:] == ["\x1b[1;1H\x1b[0mab"]
