@@ -146,6 +146,91 @@ _SINCE = "_since is always set with _candidate, and read only while _candidate i
 _SKETCHED_HAS_BLOCKS = "the sketched branch always has blocks: max's default is never used"
 
 EQUIVALENT: dict[str, tuple[str, str]] = {
+    **{
+        f"gpuwatch.tui.termdiff.{name}": (line, why)
+        for name, line, why in (
+            (
+                "xǁTerminalDiffǁfeed__mutmut_63",
+                'self._pass(osc or string or esc or "XXXX", out)',
+                'the else branch runs only when osc, string or esc matched, each non-empty: the "" fallback never applies',
+            ),
+            (
+                "xǁTerminalDiffǁ_csi__mutmut_75",
+                "self.real_pen = None",
+                "forget() runs right after for every final in _CLEARS and sets real_pen to _UNKNOWN",
+            ),
+            (
+                "xǁTerminalDiffǁ_csi__mutmut_82",
+                'if final in _CLEARS or final in "XXABCDEFGdsuXX":',
+                '"X" is in _CLEARS already',
+            ),
+            (
+                "xǁTerminalDiffǁ_text__mutmut_7",
+                "if chars is None and pens is None:",
+                "a row's chars and pens are made and cleared together: both None or neither",
+            ),
+            (
+                "xǁTerminalDiffǁ_text__mutmut_13",
+                "if len(chars) <= end:",
+                "at equality it extends by zero cells",
+            ),
+            (
+                "xǁTerminalDiffǁ_text__mutmut_16",
+                'chars.extend(["XXXX"] * (end - len(chars)))',
+                "padding cells have a None pen: their character is never compared or written",
+            ),
+            (
+                "xǁTerminalDiffǁ_text__mutmut_20",
+                "pens.extend([None] * (end + len(pens)))",
+                "extra trailing None pens are what later padding would add anyway",
+            ),
+            (
+                "xǁTerminalDiffǁ_text__mutmut_38",
+                'chars[x:end] = ["XXXX"] * width',
+                "a wide character's cells have a None pen: their character is never compared or written",
+            ),
+            (
+                "xǁTerminalDiffǁ_text__mutmut_42",
+                'if pens[x:end].count(None) == width and "".join(chars[x:end]) == text:',
+                "the skip is a shortcut: without it the loop finds nothing changed and sends nothing",
+            ),
+            (
+                "xǁTerminalDiffǁ_text__mutmut_45",
+                'if pens[x:end].count(pen) == width and "XXXX".join(chars[x:end]) == text:',
+                "the skip is a shortcut: without it the loop finds nothing changed",
+            ),
+            (
+                "xǁTerminalDiffǁ_text__mutmut_60",
+                "was[at] = None if (old_pen is None) and False else (chars[at], old_pen)",
+                'a never-written cell\'s ("", None) never equals a written (char, pen), as None does not',
+            ),
+            (
+                "xǁTerminalDiffǁ_flush__mutmut_7",
+                "first = last = -2",
+                "first is only tested with >= 0",
+            ),
+            (
+                "xǁTerminalDiffǁ_flush__mutmut_8",
+                "pen: Pen = None",
+                "pen is read only once first >= 0, after it has been set",
+            ),
+            (
+                "xǁTerminalDiffǁ_flush__mutmut_12",
+                "break  # a wide character's cells: written as they came",
+                "unreachable: a cell in _was always has a pen (a wide or unknown-style write flushes _was first)",
+            ),
+            (
+                "x_diff_driver__mutmut_4",
+                'self._size: os.terminal_size | None = ""',
+                "the first write differs from either start value, or forgets a diff that is still empty",
+            ),
+            (
+                "x_diff_driver__mutmut_7",
+                'now = ""',
+                "the no-size value is compared only with itself and with real sizes: the same changes are seen",
+            ),
+        )
+    },
     "gpuwatch.gate.rolling.xǁRollingǁadvance__mutmut_11": (
         "if old is not None and edge < old:",
         "an edge equal to the old one is set again over an empty range: nothing changes",
