@@ -188,6 +188,7 @@ async def test_one_built_request_serves_concurrent_gets_of_its_url() -> None:
     """A request built once is sent as it is: GETs of the same URL at the same time (a
     snapshot reading every source at once) each get their own answer on their own connection."""
     served = 0
+    all_in = asyncio.Event()  # no answer until every GET has arrived: all in flight at once
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal served
@@ -195,10 +196,13 @@ async def test_one_built_request_serves_concurrent_gets_of_its_url() -> None:
             await read_request(reader)
             served += 1
             mine = served
-            await asyncio.sleep(0.05)  # every GET is in flight at once
+            if served == 5:
+                all_in.set()
+            await all_in.wait()
             writer.write(answer(f"answer {mine}\n".encode()))
 
     async with server(serve) as url, async_client(tls=False) as c:
-        pages = await asyncio.gather(*(fetch(c, f"{url}/metrics") for _ in range(5)))
+        gets = asyncio.gather(*(fetch(c, f"{url}/metrics") for _ in range(5)))
+        pages = await asyncio.wait_for(gets, 10)
         assert isinstance(c, PollClient) and len(c._requests) == 1
     assert sorted(pages) == [f"answer {n}\n" for n in range(1, 6)]
